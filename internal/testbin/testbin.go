@@ -1,0 +1,99 @@
+// Package testbin finds the real etcd and kube-apiserver binaries that
+// hack/test-binaries.sh builds, and builds them on demand for the demo.
+package testbin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+)
+
+// hint tells a reader how to get a missing binary.
+const hint = "run hack/test-binaries.sh (or make test-binaries) to build it"
+
+// RepoRoot walks up from the working directory to the folder holding the
+// project's go.mod and hack script.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "hack", "test-binaries.sh")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("cannot find the druid-stretch repository (hack/test-binaries.sh) above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Dir is the folder holding the binaries under the names envtest expects:
+// $KUBEBUILDER_ASSETS when set, else bin/envtest in the repository.
+func Dir() (string, error) {
+	if d := os.Getenv("KUBEBUILDER_ASSETS"); d != "" {
+		return d, nil
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", fmt.Errorf("%w; or set KUBEBUILDER_ASSETS", err)
+	}
+	return filepath.Join(root, "bin", "envtest"), nil
+}
+
+// Etcd is the path of the etcd binary ($DRUID_STRETCH_ETCD overrides it).
+func Etcd() (string, error) { return find("etcd", "DRUID_STRETCH_ETCD") }
+
+// KubeAPIServer is the path of the kube-apiserver binary.
+func KubeAPIServer() (string, error) { return find("kube-apiserver", "") }
+
+func find(name, env string) (string, error) {
+	if env != "" {
+		if p := os.Getenv(env); p != "" {
+			return executable(p, name)
+		}
+	}
+	dir, err := Dir()
+	if err != nil {
+		return "", err
+	}
+	return executable(filepath.Join(dir, name), name)
+}
+
+func executable(path, name string) (string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("%s binary not found at %s: %s", name, path, hint)
+	}
+	if st.IsDir() || st.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("%s at %s is not an executable file: %s", name, path, hint)
+	}
+	return path, nil
+}
+
+// Ensure builds the binaries when they are missing, streaming the hack
+// script's progress to out. It is a no-op once both are built.
+func Ensure(ctx context.Context, out io.Writer) error {
+	_, etcdErr := Etcd()
+	_, kasErr := KubeAPIServer()
+	if etcdErr == nil && kasErr == nil {
+		return nil
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "hack", "test-binaries.sh"))
+	cmd.Dir = root
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("building the test binaries with hack/test-binaries.sh: %w", err)
+	}
+	return nil
+}
