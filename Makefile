@@ -21,6 +21,21 @@ lint: ## go vet and a gofmt check
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
+CRD_DIR := charts/druid-stretch/crds
+API_DIR := api/v1alpha1
+CONTROLLER_GEN := $(GO) tool controller-gen
+
+generate: ## deepcopy and the Etcd CRD from the API types
+	$(CONTROLLER_GEN) object paths=./$(API_DIR)
+	$(CONTROLLER_GEN) crd paths=./$(API_DIR) output:crd:dir=$(CRD_DIR)
+
+verify-generate: ## fails when the generated deepcopy or CRD are not current
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	$(CONTROLLER_GEN) object paths=./$(API_DIR) output:object:dir="$$tmp/object" && \
+	$(CONTROLLER_GEN) crd paths=./$(API_DIR) output:crd:dir="$$tmp/crd" && \
+	diff -u $(API_DIR)/zz_generated.deepcopy.go "$$tmp/object/zz_generated.deepcopy.go" && \
+	diff -ru $(CRD_DIR) "$$tmp/crd" || { echo "generated files are stale: run make generate"; exit 1; }
+
 demo: test-binaries build ## the live move of an etcd cluster between two local clusters
 	$(BIN)/druid-stretch demo
 

@@ -34,7 +34,8 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(
-	// subcommands are added here, one constructor per file
+		// subcommands are added here, one constructor per file
+		newSidecarCommand(),
 	)
 	return root
 }

@@ -1,0 +1,5 @@
+package crdtest
+
+import "testing"
+
+func TestSmoke(t *testing.T) { _ = newNamespace(t) }

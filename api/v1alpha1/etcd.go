@@ -1,0 +1,47 @@
+package v1alpha1
+
+import (
+	druidv1alpha1 "github.com/gardener/etcd-druid/api/core/v1alpha1"
+)
+
+// GetOrdinalStart is spec.ordinalStart, 0 when unset.
+func (s *EtcdSpec) GetOrdinalStart() int32 {
+	if s.OrdinalStart == nil {
+		return 0
+	}
+	return *s.OrdinalStart
+}
+
+// GetExternalMembersPolicy is spec.externalMembersPolicy, Keep when unset.
+// Unset has no schema default so that an Etcd written by druid is stored
+// exactly as written.
+func (s *EtcdSpec) GetExternalMembersPolicy() ExternalMembersPolicy {
+	if s.ExternalMembersPolicy == nil {
+		return ExternalMembersPolicyKeep
+	}
+	return *s.ExternalMembersPolicy
+}
+
+// ExternalMember returns the external member with the given name.
+func (s *EtcdSpec) ExternalMember(name string) (ExternalMember, bool) {
+	for _, m := range s.ExternalMembers {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return ExternalMember{}, false
+}
+
+// DruidEtcd is a deep copy of e as druid's own type, without the extension,
+// for druid's helpers (resource names, labels, owner references). Helpers
+// that count pods from ordinal 0 (druid's GetAllPodNames, GetMemberLeaseNames)
+// ignore ordinalStart: use package members for names instead.
+func (e *Etcd) DruidEtcd() *druidv1alpha1.Etcd {
+	out := &druidv1alpha1.Etcd{
+		TypeMeta:   e.TypeMeta,
+		ObjectMeta: *e.ObjectMeta.DeepCopy(),
+		Spec:       *e.Spec.EtcdSpec.DeepCopy(),
+		Status:     *e.Status.EtcdStatus.DeepCopy(),
+	}
+	return out
+}

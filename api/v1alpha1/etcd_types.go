@@ -1,0 +1,154 @@
+package v1alpha1
+
+import (
+	druidv1alpha1 "github.com/gardener/etcd-druid/api/core/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The markers below repeat druid's markers on its Etcd type, because the
+// root type is ours: subresources, printer columns and druid's CEL rules keep
+// their druid text, except the additionalAdvertisePeerURLs index rule, which
+// allows the ordinal range [ordinalStart, ordinalStart+replicas) and reduces to
+// druid's "index < replicas" when ordinalStart is unset. The last rule is the
+// extension's: an external member must not take a local member's name. It
+// binds the name stem once with [stem].all(p, ...), CEL's idiom for a local
+// variable, to keep the estimated cost within the apiserver's budget.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.ready`
+// +kubebuilder:printcolumn:name="Quorate",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="All Members Ready",type=string,JSONPath=`.status.conditions[?(@.type=="AllMembersReady")].status`
+// +kubebuilder:printcolumn:name="Backup Ready",type=string,JSONPath=`.status.conditions[?(@.type=="BackupReady")].status`
+// +kubebuilder:printcolumn:name="Cluster ID Mismatch",type=string,JSONPath=`.status.conditions[?(@.type=="ClusterIDMismatch")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Cluster Size",type=integer,JSONPath=`.spec.replicas`,priority=1
+// +kubebuilder:printcolumn:name="Current Replicas",type=integer,JSONPath=`.status.currentReplicas`,priority=1
+// +kubebuilder:printcolumn:name="Ready Replicas",type=integer,JSONPath=`.status.readyReplicas`,priority=1
+// +kubebuilder:printcolumn:name="Ordinal Start",type=integer,JSONPath=`.spec.ordinalStart`,priority=1
+// +kubebuilder:printcolumn:name="Membership",type=string,JSONPath=`.status.membership.phase`,priority=1
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.etcd.additionalAdvertisePeerURLs) || self.spec.etcd.additionalAdvertisePeerURLs.all(m, has(self.spec.memberNamePrefix) ? m.memberName.startsWith(self.spec.memberNamePrefix + '-' + self.metadata.name + '-') : m.memberName.startsWith(self.metadata.name + '-'))",message="additionalAdvertisePeerURLs member names must start with the Etcd resource name followed by a dash"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.etcd.additionalAdvertisePeerURLs) || self.spec.etcd.additionalAdvertisePeerURLs.all(m, int(m.memberName.substring(m.memberName.lastIndexOf('-')+1)) >= (has(self.spec.ordinalStart) ? self.spec.ordinalStart : 0) && int(m.memberName.substring(m.memberName.lastIndexOf('-')+1)) < (has(self.spec.ordinalStart) ? self.spec.ordinalStart : 0) + self.spec.replicas)",message="additionalAdvertisePeerURLs member name index must be in [ordinalStart, ordinalStart+replicas), that is less than replicas when ordinalStart is unset"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.externalMembers) || [(has(self.spec.memberNamePrefix) && self.spec.memberNamePrefix != '' ? self.spec.memberNamePrefix + '-' : '') + self.metadata.name + '-'].all(p, self.spec.externalMembers.all(m, !m.name.startsWith(p) || [m.name.substring(size(p))].all(d, !d.matches('^(0|[1-9][0-9]{0,9})$') || int(d) < (has(self.spec.ordinalStart) ? self.spec.ordinalStart : 0) || int(d) >= (has(self.spec.ordinalStart) ? self.spec.ordinalStart : 0) + self.spec.replicas)))",message="an external member must not take the name of a local member: local members are named [<memberNamePrefix>-]<etcd name>-<ordinal> for the ordinals [ordinalStart, ordinalStart+replicas)",fieldPath=".spec.externalMembers",reason="FieldValueDuplicate"
+
+// Etcd is etcd-druid's Etcd with druid-stretch's extension: an etcd cluster
+// whose members may live in several Kubernetes clusters. Its JSON is druid's
+// Etcd plus the extension fields; druid reads and writes it unchanged.
+type Etcd struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   EtcdSpec   `json:"spec,omitempty"`
+	Status EtcdStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// EtcdList is a list of Etcd.
+type EtcdList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Etcd `json:"items"`
+}
+
+// EtcdSpec is druid's EtcdSpec plus the membership extension.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.externalMembers) || self.externalMembers.all(m, m.peerURLs.all(u, u.startsWith(has(self.etcd.peerUrlTls) ? 'https://' : 'http://')))",message="peer URLs of external members must use https:// when spec.etcd.peerUrlTls is set and http:// when it is not: every member of one etcd cluster speaks the same peer protocol",fieldPath=".externalMembers"
+// +kubebuilder:validation:XValidation:rule="!has(self.externalMembers) || !has(self.etcd.additionalAdvertisePeerURLs) || self.externalMembers.all(m, m.peerURLs.all(u, self.etcd.additionalAdvertisePeerURLs.all(a, !(u in a.urls))))",message="a peer URL of an external member must not be one that a local member advertises in spec.etcd.additionalAdvertisePeerURLs: etcd identifies a member by its peer URLs",fieldPath=".externalMembers",reason="FieldValueDuplicate"
+// +kubebuilder:validation:XValidation:rule="!has(self.externalMembersPolicy) || self.externalMembersPolicy != 'Retire' || self.replicas > 0",message="Retire moves every vote to the local members, so spec.replicas must be at least 1",fieldPath=".externalMembersPolicy"
+type EtcdSpec struct {
+	druidv1alpha1.EtcdSpec `json:",inline"`
+
+	// OrdinalStart is the first ordinal of the local members: the pods are
+	// <etcd name>-<ordinal> for the ordinals [ordinalStart, ordinalStart+replicas),
+	// as StatefulSet spec.ordinals.start makes them. Unset means 0, druid's
+	// naming. Changing it moves the local members to the new ordinal range
+	// live: the membership controller adds a member of the new range, then
+	// removes one of the old range, one step at a time.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	OrdinalStart *int32 `json:"ordinalStart,omitempty"`
+
+	// ExternalMembers are members of this etcd cluster that another cluster
+	// runs and manages: the local members join them, and the controller never
+	// adds them. A member in etcd that is neither local nor listed here is
+	// reported as unmanaged and left alone.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=10
+	// +kubebuilder:validation:XValidation:rule="self.all(a, self.all(b, a.name == b.name || a.peerURLs.all(u, !(u in b.peerURLs))))",message="a peer URL must belong to one external member only: etcd identifies a member by its peer URLs",reason="FieldValueDuplicate"
+	ExternalMembers []ExternalMember `json:"externalMembers,omitempty"`
+
+	// ExternalMembersPolicy says what the controller does with the external
+	// members: Keep (the default when unset) keeps them as voting members, a
+	// stretched cluster; Retire moves every vote to the local members and
+	// removes the external members from the etcd cluster.
+	// +optional
+	ExternalMembersPolicy *ExternalMembersPolicy `json:"externalMembersPolicy,omitempty"`
+}
+
+// ExternalMembersPolicy is what the controller does with the external members.
+// +kubebuilder:validation:Enum=Keep;Retire
+type ExternalMembersPolicy string
+
+const (
+	// ExternalMembersPolicyKeep keeps the external members as voting members
+	// beside the local ones: a stretched cluster, or the source side of a move.
+	ExternalMembersPolicyKeep ExternalMembersPolicy = "Keep"
+	// ExternalMembersPolicyRetire moves every vote to the local members and
+	// removes the external members: the destination side finishing a move.
+	ExternalMembersPolicyRetire ExternalMembersPolicy = "Retire"
+)
+
+// ExternalMember is a member of the same etcd cluster that another Kubernetes
+// cluster runs.
+//
+// +kubebuilder:validation:XValidation:rule="self.peerURLs == oldSelf.peerURLs",message="peerURLs of a listed external member cannot change: etcd knows a member by its peer URLs, so remove the member and add it again under a new name"
+type ExternalMember struct {
+	// Name is the etcd member name (etcd's --name), for a druid-managed
+	// member <memberNamePrefix>-<pod name>.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')`,message="must be a lowercase RFC 1123 subdomain, as etcd-druid's member and lease names are"
+	Name string `json:"name"`
+
+	// PeerURLs are the member's advertised peer URLs, scheme://host:port
+	// without a path, as etcd's --initial-advertise-peer-urls takes them.
+	// +required
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=5
+	// +kubebuilder:validation:items:MaxLength=256
+	// +kubebuilder:validation:items:XValidation:rule=`self.matches(r'^https?://([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*|\[[0-9a-f:.]+\]):([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$')`,message="must be an http:// or https:// URL scheme://host:port with a lowercase host, a port in 1-65535 and no path, as etcd takes member URLs"
+	PeerURLs []string `json:"peerURLs"`
+
+	// ClientURLs are the member's advertised client URLs, in the same form.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=5
+	// +kubebuilder:validation:items:MaxLength=256
+	// +kubebuilder:validation:items:XValidation:rule=`self.matches(r'^https?://([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*|\[[0-9a-f:.]+\]):([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$')`,message="must be an http:// or https:// URL scheme://host:port with a lowercase host, a port in 1-65535 and no path, as etcd takes member URLs"
+	ClientURLs []string `json:"clientURLs,omitempty"`
+
+	// SidecarURL is the base URL of the member's druid-stretch sidecar. The
+	// controller needs it to act before any local member runs (the first
+	// learner of a move is added through an external member's sidecar).
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^https?://([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*|\[[0-9a-f:.]+\])(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?(/[-a-zA-Z0-9._~/]*)?$')`,message="must be an http:// or https:// URL with a lowercase host, an optional port in 1-65535, an optional path and no query or fragment"
+	SidecarURL string `json:"sidecarURL,omitempty"`
+}
+
+// EtcdStatus is druid's EtcdStatus plus what the membership controller
+// observed. druid patches its own fields; the controller patches membership.
+type EtcdStatus struct {
+	druidv1alpha1.EtcdStatus `json:",inline"`
+
+	// Membership is the etcd membership as the druid-stretch controller last
+	// observed it, and what it did about it.
+	// +optional
+	Membership *MembershipStatus `json:"membership,omitempty"`
+}

@@ -1,0 +1,72 @@
+{{/*
+fullname is the release name, or <release>-druid-stretch when the release
+name does not already say druid-stretch; 63 characters at most (DNS label).
+*/}}
+{{- define "druid-stretch.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* selectorLabels pick the controller pods; they never change on upgrade. */}}
+{{- define "druid-stretch.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: controller
+{{- end -}}
+
+{{/* labels go on every object the chart creates. */}}
+{{- define "druid-stretch.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: druid-stretch
+{{- end -}}
+
+{{- define "druid-stretch.serviceAccountName" -}}
+{{- include "druid-stretch.fullname" . -}}
+{{- end -}}
+
+{{- define "druid-stretch.webhookServiceName" -}}
+{{- printf "%s-webhook" (include "druid-stretch.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "druid-stretch.metricsServiceName" -}}
+{{- printf "%s-metrics" (include "druid-stretch.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* webhookCertSecretName holds tls.crt, tls.key and ca.crt in both modes. */}}
+{{- define "druid-stretch.webhookCertSecretName" -}}
+{{- printf "%s-webhook-tls" (include "druid-stretch.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "druid-stretch.certificateName" -}}
+{{- printf "%s-webhook" (include "druid-stretch.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+image is repository:tag of the controller image; a missing repository fails
+even when schema validation is skipped.
+*/}}
+{{- define "druid-stretch.image" -}}
+{{- printf "%s:%s" (include "druid-stretch.imageRepository" .) (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* sidecarImage defaults, field by field, to the controller image. */}}
+{{- define "druid-stretch.sidecarImage" -}}
+{{- $repo := default (include "druid-stretch.imageRepository" .) .Values.sidecar.image.repository -}}
+{{- $tag := default (default .Chart.AppVersion .Values.image.tag) .Values.sidecar.image.tag -}}
+{{- printf "%s:%s" $repo $tag -}}
+{{- end -}}
+
+{{- define "druid-stretch.imageRepository" -}}
+{{- required "image.repository is required: the druid-stretch image, e.g. --set image.repository=registry.example.com/druid-stretch" .Values.image.repository -}}
+{{- end -}}
+
+{{/* webhookPath names the two admission endpoints the controller serves. */}}
+{{- define "druid-stretch.statefulSetMutatorPath" -}}/mutate-apps-v1-statefulset{{- end -}}
+{{- define "druid-stretch.etcdValidatorPath" -}}/validate-druid-gardener-cloud-v1alpha1-etcd{{- end -}}

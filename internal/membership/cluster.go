@@ -1,0 +1,278 @@
+// Package membership is the layer that the membership controller and the
+// standalone rebalancer share between the planner and the sidecars: it
+// observes an etcd cluster through a list of sidecars, turns what it saw into
+// the planner's input, and executes one planner step through a sidecar under
+// the cluster's membership lock, recording retirements in etcd so that two
+// controllers of one etcd cluster never undo each other's removals.
+//
+// A caller runs rounds: Observe, Plan, and for a change Execute; then it
+// observes again. Nothing is carried from one round to the next except what
+// the caller keeps on purpose (learner Progress, an Uncertain step), so a
+// caller that crashes anywhere resumes by simply starting a new round.
+package membership
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/druid-stretch/druid-stretch/sidecar"
+)
+
+// Config configures a Cluster. Zero durations take the defaults named.
+type Config struct {
+	// Holder names the caller in the membership lock and in the retirement
+	// records it writes. It must stay the same across restarts of the
+	// caller: a restarted caller then finds the lock and the records its
+	// own. Letters, digits, '.', '_' and '-'.
+	Holder string
+	// TLS is the client TLS towards the sidecars: the CA that signed their
+	// serving certificates and the client certificate that mutating calls
+	// need. Nil for plain http.
+	TLS *tls.Config
+	// ObserveTimeout bounds one GET /v1/members (default 5 s; the sidecar
+	// polls every member with a 1 s limit).
+	ObserveTimeout time.Duration
+	// CallTimeout bounds one mutating call (default 30 s, longer than the
+	// sidecar's own etcd timeout, so that its answer arrives rather than a
+	// client timeout that leaves the outcome unknown).
+	CallTimeout time.Duration
+	// LockTTL is the lease of the membership lock (default 15 s): a holder
+	// that dies loses the lock this long after its last renewal.
+	LockTTL time.Duration
+	// MaxLearnerLag is how many raft entries a learner may be behind the
+	// leader and count as caught up (default 1000, the sidecar's figure).
+	MaxLearnerLag uint64
+	// Settle is how long after an uncertain step an observation that does
+	// not show its effect counts as proof that it did not happen (default
+	// 10 s: etcd applies or drops a proposal within a few election
+	// timeouts).
+	Settle time.Duration
+	// FailureMemory is how long a sidecar that failed is tried after the
+	// others (default 30 s).
+	FailureMemory time.Duration
+	// Logger receives one line per call that changes something.
+	Logger logr.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.ObserveTimeout <= 0 {
+		c.ObserveTimeout = 5 * time.Second
+	}
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = 30 * time.Second
+	}
+	if c.LockTTL <= 0 {
+		c.LockTTL = 15 * time.Second
+	}
+	if c.MaxLearnerLag == 0 {
+		c.MaxLearnerLag = 1000
+	}
+	if c.Settle <= 0 {
+		c.Settle = 10 * time.Second
+	}
+	if c.FailureMemory <= 0 {
+		c.FailureMemory = 30 * time.Second
+	}
+	if c.Logger.GetSink() == nil {
+		c.Logger = logr.Discard()
+	}
+}
+
+// Endpoint is one sidecar through which the cluster is reached.
+type Endpoint struct {
+	// Member is the name of the etcd member the sidecar runs beside; empty
+	// when unknown. A step is never sent through the sidecar of the member
+	// it removes.
+	Member string
+	// URL is the sidecar's base URL.
+	URL string
+}
+
+func (e Endpoint) String() string {
+	if e.Member == "" {
+		return e.URL
+	}
+	return fmt.Sprintf("%s (%s)", e.Member, e.URL)
+}
+
+// EndpointError is why one sidecar gave no usable answer.
+type EndpointError struct {
+	Endpoint Endpoint
+	Err      error
+}
+
+func (e EndpointError) Error() string { return fmt.Sprintf("sidecar of %s: %v", e.Endpoint, e.Err) }
+
+// UnreachableError says that no sidecar answered; it names each and why.
+type UnreachableError struct {
+	Failures []EndpointError
+}
+
+func (e *UnreachableError) Error() string {
+	if len(e.Failures) == 0 {
+		return "no sidecar to ask: the endpoint list is empty"
+	}
+	parts := make([]string, len(e.Failures))
+	for i, f := range e.Failures {
+		parts[i] = f.Error()
+	}
+	return "no sidecar answered: " + strings.Join(parts, "; ")
+}
+
+// Cluster reaches one etcd cluster through its sidecars. It is safe for
+// concurrent use; one Cluster can serve many etcd clusters, since it keeps
+// nothing per cluster but sidecar clients and recent sidecar failures.
+type Cluster struct {
+	cfg Config
+
+	mu       sync.Mutex
+	clients  map[string]*sidecar.Client
+	failedAt map[string]time.Time
+}
+
+// New returns a Cluster for the given configuration.
+func New(cfg Config) (*Cluster, error) {
+	cfg.setDefaults()
+	if cfg.Holder == "" {
+		return nil, errors.New("membership: Config.Holder is empty; it names the caller in the membership lock")
+	}
+	for i, r := range cfg.Holder {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.' || r == '_'
+		if !ok {
+			return nil, fmt.Errorf("membership: holder %q has the character %q at position %d; allowed are letters, digits, '-', '.' and '_'", cfg.Holder, r, i)
+		}
+	}
+	return &Cluster{cfg: cfg, clients: map[string]*sidecar.Client{}, failedAt: map[string]time.Time{}}, nil
+}
+
+// Holder is the name this Cluster uses in the lock and retirement records.
+func (c *Cluster) Holder() string { return c.cfg.Holder }
+
+// client returns the cached client of a sidecar URL, so that connections
+// (and their TLS sessions) are reused across rounds.
+func (c *Cluster) client(url string) *sidecar.Client {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cl, ok := c.clients[url]; ok {
+		return cl
+	}
+	cl := sidecar.NewClient(url, c.cfg.TLS, sidecar.WithTimeout(c.cfg.CallTimeout))
+	c.clients[url] = cl
+	return cl
+}
+
+func (c *Cluster) noteFailure(e Endpoint, failed bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if failed {
+		c.failedAt[e.URL] = time.Now()
+	} else {
+		delete(c.failedAt, e.URL)
+	}
+}
+
+func (c *Cluster) failedRecently(e Endpoint) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, ok := c.failedAt[e.URL]
+	return ok && time.Since(at) < c.cfg.FailureMemory
+}
+
+// Hint orders the sidecars to ask.
+type Hint struct {
+	// Healthy are members last seen as healthy voters: their sidecars are
+	// asked first, since they answer at once.
+	Healthy []string
+	// Departing are members on their way out: their sidecars are asked
+	// last, and a removal is never sent through them.
+	Departing []string
+}
+
+// Observation is the cluster as one sidecar reported it.
+type Observation struct {
+	// List is the sidecar's answer: members with health, leader,
+	// fingerprint, lock and retirement records.
+	List *sidecar.MemberList
+	// Via is the sidecar that answered.
+	Via Endpoint
+	// At is when the answer arrived.
+	At time.Time
+	// Failures are the sidecars asked before Via, and why they failed.
+	Failures []EndpointError
+}
+
+// Member returns the observed member with the given name or hex ID.
+func (o *Observation) Member(nameOrID string) *sidecar.Member {
+	if nameOrID == "" {
+		return nil
+	}
+	for i := range o.List.Members {
+		if m := &o.List.Members[i]; m.Name == nameOrID || strings.EqualFold(m.ID, nameOrID) {
+			return m
+		}
+	}
+	return nil
+}
+
+// LockedBy reports whether holder held the membership lock when observed.
+func (o *Observation) LockedBy(holder string) bool {
+	return o.List.Lock != nil && o.List.Lock.Holder == holder
+}
+
+// Observe asks the sidecars one after the other, in the order of the hint
+// (healthy members first, then the given order, departing members and those
+// that failed recently last), and returns the first answer.
+func (c *Cluster) Observe(ctx context.Context, endpoints []Endpoint, hint Hint) (*Observation, error) {
+	var failures []EndpointError
+	for _, e := range c.order(endpoints, hint) {
+		callCtx, cancel := context.WithTimeout(ctx, c.cfg.ObserveTimeout)
+		list, err := c.client(e.URL).Members(callCtx)
+		cancel()
+		if err == nil {
+			c.noteFailure(e, false)
+			return &Observation{List: list, Via: e, At: time.Now(), Failures: failures}, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("observing the cluster: %w", ctx.Err())
+		}
+		c.noteFailure(e, true)
+		failures = append(failures, EndpointError{Endpoint: e, Err: err})
+	}
+	return nil, &UnreachableError{Failures: failures}
+}
+
+// order sorts the endpoints by preference, keeping the given order among
+// equals and dropping duplicate URLs.
+func (c *Cluster) order(endpoints []Endpoint, hint Hint) []Endpoint {
+	rank := func(e Endpoint) int {
+		r := 0
+		if c.failedRecently(e) {
+			r += 4
+		}
+		if slices.Contains(hint.Departing, e.Member) {
+			r += 2
+		}
+		if !slices.Contains(hint.Healthy, e.Member) {
+			r++
+		}
+		return r
+	}
+	seen := map[string]bool{}
+	out := make([]Endpoint, 0, len(endpoints))
+	for _, e := range endpoints {
+		if e.URL != "" && !seen[e.URL] {
+			seen[e.URL] = true
+			out = append(out, e)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Endpoint) int { return rank(a) - rank(b) })
+	return out
+}

@@ -1,0 +1,305 @@
+package membership
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/sidecar"
+)
+
+// Outcome is how an executed step ended.
+type Outcome string
+
+const (
+	// Succeeded: the sidecar applied the step, or found it in place.
+	Succeeded Outcome = "Succeeded"
+	// Retry: refused for now and nothing changed (a learner not ready, the
+	// cluster's strict reconfiguration check, a membership that changed
+	// since it was observed, the lock held by another); observe again after
+	// RetryAfter.
+	Retry Outcome = "Retry"
+	// Refused: refused and nothing changed, but trying again will not help
+	// without a new plan (a quorum at risk, a name or URL conflict, bad
+	// input, no client certificate); it needs attention.
+	Refused Outcome = "Refused"
+	// Uncertain: the call failed so that its effect is unknown (a 5xx, a
+	// timeout, a lost connection). Observe again before anything else; keep
+	// the step as the caller's Pending until it settles.
+	Uncertain Outcome = "Uncertain"
+)
+
+// Reasons this package gives a Result that no sidecar gave.
+const (
+	// ReasonLockAcquired: the lock was free and is now ours; the step was
+	// not sent, because it was planned before the lock was held. Plan again.
+	ReasonLockAcquired = "LockAcquired"
+	// ReasonNoSidecar: no sidecar other than the step's target answers.
+	ReasonNoSidecar = "NoSidecar"
+	// ReasonTransport: the sidecar could not be reached or did not answer in
+	// time.
+	ReasonTransport = "SidecarUnreachable"
+	// ReasonNotAChange: Execute was given a Wait or Done step.
+	ReasonNotAChange = "NotAChange"
+)
+
+// Result is what Execute did.
+type Result struct {
+	// Step is the step executed.
+	Step    planner.Step
+	Outcome Outcome
+	// Changed is true when etcd's membership or leadership changed by this
+	// call (false for a repeat that found the change in place).
+	Changed bool
+	// Reason is the sidecar's reason, or one of this package's.
+	Reason string
+	// Err is the failure, nil on success.
+	Err error
+	// RetryAfter is the sidecar's hint before trying again.
+	RetryAfter time.Duration
+	// Via is the sidecar the step was sent through.
+	Via Endpoint
+	// Start and Duration time the step's call.
+	Start    time.Time
+	Duration time.Duration
+}
+
+// Execute carries out one planned change through a sidecar that is not the
+// member the step removes, under the membership lock, sending the
+// fingerprint of the observation the plan was made from: the sidecar refuses
+// (MembershipChanged) when etcd's membership moved on since.
+//
+// The lock is taken first. A lock that was not already held when the
+// cluster was observed is taken, and the step is not sent (ReasonLockAcquired,
+// Retry with no delay): the plan was made while another holder could still
+// act, so the caller plans again under the lock. A held lock is renewed once
+// half of its lease has passed. Before removing a member it retires, Execute
+// writes the retirement record.
+func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []Endpoint, plan Plan) Result {
+	res := Result{Step: plan.Step, Start: time.Now()}
+	defer func() { res.Duration = time.Since(res.Start) }()
+	if !plan.IsChange() {
+		res.Outcome, res.Reason = Refused, ReasonNotAChange
+		res.Err = fmt.Errorf("membership: %s is not a change", plan.Step.Kind)
+		return res
+	}
+	via, ok := c.via(obs, endpoints, plan.Step)
+	if !ok {
+		res.Outcome, res.Reason, res.RetryAfter = Retry, ReasonNoSidecar, time.Second
+		res.Err = fmt.Errorf("no sidecar other than that of %s answers, and a %s is never sent through the member it removes", stepTarget(plan.Step), plan.Step.Kind)
+		return res
+	}
+	res.Via = via
+	cl := c.client(via.URL)
+	if acquired, r, ok := c.ensureLock(ctx, cl, obs); !ok {
+		r.Step, r.Via, r.Start = res.Step, via, res.Start
+		return r
+	} else if acquired {
+		res.Outcome, res.Reason = Retry, ReasonLockAcquired
+		res.Err = fmt.Errorf("took the membership lock as %q; planning again under it before %s", c.cfg.Holder, plan.Step.Kind)
+		return res
+	}
+	opts := sidecar.CallOptions{Fingerprint: obs.List.Fingerprint, LockHolder: c.cfg.Holder}
+	if plan.Retiring {
+		callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+		_, err := cl.Retire(callCtx, plan.Step.Member, c.cfg.Holder, opts)
+		cancel()
+		// A record by another holder retires the member just as well.
+		if err != nil && !sidecar.IsReason(err, sidecar.ReasonRetiredByOther) {
+			r := c.classify(err)
+			if r.Outcome == Uncertain {
+				r.Outcome = Retry // a record, not a membership change
+			}
+			r.Step, r.Via, r.Start = res.Step, via, res.Start
+			r.Err = fmt.Errorf("recording the retirement of %s before removing it: %w", plan.Step.Member, err)
+			c.noteFailure(via, r.Reason == ReasonTransport)
+			return r
+		}
+	}
+	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+	defer cancel()
+	target := plan.Step.ID
+	if target == "" {
+		target = plan.Step.Member
+	}
+	var (
+		out *sidecar.ChangeResult
+		err error
+	)
+	switch plan.Step.Kind {
+	case planner.AddLearner:
+		out, err = cl.AddLearner(callCtx, plan.Step.Member, plan.Step.PeerURLs, opts)
+	case planner.Promote:
+		out, err = cl.Promote(callCtx, target, opts)
+	case planner.MoveLeader:
+		out, err = cl.MoveLeader(callCtx, target, opts)
+	case planner.Remove:
+		out, err = cl.Remove(callCtx, target, opts)
+	}
+	if err != nil {
+		r := c.classify(err)
+		r.Step, r.Via, r.Start = res.Step, via, res.Start
+		r.Err = fmt.Errorf("%s %s through the sidecar of %s: %w", plan.Step.Kind, stepTarget(plan.Step), via, err)
+		c.noteFailure(via, r.Outcome == Uncertain || r.Reason == ReasonTransport)
+		c.cfg.Logger.Info("membership step failed", "step", string(plan.Step.Kind), "member", stepTarget(plan.Step), "via", via.String(), "outcome", string(r.Outcome), "reason", r.Reason, "error", err.Error())
+		return r
+	}
+	c.noteFailure(via, false)
+	res.Outcome, res.Changed = Succeeded, out.Changed
+	c.cfg.Logger.Info("membership step executed", "step", string(plan.Step.Kind), "member", stepTarget(plan.Step), "via", via.String(), "changed", out.Changed, "reason", plan.Step.Reason)
+	return res
+}
+
+// via picks the sidecar for a step: the one that answered the observation
+// unless it belongs to the member the step removes, else the first other
+// endpoint whose member was a healthy voter, else any other.
+func (c *Cluster) via(obs *Observation, endpoints []Endpoint, s planner.Step) (Endpoint, bool) {
+	excluded := func(e Endpoint) bool {
+		if s.Kind != planner.Remove {
+			return false
+		}
+		if e.Member != "" && e.Member == s.Member {
+			return true
+		}
+		m := obs.Member(e.Member)
+		return m != nil && s.ID != "" && strings.EqualFold(m.ID, s.ID)
+	}
+	if !excluded(obs.Via) {
+		return obs.Via, true
+	}
+	var fallback *Endpoint
+	for i, e := range endpoints {
+		if excluded(e) || e.URL == obs.Via.URL || e.URL == "" {
+			continue
+		}
+		if m := obs.Member(e.Member); m != nil && m.Healthy && !m.IsLearner && !c.failedRecently(e) {
+			return e, true
+		}
+		if fallback == nil {
+			fallback = &endpoints[i]
+		}
+	}
+	if fallback != nil {
+		return *fallback, true
+	}
+	return Endpoint{}, false
+}
+
+// ensureLock makes sure this holder holds the lock with at least half its
+// lease left. acquired is true when the lock was not held at observation
+// time; ok is false when it could not be taken (the Result says why).
+func (c *Cluster) ensureLock(ctx context.Context, cl *sidecar.Client, obs *Observation) (acquired bool, r Result, ok bool) {
+	held := obs.LockedBy(c.cfg.Holder)
+	if held && time.Duration(obs.List.Lock.ExpiresInSeconds)*time.Second > c.cfg.LockTTL/2 {
+		return false, Result{}, true
+	}
+	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+	defer cancel()
+	if _, err := cl.AcquireLock(callCtx, c.cfg.Holder, c.cfg.LockTTL); err != nil {
+		r := c.classify(err)
+		if r.Outcome == Uncertain {
+			r.Outcome = Retry // a lock, not a membership change
+		}
+		r.Err = fmt.Errorf("taking the membership lock as %q: %w", c.cfg.Holder, err)
+		return false, r, false
+	}
+	return !held, Result{}, true
+}
+
+// RenewLock renews the lock when this holder held it at observation time
+// and half of its lease has passed, so that a holder waiting between two
+// steps (for a learner to catch up) keeps the cluster to itself.
+func (c *Cluster) RenewLock(ctx context.Context, obs *Observation) error {
+	if !obs.LockedBy(c.cfg.Holder) || time.Duration(obs.List.Lock.ExpiresInSeconds)*time.Second > c.cfg.LockTTL/2 {
+		return nil
+	}
+	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+	defer cancel()
+	if _, err := c.client(obs.Via.URL).AcquireLock(callCtx, c.cfg.Holder, c.cfg.LockTTL); err != nil {
+		return fmt.Errorf("renewing the membership lock as %q through the sidecar of %s: %w", c.cfg.Holder, obs.Via, err)
+	}
+	return nil
+}
+
+// ReleaseLock gives the lock up when this holder held it at observation
+// time: the target is reached, and another controller may act.
+func (c *Cluster) ReleaseLock(ctx context.Context, obs *Observation) error {
+	if !obs.LockedBy(c.cfg.Holder) {
+		return nil
+	}
+	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+	defer cancel()
+	if err := c.client(obs.Via.URL).ReleaseLock(callCtx, c.cfg.Holder); err != nil {
+		return fmt.Errorf("releasing the membership lock of %q through the sidecar of %s: %w", c.cfg.Holder, obs.Via, err)
+	}
+	return nil
+}
+
+// Unretire deletes this holder's retirement records of plan.Unretire (the
+// target wants those members again, e.g. after an aborted move), under the
+// lock, through the sidecar that answered the observation.
+func (c *Cluster) Unretire(ctx context.Context, obs *Observation, plan Plan) error {
+	if len(plan.Unretire) == 0 {
+		return nil
+	}
+	cl := c.client(obs.Via.URL)
+	if _, r, ok := c.ensureLock(ctx, cl, obs); !ok {
+		return r.Err
+	}
+	for _, name := range plan.Unretire {
+		callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+		_, err := cl.Unretire(callCtx, name, sidecar.CallOptions{LockHolder: c.cfg.Holder})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("deleting the retirement record of %s through the sidecar of %s: %w", name, obs.Via, err)
+		}
+		c.cfg.Logger.Info("retirement record deleted; the member may join again", "member", name, "holder", c.cfg.Holder)
+	}
+	return nil
+}
+
+// classify maps a failed call onto an Outcome: refusals that change nothing
+// and clear up on their own are Retry, other refusals are Refused, and
+// anything that may have been applied (a 5xx, a timeout, a dropped
+// connection) is Uncertain.
+func (c *Cluster) classify(err error) Result {
+	var se *sidecar.Error
+	if errors.As(err, &se) {
+		r := Result{Reason: se.Reason, RetryAfter: se.RetryAfter, Err: err}
+		switch {
+		case slices.Contains(retryReasons, se.Reason):
+			r.Outcome = Retry
+			if r.RetryAfter <= 0 {
+				r.RetryAfter = time.Second
+			}
+		case se.StatusCode >= 500:
+			r.Outcome = Uncertain
+		default:
+			r.Outcome = Refused
+		}
+		return r
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		// The request never left: nothing can have changed.
+		return Result{Outcome: Retry, Reason: ReasonTransport, RetryAfter: time.Second, Err: err}
+	}
+	return Result{Outcome: Uncertain, Reason: ReasonTransport, Err: err}
+}
+
+// retryReasons are the sidecar's refusals that change nothing and pass by
+// themselves.
+var retryReasons = []string{
+	sidecar.ReasonLearnerNotReady,
+	sidecar.ReasonUnhealthyCluster,
+	sidecar.ReasonMembershipChanged,
+	sidecar.ReasonLockHeld,
+	sidecar.ReasonLockNotHeld,
+	sidecar.ReasonMemberUnhealthy,
+	sidecar.ReasonNotReady,
+}

@@ -1,0 +1,259 @@
+package membership
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/druid-stretch/druid-stretch/internal/planner"
+)
+
+// Target is the membership the caller wants, split by ownership, before the
+// retirement records in etcd are applied.
+type Target struct {
+	// Add are the members the caller owns and wants as voters.
+	Add []planner.Want
+	// Keep are members that must stay but are not the caller's to change.
+	Keep []string
+	// Remove are members the caller retires: its departing members and the
+	// external members its policy retires.
+	Remove []string
+	// Side gives the side of an observed member that is not in Add (kept,
+	// departing or unmanaged); nil puts them on side "".
+	Side func(name string) string
+}
+
+// Plan is one decision: the step, and what it was decided from.
+type Plan struct {
+	// Step is the planner's step, or a Wait this package put in its place
+	// (OutcomeUncertain).
+	Step planner.Step
+	// Input is the planner's view of the observation.
+	Input planner.Observed
+	// Desired is the target with Retired filled from the records of other
+	// holders.
+	Desired planner.Desired
+	// Retiring says the step removes a member for good (one in
+	// Target.Remove): a retirement record is written before the removal.
+	Retiring bool
+	// Unretire are members whose retirement records this holder wrote and
+	// that the target now wants (Add or Keep): the records must go so that
+	// the member may join again.
+	Unretire []string
+}
+
+// IsChange reports whether the step changes the cluster.
+func (p Plan) IsChange() bool { return IsChange(p.Step.Kind) }
+
+// IsChange reports whether a step of this kind changes the cluster.
+func IsChange(k planner.StepKind) bool {
+	return k == planner.AddLearner || k == planner.Promote || k == planner.MoveLeader || k == planner.Remove
+}
+
+// Plan decides the next step from an observation. It updates progress with
+// the observed learners first (learner progress lives across rounds), and
+// holds every other change while pending, an earlier step with an unknown
+// outcome, is not settled: nothing is acted on from a view that may not show
+// that step yet.
+func (c *Cluster) Plan(obs *Observation, t Target, progress *Progress, pending *Pending, policy planner.Policy) Plan {
+	progress.Observe(obs, c.cfg.MaxLearnerLag)
+	p := Plan{Input: c.Input(obs, t, progress)}
+	p.Desired = planner.Desired{Add: t.Add, Keep: t.Keep, Remove: t.Remove}
+	wanted := map[string]bool{}
+	for _, w := range t.Add {
+		wanted[w.Name] = true
+	}
+	for _, n := range t.Keep {
+		wanted[n] = true
+	}
+	for _, r := range obs.List.Retired {
+		switch {
+		case r.By != c.cfg.Holder:
+			// Ownership (rule 9): what another holder retired is not ours to
+			// bring back.
+			p.Desired.Retired = append(p.Desired.Retired, r.Name)
+		case wanted[r.Name]:
+			p.Unretire = append(p.Unretire, r.Name)
+		}
+	}
+	p.Step = planner.Next(p.Input, p.Desired, policy)
+	if pending != nil {
+		if settled, _ := c.Settled(*pending, obs); !settled && !sameStep(p.Step, pending.Step) {
+			p.Step = planner.Step{Kind: planner.Wait, Rule: planner.RuleHealthyCluster,
+				Reason: fmt.Sprintf("OutcomeUncertain: the outcome of %s %s (%s ago) does not show yet; nothing else changes until it does or %s have passed",
+					pending.Step.Kind, stepTarget(pending.Step), obs.At.Sub(pending.At).Round(time.Second), c.cfg.Settle)}
+		}
+	}
+	p.Retiring = p.Step.Kind == planner.Remove && slices.Contains(t.Remove, p.Step.Member)
+	return p
+}
+
+// Input turns an observation into the planner's input. A learner counts as
+// caught up when it answers and is at most MaxLearnerLag entries behind the
+// leader; its NoProgressFor comes from progress.
+func (c *Cluster) Input(obs *Observation, t Target, progress *Progress) planner.Observed {
+	sides := map[string]string{}
+	for _, w := range t.Add {
+		sides[w.Name] = w.Side
+	}
+	var in planner.Observed
+	for _, m := range obs.List.Members {
+		side, owned := sides[m.Name]
+		if !owned && t.Side != nil && m.Name != "" {
+			side = t.Side(m.Name)
+		}
+		pm := planner.Member{
+			ID:         m.ID,
+			Name:       m.Name,
+			PeerURLs:   slices.Clone(m.PeerURLs),
+			Side:       side,
+			Learner:    m.IsLearner,
+			Leader:     m.IsLeader,
+			Healthy:    m.Healthy,
+			CaughtUp:   m.Healthy && (!m.IsLearner || m.BehindLeader <= c.cfg.MaxLearnerLag),
+			HealthyFor: time.Duration(m.HealthyForSeconds * float64(time.Second)),
+		}
+		if m.IsLearner {
+			pm.NoProgressFor = progress.NoProgressFor(m.ID, obs.At)
+		}
+		in.Members = append(in.Members, pm)
+	}
+	return in
+}
+
+// Tie reports whether the voters are split so that no side holds a
+// majority: a cut between the sides would stop every write. A single side
+// is never a tie.
+func Tie(members []planner.Member) bool {
+	counts := map[string]int{}
+	total := 0
+	for _, m := range members {
+		if !m.Learner {
+			counts[m.Side]++
+			total++
+		}
+	}
+	if len(counts) < 2 {
+		return false
+	}
+	for _, n := range counts {
+		if 2*n > total {
+			return false
+		}
+	}
+	return true
+}
+
+// LearnerProgress is what a caller remembers about one learner across
+// rounds (the controller keeps it in status.membership.learners, so that it
+// survives a restart).
+type LearnerProgress struct {
+	// ID is the learner's hex member ID.
+	ID string
+	// Name is its name; empty while it has not started.
+	Name string
+	// FirstSeen is when the learner was first observed.
+	FirstSeen time.Time
+	// RaftIndex is the highest raft index it was seen at.
+	RaftIndex uint64
+	// LastAdvance is when it last made progress: its index grew, or it was
+	// caught up.
+	LastAdvance time.Time
+}
+
+// Progress tracks the learners of one cluster across rounds.
+type Progress struct {
+	learners map[string]LearnerProgress
+}
+
+// NewProgress starts from what an earlier caller remembered.
+func NewProgress(known []LearnerProgress) *Progress {
+	p := &Progress{learners: map[string]LearnerProgress{}}
+	for _, l := range known {
+		p.learners[strings.ToLower(l.ID)] = l
+	}
+	return p
+}
+
+// Observe records the observed learners and forgets members that are no
+// longer learners.
+func (p *Progress) Observe(obs *Observation, maxLag uint64) {
+	seen := map[string]bool{}
+	for _, m := range obs.List.Members {
+		if !m.IsLearner {
+			continue
+		}
+		id := strings.ToLower(m.ID)
+		seen[id] = true
+		l, ok := p.learners[id]
+		if !ok {
+			l = LearnerProgress{ID: id, FirstSeen: obs.At, LastAdvance: obs.At}
+		}
+		if m.Name != "" {
+			l.Name = m.Name
+		}
+		caughtUp := m.Healthy && m.BehindLeader <= maxLag
+		if m.Healthy && (m.RaftIndex > l.RaftIndex || caughtUp) {
+			l.LastAdvance = obs.At
+		}
+		if m.RaftIndex > l.RaftIndex {
+			l.RaftIndex = m.RaftIndex
+		}
+		p.learners[id] = l
+	}
+	for id := range p.learners {
+		if !seen[id] {
+			delete(p.learners, id)
+		}
+	}
+}
+
+// NoProgressFor is how long the learner has made no progress at now.
+func (p *Progress) NoProgressFor(id string, now time.Time) time.Duration {
+	l, ok := p.learners[strings.ToLower(id)]
+	if !ok {
+		return 0
+	}
+	return max(now.Sub(l.LastAdvance), 0)
+}
+
+// Learner returns what is known about one learner.
+func (p *Progress) Learner(id string) (LearnerProgress, bool) {
+	l, ok := p.learners[strings.ToLower(id)]
+	return l, ok
+}
+
+// Learners lists the tracked learners, by ID.
+func (p *Progress) Learners() []LearnerProgress {
+	out := make([]LearnerProgress, 0, len(p.learners))
+	for _, l := range p.learners {
+		out = append(out, l)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// stepTarget names the member a step acts on, even before it has a name.
+func stepTarget(s planner.Step) string {
+	switch {
+	case s.Member != "" && s.ID != "":
+		return fmt.Sprintf("%s (%s)", s.Member, s.ID)
+	case s.Member != "":
+		return s.Member
+	default:
+		return s.ID
+	}
+}
+
+// sameStep reports whether two steps do the same thing to the same member.
+func sameStep(a, b planner.Step) bool {
+	if a.Kind != b.Kind {
+		return false
+	}
+	if a.ID != "" && b.ID != "" {
+		return strings.EqualFold(a.ID, b.ID)
+	}
+	return a.Member == b.Member
+}

@@ -1,0 +1,404 @@
+// Package planner decides the one next membership change that moves an etcd
+// cluster toward a desired membership without losing quorum or a write.
+//
+// Next is a pure function: the caller observes the cluster, asks Next, executes
+// the step, observes again and asks again. Nothing is remembered between calls,
+// so a caller that crashes in the middle of a step simply decides anew.
+package planner
+
+import (
+	"fmt"
+	"time"
+)
+
+// Member is one etcd member as the caller observed it.
+type Member struct {
+	// ID is etcd's member ID, as the caller prints it.
+	ID string
+	// Name is etcd's member name; empty for a learner that has not started yet.
+	Name string
+	// PeerURLs are the member's peer URLs; an unstarted learner is matched to
+	// its Want by them.
+	PeerURLs []string
+	// Side is the group the member belongs to: "local"/"external" for the
+	// controller, a host group for standalone rebalancing.
+	Side string
+	// Learner and Leader are the member's raft roles.
+	Learner, Leader bool
+	// Healthy means the member answered the latest status poll.
+	Healthy bool
+	// CaughtUp means a learner is close enough to the leader to be promoted.
+	CaughtUp bool
+	// HealthyFor is how long the member has been healthy without a break.
+	HealthyFor time.Duration
+	// NoProgressFor is, for a learner, how long its raft index has not advanced
+	// (for an unstarted learner: how long ago it was added); 0 while advancing.
+	NoProgressFor time.Duration
+}
+
+// Observed is the membership as etcd reports it, with health per member.
+type Observed struct {
+	Members []Member
+}
+
+// Want is a member that the caller owns and wants as a voter.
+type Want struct {
+	Name     string
+	PeerURLs []string
+	Side     string
+}
+
+// Desired is the membership the caller wants, split by ownership.
+type Desired struct {
+	// Add are the members this caller owns and wants as voters; it adds the
+	// absent ones.
+	Add []Want
+	// Keep are names that must stay but are not the caller's to add or remove
+	// (external members under the Keep policy).
+	Keep []string
+	// Remove are names the caller may remove: its departing members and the
+	// external members its policy retires.
+	Remove []string
+	// Retired are names removed before that must never be added again
+	// (ownership handed over to another controller).
+	Retired []string
+}
+
+// Policy holds the timings and limits Next works with. A zero field takes the
+// value DefaultPolicy gives it.
+type Policy struct {
+	// MinHealthyBeforePromote is how long a learner must have been healthy
+	// before it is promoted.
+	MinHealthyBeforePromote time.Duration
+	// LearnerProgressTimeout is how long a learner may fail to advance before
+	// it is removed again. It must cover a snapshot transfer, during which the
+	// learner's index does not move.
+	LearnerProgressTimeout time.Duration
+	// MaxLearners is etcd's limit on learners (--max-learners).
+	MaxLearners int
+}
+
+// DefaultPolicy returns etcd's own figures: strict reconfiguration counts a
+// member after 5 s connected, and etcd allows one learner.
+func DefaultPolicy() Policy {
+	return Policy{MinHealthyBeforePromote: 5 * time.Second, LearnerProgressTimeout: 5 * time.Minute, MaxLearners: 1}
+}
+
+func (p Policy) withDefaults() Policy {
+	d := DefaultPolicy()
+	if p.MinHealthyBeforePromote <= 0 {
+		p.MinHealthyBeforePromote = d.MinHealthyBeforePromote
+	}
+	if p.LearnerProgressTimeout <= 0 {
+		p.LearnerProgressTimeout = d.LearnerProgressTimeout
+	}
+	if p.MaxLearners <= 0 {
+		p.MaxLearners = d.MaxLearners
+	}
+	return p
+}
+
+// StepKind says what a Step asks the caller to do.
+type StepKind string
+
+// The step kinds. Wait and Done change nothing.
+const (
+	AddLearner StepKind = "AddLearner"
+	Promote    StepKind = "Promote"
+	MoveLeader StepKind = "MoveLeader"
+	Remove     StepKind = "Remove"
+	Wait       StepKind = "Wait"
+	Done       StepKind = "Done"
+)
+
+// The rules of DESIGN.md that decide a step, as they appear in Step.Rule.
+const (
+	RuleHealthyCluster = "HealthyClusterFirst" // 1
+	RuleOneLearner     = "OneLearnerAtATime"   // 2
+	RuleReadyLearner   = "PromoteReadyLearner" // 3
+	RuleQuorum         = "KeepHealthyQuorum"   // 4
+	RuleLeaderLast     = "NeverRemoveLeader"   // 5
+	RuleInterleave     = "Interleave"          // 6
+	RuleUnmanaged      = "NeverTouchUnmanaged" // 7
+	RuleStuckLearner   = "RemoveStuckLearner"  // 8
+	RuleOwnership      = "Ownership"           // 9
+	RuleValidTarget    = "ValidTarget"         // the desired membership itself is wrong
+	RuleTargetReached  = "TargetReached"
+)
+
+// Step is the one thing to do next.
+type Step struct {
+	Kind StepKind
+	// Member is the name of the member the step acts on; for MoveLeader the
+	// member that becomes leader. Empty for Wait and Done.
+	Member string
+	// ID is the member's etcd ID when it is a member already (empty for
+	// AddLearner), so an unstarted learner without a name can be addressed.
+	ID       string
+	PeerURLs []string
+	// Reason explains the step to a person. A Wait reason starts with a
+	// CamelCase word (WaitingForLearner, WaitingForHealthyCluster, ...) that
+	// can serve as a condition reason.
+	Reason string
+	// Rule is the rule that decided the step (one of the Rule constants).
+	Rule string
+}
+
+// String prints the step on one line, for logs and the rebalance command.
+func (s Step) String() string {
+	if s.Member == "" {
+		return fmt.Sprintf("%s [%s]: %s", s.Kind, s.Rule, s.Reason)
+	}
+	return fmt.Sprintf("%s %s [%s]: %s", s.Kind, s.Member, s.Rule, s.Reason)
+}
+
+// Next returns the single next step from obs toward want.
+func Next(obs Observed, want Desired, p Policy) Step {
+	p = p.withDefaults()
+	if s, bad := checkDesired(want); bad {
+		return s
+	}
+	v, s, bad := newView(obs, want)
+	if bad {
+		return s
+	}
+	if v.reached() {
+		return Step{Kind: Done, Rule: RuleTargetReached, Reason: "target reached: " + Describe(obs.Members) + v.unmanagedNote()}
+	}
+	if s, blocked := v.healthGate(); blocked {
+		return s
+	}
+	for _, l := range v.learners {
+		if l.role == departing {
+			// Rule 9: a learner we own but no longer want holds the only learner
+			// slot; it has no vote, so removing it never risks quorum.
+			return l.step(Remove, RuleOwnership, fmt.Sprintf("learner %s is not wanted any more", l.label()))
+		}
+	}
+	if s, ok := v.learnerStep(p); ok {
+		return s
+	}
+	return v.change(p)
+}
+
+// checkDesired refuses a desired membership that contradicts itself, before
+// anything is changed on its account.
+func checkDesired(want Desired) (Step, bool) {
+	seen := map[string]string{}
+	note := func(name, list string) (Step, bool) {
+		if name == "" {
+			return waitStep(RuleValidTarget, "InvalidTarget: an empty name in %s", list), true
+		}
+		if prev, dup := seen[name]; dup {
+			return waitStep(RuleValidTarget, "InvalidTarget: %s is listed in both %s and %s", name, prev, list), true
+		}
+		seen[name] = list
+		return Step{}, false
+	}
+	for _, w := range want.Add {
+		if s, bad := note(w.Name, "Add"); bad {
+			return s, true
+		}
+		if len(w.PeerURLs) == 0 {
+			return waitStep(RuleValidTarget, "InvalidTarget: %s has no peer URLs", w.Name), true
+		}
+	}
+	for _, n := range want.Keep {
+		if s, bad := note(n, "Keep"); bad {
+			return s, true
+		}
+	}
+	for _, n := range want.Remove {
+		if s, bad := note(n, "Remove"); bad {
+			return s, true
+		}
+	}
+	for _, n := range want.Retired {
+		// Rule 9: a retired name belongs to whoever retired it; re-adding it would
+		// undo a hand-over, so the whole target is refused rather than half applied.
+		if seen[n] == "Add" {
+			return waitStep(RuleOwnership, "RetiredMember: %s was retired and must never be added again", n), true
+		}
+	}
+	return Step{}, false
+}
+
+// healthGate holds every change until the cluster has a leader and every voter
+// answers, except the removal of a departing voter that is down.
+func (v *view) healthGate() (Step, bool) {
+	// Rule 1: without a leader nothing commits, and a change made while a voter
+	// is down spends the failure the cluster could otherwise survive.
+	if v.leader == nil {
+		return waitStep(RuleHealthyCluster, "WaitingForHealthyCluster: no leader"), true
+	}
+	var down *member
+	for _, m := range v.voters {
+		if m.Healthy {
+			continue
+		}
+		if m.role != departing || m.Leader {
+			return waitStep(RuleHealthyCluster, "WaitingForHealthyCluster: voter %s is not answering%s", m.label(), m.roleNote()), true
+		}
+		if down == nil {
+			down = m
+		}
+	}
+	if down == nil {
+		return Step{}, false
+	}
+	// Rule 1's exception: a departing voter that is down only weighs on the
+	// quorum; removing it heals the cluster, provided the rest keeps a healthy quorum.
+	return v.removeVoter(down, RuleHealthyCluster, fmt.Sprintf("departing voter %s is down; removing it heals the cluster", down.label())), true
+}
+
+// learnerStep promotes, waits for or removes the learner we own.
+func (v *view) learnerStep(p Policy) (Step, bool) {
+	for _, l := range v.learners {
+		if l.role != owned {
+			continue
+		}
+		switch {
+		case !l.CaughtUp && l.NoProgressFor >= p.LearnerProgressTimeout:
+			// Rule 8: a learner that never catches up holds the learner slot for
+			// good; remove it and let the caller report it and try again.
+			return l.step(Remove, RuleStuckLearner, fmt.Sprintf("learner %s made no progress for %s (limit %s)", l.label(), l.NoProgressFor, p.LearnerProgressTimeout)), true
+		case !l.Healthy:
+			return waitStep(RuleReadyLearner, "WaitingForLearner: %s is not answering yet", l.label()), true
+		case !l.CaughtUp:
+			return waitStep(RuleReadyLearner, "WaitingForLearner: %s is catching up with the leader", l.label()), true
+		case l.HealthyFor < p.MinHealthyBeforePromote:
+			// Rule 3: etcd's strict reconfiguration check counts a member only
+			// after 5 s connected; a voter promoted sooner blocks the next removal.
+			return waitStep(RuleReadyLearner, "WaitingForLearner: %s healthy for %s of %s", l.label(), l.HealthyFor, p.MinHealthyBeforePromote), true
+		}
+		after := v.voterCounts()
+		after[l.Side]++
+		if s, move := v.leaderBeforeTie(after); move {
+			return s, true
+		}
+		return l.step(Promote, RuleReadyLearner, fmt.Sprintf("learner %s is caught up and healthy for %s", l.label(), l.HealthyFor)), true
+	}
+	return Step{}, false
+}
+
+// change picks the next add or removal. The cluster is healthy and holds no
+// learner of ours here.
+func (v *view) change(p Policy) Step {
+	add, rm := v.nextAdd(), v.nextRemoval()
+	if add == nil && rm == nil {
+		return waitStep(RuleTargetReached, "NothingToDo: no member to add or remove, yet the target is not reached")
+	}
+	// Rule 6: add one target member, then remove one departing member, so the
+	// cluster goes n, n+1, n, ... and never n, 2n, n.
+	removeNext := rm != nil && (add == nil || v.departingVoters() > len(v.missing))
+	if add != nil && rm != nil && v.goal != "" {
+		// Rule 6: a tie (no side holds a majority) stalls writes when the sides
+		// are cut apart; keep it to the time of one removal.
+		now, after := holder(v.voterCounts()), holder(v.countsWithout(rm))
+		switch {
+		case now == "" && after == v.goal:
+			removeNext = true // in a tie: a removal ends it fastest
+		case now != "" && after == "":
+			// A tie made by a removal lasts until a new learner has caught up;
+			// the tie the next promotion makes ends with a removal.
+			removeNext = false
+		}
+	}
+	if removeNext && add != nil && rm.Leader && v.successor(rm, v.countsWithout(rm)) == nil {
+		removeNext = false // rule 5: nobody could take over from the leader yet; a new member will
+	}
+	if removeNext {
+		return v.removeVoter(rm, RuleInterleave, fmt.Sprintf("%s is departing", rm.label()))
+	}
+	return v.addLearner(add, p)
+}
+
+// removeVoter removes e once quorum and leadership allow it.
+func (v *view) removeVoter(e *member, rule, why string) Step {
+	after := v.countsWithout(e)
+	left, healthy := 0, 0
+	for _, m := range v.voters {
+		if m != e {
+			left++
+			if m.Healthy {
+				healthy++
+			}
+		}
+	}
+	// Rule 4: the voters that stay must still commit on their own.
+	if left == 0 || healthy < quorum(left) {
+		return waitStep(RuleQuorum, "WaitingForQuorum: removing %s would leave %d healthy of %d voters, below a quorum of %d", e.label(), healthy, left, quorum(left))
+	}
+	if e.Leader {
+		// Rule 5: removing the leader leaves the cluster leaderless for an
+		// election (1.5-2.4 s measured); MoveLeader first costs 0.1 s.
+		to := v.successor(e, after)
+		if to == nil {
+			return waitStep(RuleLeaderLast, "NoLeaderSuccessor: leader %s is departing and no healthy member that stays can take over", e.label())
+		}
+		return to.step(MoveLeader, RuleLeaderLast, fmt.Sprintf("leader %s is departing; %s takes over first", e.label(), to.label()))
+	}
+	if s, move := v.leaderBeforeTie(after); move {
+		return s
+	}
+	return e.step(Remove, rule, why)
+}
+
+// leaderBeforeTie moves leadership to the incoming majority side before the
+// change that makes a tie.
+//
+// Rule 6 allows two moments: before the change that makes the tie, or right
+// after the removal that ends it. We move before, because then
+//   - the tie is exactly one change long and ends with a removal that the new
+//     leader commits at once; moving at the tie measured a 0.82 s tie, of which
+//     MoveLeader across sites alone is 0.6 s;
+//   - the moment the tie ends, the leader already sits in the new majority, so
+//     commits turn local at once; moving afterwards would leave the old leader
+//     in a one-member minority, committing across sites, until a further 0.6 s
+//     MoveLeader completes, and a cut between the sides in that window costs an
+//     election (1.5-2.4 s without a leader measured);
+//   - MoveLeader drops forwarded proposals while it runs, so it must happen once
+//     per move: the member chosen stays, and no later step has to move it again.
+//
+// When the incoming side has no voter yet (a one-member cluster moving), the
+// leader moves when its own removal ends the tie.
+func (v *view) leaderBeforeTie(after map[string]int) (Step, bool) {
+	if v.goal == "" || holder(v.voterCounts()) == "" || holder(after) != "" {
+		return Step{}, false
+	}
+	if v.leader.Side == v.goal && v.leader.role != departing {
+		return Step{}, false
+	}
+	to := v.successor(v.leader, after)
+	if to == nil || to.Side != v.goal {
+		return Step{}, false
+	}
+	return to.step(MoveLeader, RuleInterleave, fmt.Sprintf("the next change makes a tie; leadership goes to %s on side %s, which holds the majority after it", to.label(), v.goal)), true
+}
+
+// addLearner adds w as a learner if the learner slot is free.
+func (v *view) addLearner(w *Want, p Policy) Step {
+	if len(v.learners) >= p.MaxLearners {
+		// Rule 2: etcd refuses more learners than --max-learners, and two
+		// catching up at once share the leader's bandwidth.
+		l := v.learners[0]
+		rule := RuleOneLearner
+		if l.role == unmanaged {
+			rule = RuleUnmanaged // Rule 7: it is not ours, so we wait instead of removing it
+		}
+		return waitStep(rule, "WaitingForLearnerSlot: learner %s%s holds the learner slot; %s waits", l.label(), l.roleNote(), w.Name)
+	}
+	for _, m := range v.members {
+		if sharesURL(m.PeerURLs, w.PeerURLs) {
+			return waitStep(RuleValidTarget, "PeerURLConflict: %s%s already uses a peer URL of %s", m.label(), m.roleNote(), w.Name)
+		}
+	}
+	return Step{Kind: AddLearner, Member: w.Name, PeerURLs: w.PeerURLs, Rule: RuleInterleave,
+		Reason: fmt.Sprintf("%s joins side %s as a learner", w.Name, w.Side)}
+}
+
+func waitStep(rule, format string, args ...any) Step {
+	return Step{Kind: Wait, Rule: rule, Reason: fmt.Sprintf(format, args...)}
+}
+
+func quorum(voters int) int { return voters/2 + 1 }

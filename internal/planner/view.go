@@ -1,0 +1,267 @@
+package planner
+
+import (
+	"slices"
+	"strings"
+)
+
+// role says who decides about a member.
+type role int
+
+const (
+	unmanaged role = iota // in no list: never touched (rule 7)
+	owned                 // in Desired.Add
+	kept                  // in Desired.Keep
+	departing             // in Desired.Remove
+)
+
+// member is an observed member with its role and the name it goes by.
+type member struct {
+	Member
+	name string // Name, or the Add name an unstarted learner matched by peer URL
+	role role
+}
+
+// view is the observation sorted out against the desired membership.
+type view struct {
+	members  []*member
+	voters   []*member
+	learners []*member
+	leader   *member
+	missing  []*Want // targets that are not members yet, in the order to add them
+	// goal is the side that holds the majority once the target is reached;
+	// when no side will, the side that holds it now, if any.
+	goal string
+}
+
+func newView(obs Observed, want Desired) (*view, Step, bool) {
+	v := &view{}
+	roles := map[string]role{}
+	for _, n := range want.Keep {
+		roles[n] = kept
+	}
+	for _, n := range want.Remove {
+		roles[n] = departing
+	}
+	wants := map[string]*Want{}
+	for i := range want.Add {
+		roles[want.Add[i].Name] = owned
+		wants[want.Add[i].Name] = &want.Add[i]
+	}
+	found := map[string]bool{}
+	for _, m := range obs.Members {
+		e := &member{Member: m, name: m.Name}
+		if e.name == "" {
+			for _, w := range want.Add {
+				if sharesURL(m.PeerURLs, w.PeerURLs) {
+					e.name = w.Name // an unstarted learner only has its peer URLs
+				}
+			}
+		}
+		if e.name != "" {
+			e.role = roles[e.name]
+		}
+		if w := wants[e.name]; e.role == owned {
+			if !sharesURL(m.PeerURLs, w.PeerURLs) {
+				return nil, waitStep(RuleValidTarget, "PeerURLMismatch: member %s has peer URLs %v, the target says %v", e.name, m.PeerURLs, w.PeerURLs), true
+			}
+			e.Side = w.Side
+			found[e.name] = true
+		}
+		v.members = append(v.members, e)
+		if e.Learner {
+			v.learners = append(v.learners, e)
+		} else {
+			v.voters = append(v.voters, e)
+		}
+		if e.Leader {
+			v.leader = e
+		}
+	}
+	final := map[string]int{}
+	for _, m := range v.voters {
+		if m.role == kept || m.role == unmanaged {
+			final[m.Side]++
+		}
+	}
+	for i := range want.Add {
+		final[want.Add[i].Side]++
+		if !found[want.Add[i].Name] {
+			v.missing = append(v.missing, &want.Add[i])
+		}
+	}
+	v.goal = holder(final)
+	if v.goal == "" {
+		// The target is a tie: keep the majority where it is until the last
+		// change, rather than moving it across and back.
+		v.goal = holder(v.voterCounts())
+	}
+	byName := func(a, b *member) int { return strings.Compare(a.label(), b.label()) }
+	slices.SortFunc(v.members, byName)
+	slices.SortFunc(v.voters, byName)
+	slices.SortFunc(v.learners, byName)
+	// Adding on the goal side first moves the majority there monotonically, so
+	// it passes through one tie only.
+	slices.SortStableFunc(v.missing, func(a, b *Want) int {
+		if (a.Side == v.goal) != (b.Side == v.goal) {
+			if a.Side == v.goal {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return v, Step{}, false
+}
+
+// reached reports whether every target is a voter and every departing member gone.
+func (v *view) reached() bool {
+	if len(v.missing) > 0 {
+		return false
+	}
+	for _, m := range v.members {
+		if m.role == departing || (m.role == owned && m.Learner) {
+			return false
+		}
+	}
+	return true
+}
+
+// nextRemoval is the departing voter to remove next: one off the goal side,
+// from the largest other side, not the leader while another will do.
+func (v *view) nextRemoval() *member {
+	counts := v.voterCounts()
+	var best *member
+	rank := func(m *member) []int {
+		return []int{boolRank(v.goal == "" || m.Side != v.goal), -counts[m.Side], boolRank(!m.Leader)}
+	}
+	for _, m := range v.voters {
+		if m.role != departing {
+			continue
+		}
+		if best == nil || slices.Compare(rank(m), rank(best)) < 0 {
+			best = m
+		}
+	}
+	return best
+}
+
+func (v *view) nextAdd() *Want {
+	if len(v.missing) == 0 {
+		return nil
+	}
+	return v.missing[0]
+}
+
+// successor is the healthy voter that stays to take leadership from the
+// current leader: on the goal side if possible, else on the side holding the
+// majority after the change. Unmanaged members are never chosen (rule 7).
+func (v *view) successor(exclude *member, after map[string]int) *member {
+	next := holder(after)
+	var best *member
+	rank := func(m *member) []int {
+		return []int{boolRank(m.Side == v.goal && v.goal != ""), boolRank(m.Side == next && next != "")}
+	}
+	for _, m := range v.voters {
+		if m == exclude || !m.Healthy || (m.role != owned && m.role != kept) {
+			continue
+		}
+		if best == nil || slices.Compare(rank(m), rank(best)) < 0 {
+			best = m
+		}
+	}
+	return best
+}
+
+func (v *view) departingVoters() int {
+	n := 0
+	for _, m := range v.voters {
+		if m.role == departing {
+			n++
+		}
+	}
+	return n
+}
+
+func (v *view) voterCounts() map[string]int {
+	counts := map[string]int{}
+	for _, m := range v.voters {
+		counts[m.Side]++
+	}
+	return counts
+}
+
+func (v *view) countsWithout(rm *member) map[string]int {
+	counts := v.voterCounts()
+	counts[rm.Side]--
+	return counts
+}
+
+func (v *view) unmanagedNote() string {
+	var names []string
+	for _, m := range v.members {
+		if m.role == unmanaged {
+			names = append(names, m.label())
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return "; unmanaged, left alone: " + strings.Join(names, ", ")
+}
+
+// holder is the side whose voters are more than half of all voters, "" if none.
+func holder(counts map[string]int) string {
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	for side, n := range counts {
+		if 2*n > total {
+			return side
+		}
+	}
+	return ""
+}
+
+func (m *member) step(kind StepKind, rule, reason string) Step {
+	return Step{Kind: kind, Member: m.name, ID: m.ID, PeerURLs: m.PeerURLs, Rule: rule, Reason: reason}
+}
+
+// label names a member for people, even before it has a name.
+func (m *member) label() string {
+	switch {
+	case m.name != "":
+		return m.name
+	case len(m.PeerURLs) > 0:
+		return "unstarted " + m.PeerURLs[0]
+	default:
+		return "member " + m.ID
+	}
+}
+
+func (m *member) roleNote() string {
+	switch m.role {
+	case unmanaged:
+		return " (unmanaged)"
+	case kept:
+		return " (kept)"
+	}
+	return ""
+}
+
+func sharesURL(a, b []string) bool {
+	for _, u := range a {
+		if slices.Contains(b, u) {
+			return true
+		}
+	}
+	return false
+}
+
+func boolRank(preferred bool) int {
+	if preferred {
+		return 0
+	}
+	return 1
+}

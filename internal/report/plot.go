@@ -1,0 +1,176 @@
+package report
+
+import (
+	"errors"
+	"fmt"
+	"image/color"
+	"math"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/text"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/druid-stretch/druid-stretch/internal/workload"
+)
+
+var (
+	answeredColor = color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}
+	failedColor   = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
+	stepColor     = color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}
+	phaseColor    = color.RGBA{R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff}
+)
+
+// logScaleRatio: above this spread between the fastest and the slowest
+// write, a linear axis squeezes the normal writes into one line at the
+// bottom, so the y axis becomes logarithmic.
+const logScaleRatio = 20
+
+// PlotSVG draws write latency over time into an SVG file at path: one dot per
+// write (red crosses for writes without an answer), and a labelled vertical
+// line per mark (migration steps in orange, phase starts in grey).
+func PlotSVG(path string, series []workload.Sample, marks []workload.Mark) error {
+	if ext := strings.ToLower(filepath.Ext(path)); ext != ".svg" {
+		return fmt.Errorf("plot file %s: want a .svg file name, got %q", path, ext)
+	}
+	if len(series) == 0 {
+		return errors.New("no write samples to plot")
+	}
+	p, err := latencyPlot(series, marks)
+	if err != nil {
+		return err
+	}
+	if err := p.Save(12*vg.Inch, 6*vg.Inch, path); err != nil {
+		return fmt.Errorf("writing plot %s: %w", path, err)
+	}
+	return nil
+}
+
+func latencyPlot(series []workload.Sample, marks []workload.Mark) (*plot.Plot, error) {
+	// Latencies are floored at 10 µs so that a log axis never meets zero.
+	const floorMs = 0.01
+	var answered, failed plotter.XYs
+	yMin, yMax := math.Inf(1), 0.0
+	xMax := 0.0
+	for _, s := range series {
+		pt := plotter.XY{X: s.At.Seconds(), Y: math.Max(millis(s.Latency), floorMs)}
+		if s.OK {
+			answered = append(answered, pt)
+		} else {
+			failed = append(failed, pt)
+		}
+		yMin, yMax = math.Min(yMin, pt.Y), math.Max(yMax, pt.Y)
+		xMax = math.Max(xMax, (s.At + s.Latency).Seconds())
+	}
+	for _, m := range marks {
+		xMax = math.Max(xMax, m.At.Seconds())
+	}
+	if yMax <= yMin {
+		yMax = yMin * 2
+	}
+
+	p := plot.New()
+	// The key goes into the title: a legend box would sit on the step labels.
+	p.Title.Text = "Write latency over time: blue dots answered, red crosses failed after retries; orange lines steps, grey dashed lines phases"
+	p.X.Label.Text = "time since the workload started (s)"
+	p.Y.Label.Text = "write latency (ms)"
+	p.X.Min, p.X.Max = 0, xMax*1.02
+	logY := yMax/yMin > logScaleRatio
+	if logY {
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+		p.Y.Min = math.Pow(10, math.Floor(math.Log10(yMin)))
+		// Head room above the slowest write for the step labels.
+		p.Y.Max = math.Pow(10, math.Ceil(math.Log10(yMax))+0.6)
+	} else {
+		p.Y.Min, p.Y.Max = 0, yMax*1.6
+	}
+	p.Add(plotter.NewGrid())
+
+	for _, m := range marks {
+		c := stepColor
+		if m.Phase {
+			c = phaseColor
+		}
+		x := m.At.Seconds()
+		line, err := plotter.NewLine(plotter.XYs{{X: x, Y: p.Y.Min}, {X: x, Y: p.Y.Max}})
+		if err != nil {
+			return nil, fmt.Errorf("marker %q: %w", m.Name, err)
+		}
+		line.Color = c
+		line.Width = vg.Points(1)
+		if m.Phase {
+			line.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		}
+		p.Add(line)
+	}
+
+	if len(answered) > 0 {
+		sc, err := plotter.NewScatter(answered)
+		if err != nil {
+			return nil, fmt.Errorf("answered writes: %w", err)
+		}
+		sc.GlyphStyle = draw.GlyphStyle{Color: answeredColor, Radius: vg.Points(1.2), Shape: draw.CircleGlyph{}}
+		p.Add(sc)
+	}
+	if len(failed) > 0 {
+		sc, err := plotter.NewScatter(failed)
+		if err != nil {
+			return nil, fmt.Errorf("failed writes: %w", err)
+		}
+		sc.GlyphStyle = draw.GlyphStyle{Color: failedColor, Radius: vg.Points(3), Shape: draw.CrossGlyph{}}
+		p.Add(sc)
+	}
+
+	if labels, err := markLabels(marks, p.Y.Max); err != nil {
+		return nil, err
+	} else if labels != nil {
+		p.Add(labels)
+	}
+	return p, nil
+}
+
+// markLabels writes each mark's name vertically along its line, hanging from
+// the top of the plot, so that steps close in time stay readable.
+func markLabels(marks []workload.Mark, top float64) (*plotter.Labels, error) {
+	if len(marks) == 0 {
+		return nil, nil
+	}
+	xyl := plotter.XYLabels{}
+	for _, m := range marks {
+		xyl.XYs = append(xyl.XYs, plotter.XY{X: m.At.Seconds(), Y: top})
+		xyl.Labels = append(xyl.Labels, m.Name)
+	}
+	labels, err := plotter.NewLabels(xyl)
+	if err != nil {
+		return nil, fmt.Errorf("marker labels: %w", err)
+	}
+	for i, m := range marks {
+		st := labels.TextStyle[i]
+		st.Rotation = math.Pi / 2
+		st.XAlign = text.XRight
+		st.YAlign = text.YBottom
+		st.Font.Size = vg.Points(8)
+		st.Color = stepColor
+		if m.Phase {
+			st.Color = phaseColor
+		}
+		labels.TextStyle[i] = st
+	}
+	labels.Offset = vg.Point{X: -vg.Points(2), Y: -vg.Points(3)}
+	return labels, nil
+}
+
+// Markers converts steps on the run's clock into plot marks, for callers
+// that hold a Report rather than the workload's marks.
+func Markers(steps []Step) []workload.Mark {
+	marks := make([]workload.Mark, 0, len(steps))
+	for _, s := range steps {
+		marks = append(marks, workload.Mark{At: time.Duration(s.AtSeconds * float64(time.Second)), Name: s.Name})
+	}
+	return marks
+}

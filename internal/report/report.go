@@ -1,0 +1,276 @@
+// Package report turns a run's figures into the report a person reads after
+// a live move: a JSON document (stable keys for scripts and the README), a
+// text rendering for the terminal, and an SVG plot of write latency over
+// time with the migration steps marked.
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/druid-stretch/druid-stretch/internal/workload"
+)
+
+// Report is what a run showed. The workload fills the client figures
+// (FromFigures); the orchestration adds the migration's own figures
+// (MigrationSeconds, TieSeconds, RTTMs, Steps).
+type Report struct {
+	// Title names the run, e.g. "live move A -> B".
+	Title string `json:"title,omitempty"`
+	// StartedAt is the wall-clock instant the run's clock (every *Seconds
+	// offset below) counts from.
+	StartedAt time.Time `json:"startedAt,omitzero"`
+
+	// RTTMs is the emulated round trip time between the clusters.
+	RTTMs float64 `json:"rttMs"`
+	// Preload is the data written before the run.
+	Preload Preload `json:"preload"`
+
+	// MigrationSeconds is how long the move took, first step to last.
+	MigrationSeconds float64 `json:"migrationSeconds"`
+	// TieSeconds is the time no side held a majority (a partition between
+	// the clusters would have stalled writes).
+	TieSeconds float64 `json:"tieSeconds"`
+	// NoLeaderSeconds is the time the cluster had no leader, when measured.
+	NoLeaderSeconds float64 `json:"noLeaderSeconds,omitempty"`
+
+	// FailedRequests are client requests without an answer after the
+	// client's own retries (FailedWrites + FailedReads).
+	FailedRequests int `json:"failedRequests"`
+	FailedWrites   int `json:"failedWrites"`
+	FailedReads    int `json:"failedReads"`
+	// LostAcknowledgedWrites are acknowledged writes the store does not hold.
+	LostAcknowledgedWrites int `json:"lostAcknowledgedWrites"`
+	// FinalReadMismatches are keys whose final value is not the last
+	// acknowledged write.
+	FinalReadMismatches int `json:"finalReadMismatches"`
+	// UnverifiedWrites could not be read back (compacted revisions).
+	UnverifiedWrites int `json:"unverifiedWrites"`
+	// Linearizable is porcupine's verdict on the recorded history;
+	// LinearizabilityResult is the raw verdict (Ok, Illegal, Unknown).
+	Linearizable          bool   `json:"linearizable"`
+	LinearizabilityResult string `json:"linearizabilityResult"`
+
+	// MaxWriteGapMs is the longest time without an acknowledged write.
+	MaxWriteGapMs float64 `json:"maxWriteGapMs"`
+	// MaxWriteGapAtSeconds is when that gap began, on the run's clock.
+	MaxWriteGapAtSeconds float64 `json:"maxWriteGapAtSeconds"`
+	// P50WriteMs, P99WriteMs and MaxWriteMs summarize write latency over
+	// the whole run.
+	P50WriteMs float64 `json:"p50WriteMs"`
+	P99WriteMs float64 `json:"p99WriteMs"`
+	MaxWriteMs float64 `json:"maxWriteMs"`
+	// Phases are the same figures per phase (e.g. before, during, after).
+	Phases []Phase `json:"phases"`
+
+	// Writes are acknowledged writes, WriteConflicts writes whose compare
+	// failed (answered, retried by the caller), Reads answered reads, and
+	// Retries attempts beyond the first.
+	Writes         int `json:"writes"`
+	WriteConflicts int `json:"writeConflicts"`
+	Reads          int `json:"reads"`
+	Retries        int `json:"retries"`
+	// DurationSeconds is how long the client traffic ran.
+	DurationSeconds float64 `json:"durationSeconds"`
+
+	// Steps are the migration steps and other events, in time order.
+	Steps []Step `json:"steps"`
+}
+
+// Preload is the data written before the run.
+type Preload struct {
+	Keys            int     `json:"keys"`
+	ValueBytes      int     `json:"valueBytes"`
+	DurationSeconds float64 `json:"durationSeconds"`
+}
+
+// Phase holds the write figures of one phase of the run.
+type Phase struct {
+	Name          string  `json:"name"`
+	StartSeconds  float64 `json:"startSeconds"`
+	EndSeconds    float64 `json:"endSeconds"`
+	Writes        int     `json:"writes"`
+	Failed        int     `json:"failed"`
+	P50WriteMs    float64 `json:"p50WriteMs"`
+	P99WriteMs    float64 `json:"p99WriteMs"`
+	MaxWriteGapMs float64 `json:"maxWriteGapMs"`
+}
+
+// Step is one named event on the run's clock (seconds since the workload
+// started), such as "promote seed-b-etcd-main-3".
+type Step struct {
+	Name      string  `json:"name"`
+	AtSeconds float64 `json:"atSeconds"`
+	// At is the same instant on the wall clock, when the run's start is known.
+	At time.Time `json:"at,omitzero"`
+	// DurationSeconds is how long the step took, when known.
+	DurationSeconds float64 `json:"durationSeconds,omitempty"`
+}
+
+func seconds(d time.Duration) float64 { return d.Seconds() }
+
+func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// FromFigures fills a report with the workload's figures; its events (not
+// its phases) become Steps.
+func FromFigures(f workload.Figures) Report {
+	r := Report{
+		StartedAt: f.StartedAt,
+		Preload: Preload{
+			Keys: f.Preload.Keys, ValueBytes: f.Preload.ValueSize, DurationSeconds: seconds(f.Preload.Duration),
+		},
+		FailedRequests:         f.FailedRequests,
+		FailedWrites:           f.FailedWrites,
+		FailedReads:            f.FailedReads,
+		LostAcknowledgedWrites: f.LostAcknowledgedWrites,
+		FinalReadMismatches:    f.FinalReadMismatches,
+		UnverifiedWrites:       f.UnverifiedWrites,
+		Linearizable:           f.Linearizable,
+		LinearizabilityResult:  f.LinearizabilityResult,
+		MaxWriteGapMs:          millis(f.MaxWriteGap),
+		MaxWriteGapAtSeconds:   seconds(f.MaxWriteGapAt),
+		P50WriteMs:             millis(f.WriteLatency.P50),
+		P99WriteMs:             millis(f.WriteLatency.P99),
+		MaxWriteMs:             millis(f.WriteLatency.Max),
+		Phases:                 []Phase{},
+		Writes:                 f.Writes,
+		WriteConflicts:         f.WriteConflicts,
+		Reads:                  f.Reads,
+		Retries:                f.Retries,
+		DurationSeconds:        seconds(f.Duration),
+		Steps:                  []Step{},
+	}
+	for _, p := range f.Phases {
+		r.Phases = append(r.Phases, Phase{
+			Name: p.Name, StartSeconds: seconds(p.Start), EndSeconds: seconds(p.End),
+			Writes: p.Writes, Failed: p.Failed,
+			P50WriteMs: millis(p.WriteLatency.P50), P99WriteMs: millis(p.WriteLatency.P99),
+			MaxWriteGapMs: millis(p.MaxWriteGap),
+		})
+	}
+	for _, m := range f.Marks {
+		if !m.Phase {
+			s := Step{Name: m.Name, AtSeconds: seconds(m.At)}
+			if !f.StartedAt.IsZero() {
+				s.At = f.StartedAt.Add(m.At)
+			}
+			r.Steps = append(r.Steps, s)
+		}
+	}
+	return r
+}
+
+// WriteJSON writes the report as indented JSON to path.
+func (r Report) WriteJSON(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding report: %w", err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("writing report %s: %w", path, err)
+	}
+	return nil
+}
+
+// ReadJSON reads a report written by WriteJSON.
+func ReadJSON(path string) (Report, error) {
+	var r Report
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return r, fmt.Errorf("reading report %s: %w", path, err)
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("decoding report %s: %w", path, err)
+	}
+	return r, nil
+}
+
+// String renders the report as aligned text for a terminal.
+func (r Report) String() string {
+	var b strings.Builder
+	_ = r.WriteText(&b)
+	return b.String()
+}
+
+// WriteText renders the report as aligned text.
+func (r Report) WriteText(out io.Writer) error {
+	title := r.Title
+	if title == "" {
+		title = "druid-stretch report"
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	line := func(format string, args ...any) { fmt.Fprintf(tw, format+"\n", args...) }
+	line("%s", title)
+	if r.RTTMs > 0 || r.Preload.Keys > 0 {
+		line("  setup\t%s RTT, %d preloaded keys of %d bytes", ms(r.RTTMs), r.Preload.Keys, r.Preload.ValueBytes)
+	}
+	line("  migration time\t%.2f s", r.MigrationSeconds)
+	line("  time in tie\t%.2f s", r.TieSeconds)
+	if r.NoLeaderSeconds > 0 {
+		line("  time without leader\t%.2f s", r.NoLeaderSeconds)
+	}
+	line("  failed requests\t%d (after the client's retries: %d writes, %d reads)", r.FailedRequests, r.FailedWrites, r.FailedReads)
+	line("  lost acknowledged writes\t%d%s", r.LostAcknowledgedWrites, finalNote(r))
+	line("  linearizable\t%s", yesNo(r))
+	line("  max write gap\t%s (from %.2f s)", ms(r.MaxWriteGapMs), r.MaxWriteGapAtSeconds)
+	line("  write latency\tp50 %s, p99 %s, max %s", ms(r.P50WriteMs), ms(r.P99WriteMs), ms(r.MaxWriteMs))
+	for _, p := range r.Phases {
+		line("    %s\tp50 %s, p99 %s, max gap %s, %d writes, %d failed (%.1f-%.1f s)",
+			p.Name, ms(p.P50WriteMs), ms(p.P99WriteMs), ms(p.MaxWriteGapMs), p.Writes, p.Failed, p.StartSeconds, p.EndSeconds)
+	}
+	line("  client traffic\t%d writes acknowledged, %d conflicts, %d reads, %d retries in %.1f s",
+		r.Writes, r.WriteConflicts, r.Reads, r.Retries, r.DurationSeconds)
+	if len(r.Steps) > 0 {
+		line("  steps")
+		for _, s := range r.Steps {
+			if s.DurationSeconds > 0 {
+				line("    %7.2f s\t%s (%.2f s)", s.AtSeconds, s.Name, s.DurationSeconds)
+			} else {
+				line("    %7.2f s\t%s", s.AtSeconds, s.Name)
+			}
+		}
+	}
+	return tw.Flush()
+}
+
+func finalNote(r Report) string {
+	var notes []string
+	if r.FinalReadMismatches > 0 {
+		notes = append(notes, fmt.Sprintf("%d keys end on a value other than their last acknowledged write", r.FinalReadMismatches))
+	}
+	if r.UnverifiedWrites > 0 {
+		notes = append(notes, fmt.Sprintf("%d writes unverifiable (compacted)", r.UnverifiedWrites))
+	}
+	if len(notes) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(notes, "; ") + ")"
+}
+
+func yesNo(r Report) string {
+	switch {
+	case r.Linearizable:
+		return "yes"
+	case r.LinearizabilityResult == "Unknown":
+		return "unknown (the check timed out)"
+	case r.LinearizabilityResult == "":
+		return "not checked"
+	}
+	return "NO"
+}
+
+// ms prints milliseconds at a precision that suits their size.
+func ms(v float64) string {
+	switch {
+	case v >= 1000:
+		return fmt.Sprintf("%.2f s", v/1000)
+	case v >= 10:
+		return fmt.Sprintf("%.0f ms", v)
+	}
+	return fmt.Sprintf("%.1f ms", v)
+}

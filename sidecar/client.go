@@ -1,0 +1,170 @@
+package sidecar
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Client calls one sidecar's HTTP API. It is what the controller uses; every
+// refusal comes back as *Error.
+type Client struct {
+	base string
+	http *http.Client
+}
+
+// ClientOption adjusts a Client.
+type ClientOption func(*Client)
+
+// WithHTTPClient replaces the HTTP client (its transport's TLS settings are
+// then the caller's business).
+func WithHTTPClient(c *http.Client) ClientOption { return func(cl *Client) { cl.http = c } }
+
+// WithTimeout bounds each call (default 30 s, longer than the sidecar's own
+// etcd timeouts so that its answer arrives rather than a client timeout).
+func WithTimeout(d time.Duration) ClientOption { return func(cl *Client) { cl.http.Timeout = d } }
+
+// CallOptions are the guards a mutating call carries: the fingerprint of the
+// membership it was planned from and the membership lock holder. Empty
+// fields are not sent (and not checked).
+type CallOptions struct {
+	Fingerprint string
+	LockHolder  string
+}
+
+// NewClient returns a client of the sidecar at baseURL (e.g.
+// https://etcd-main-0.example:8080). tlsConfig carries the CA and the client
+// certificate that mutating calls need; nil for plain http.
+func NewClient(baseURL string, tlsConfig *tls.Config, opts ...ClientOption) *Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = tlsConfig
+	c := &Client{base: strings.TrimRight(baseURL, "/"), http: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// Members returns the member list with health, leader, fingerprint and lock.
+func (c *Client) Members(ctx context.Context) (*MemberList, error) {
+	var out MemberList
+	if err := c.do(ctx, http.MethodGet, "/v1/members", nil, CallOptions{}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// AddLearner adds a learner with the given name and peer URLs. Changed is
+// false when that member was there already.
+func (c *Client) AddLearner(ctx context.Context, name string, peerURLs []string, o CallOptions) (*ChangeResult, error) {
+	return c.change(ctx, http.MethodPost, "/v1/members", AddMemberRequest{Name: name, PeerURLs: peerURLs, Learner: true}, o)
+}
+
+// Promote promotes the learner name (or hex ID) to a voter. A learner not
+// ready yet gives *Error with reason LearnerNotReady and a RetryAfter.
+func (c *Client) Promote(ctx context.Context, name string, o CallOptions) (*ChangeResult, error) {
+	return c.change(ctx, http.MethodPost, "/v1/members/"+url.PathEscape(name)+"/promote", nil, o)
+}
+
+// Remove removes the member name (or hex ID). Changed is false when it was
+// gone already.
+func (c *Client) Remove(ctx context.Context, name string, o CallOptions) (*ChangeResult, error) {
+	return c.change(ctx, http.MethodDelete, "/v1/members/"+url.PathEscape(name), nil, o)
+}
+
+// MoveLeader hands leadership to the voter name.
+func (c *Client) MoveLeader(ctx context.Context, name string, o CallOptions) (*ChangeResult, error) {
+	return c.change(ctx, http.MethodPost, "/v1/leader", LeaderRequest{Name: name}, o)
+}
+
+// AcquireLock takes or renews the membership lock for holder with the given
+// TTL (whole seconds, 1 s to 1 h). Held by someone else: *Error LockHeld.
+func (c *Client) AcquireLock(ctx context.Context, holder string, ttl time.Duration) (*LockStatus, error) {
+	var out LockStatus
+	body := LockRequest{Holder: holder, TTLSeconds: int64(ttl.Round(time.Second) / time.Second)}
+	if err := c.do(ctx, http.MethodPost, "/v1/lock", body, CallOptions{}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ReleaseLock releases holder's lock; releasing a lock nobody holds
+// succeeds.
+func (c *Client) ReleaseLock(ctx context.Context, holder string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/lock", nil, CallOptions{LockHolder: holder}, nil)
+}
+
+// Ready reports whether the sidecar's local etcd member answers (/readyz).
+func (c *Client) Ready(ctx context.Context) error {
+	return c.do(ctx, http.MethodGet, "/readyz", nil, CallOptions{}, nil)
+}
+
+func (c *Client) change(ctx context.Context, method, path string, body any, o CallOptions) (*ChangeResult, error) {
+	var out ChangeResult
+	if err := c.do(ctx, method, path, body, o, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body any, o CallOptions, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return fmt.Errorf("encoding the %s %s request: %w", method, path, err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return fmt.Errorf("building the %s %s request: %w", method, path, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if o.Fingerprint != "" {
+		req.Header.Set(HeaderMembership, o.Fingerprint)
+	}
+	if o.LockHolder != "" {
+		req.Header.Set(HeaderLockHolder, o.LockHolder)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("calling the sidecar %s %s%s: %w", method, c.base, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		return fmt.Errorf("reading the sidecar's answer to %s %s%s: %w", method, c.base, path, err)
+	}
+	if resp.StatusCode >= 300 {
+		return decodeError(resp.StatusCode, data)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("decoding the sidecar's answer to %s %s%s: %w", method, c.base, path, err)
+	}
+	return nil
+}
+
+func decodeError(code int, data []byte) error {
+	var b errorBody
+	if err := json.Unmarshal(data, &b); err != nil || b.Reason == "" {
+		msg := strings.TrimSpace(string(data))
+		if len(msg) > 200 {
+			msg = msg[:200] + "..."
+		}
+		return &Error{StatusCode: code, Reason: http.StatusText(code), Message: msg}
+	}
+	return &Error{StatusCode: code, Reason: b.Reason, Message: b.Message, RetryAfter: time.Duration(b.RetryAfterSeconds) * time.Second}
+}

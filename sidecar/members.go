@@ -1,0 +1,459 @@
+package sidecar
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// etcdHealthInterval is etcd's HealthInterval: its strict reconfiguration
+// check counts peers connected for this long, so a refusal clears after it.
+const etcdHealthInterval = 5 * time.Second
+
+// addLearner answers POST /v1/members.
+func (s *Server) addLearner(r *http.Request) (int, any, *Error) {
+	var req AddMemberRequest
+	if e := decodeJSON(r, &req); e != nil {
+		return 0, nil, e
+	}
+	if e := validateName("name", req.Name); e != nil {
+		return 0, nil, e
+	}
+	setTarget(r, req.Name)
+	if e := validatePeerURLs(req.PeerURLs); e != nil {
+		return 0, nil, e
+	}
+	if !req.Learner {
+		return 0, nil, badRequest(ReasonInvalidArgument,
+			`only learners can be added ("learner": true); a voter joins as a learner and is promoted once it caught up, so quorum never depends on a member that has not synced`)
+	}
+	s.mutations.Lock()
+	defer s.mutations.Unlock()
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+	defer cancel()
+	v, err := s.observe(ctx, observeOptions{health: false})
+	if err != nil {
+		return 0, nil, etcdError("reading the membership", err)
+	}
+	if e := s.checkLock(ctx, r, v); e != nil {
+		return 0, nil, e
+	}
+	for _, m := range v.members {
+		sameURLs := sameSet(m.pb.PeerURLs, req.PeerURLs)
+		switch {
+		case sameURLs && (m.pb.Name == req.Name || m.pb.Name == ""):
+			// The same member, started or not (etcd names it only once
+			// it starts).
+			return http.StatusOK, ChangeResult{Member: m.api}, nil
+		case m.pb.Name == req.Name:
+			return 0, nil, &Error{StatusCode: http.StatusConflict, Reason: ReasonNameConflict,
+				Message: fmt.Sprintf("member %q (%s) exists with peer URLs %v, not %v", m.pb.Name, m.api.ID, m.pb.PeerURLs, req.PeerURLs)}
+		}
+		for _, u := range req.PeerURLs {
+			if slices.Contains(m.pb.PeerURLs, u) {
+				return 0, nil, &Error{StatusCode: http.StatusConflict, Reason: ReasonPeerURLConflict,
+					Message: fmt.Sprintf("peer URL %s belongs to member %q (%s)", u, m.pb.Name, m.api.ID)}
+			}
+		}
+	}
+	if e := checkFingerprint(r, v); e != nil {
+		return 0, nil, e
+	}
+	var resp *clientv3.MemberAddResponse
+	err = s.withCluster(ctx, func(c *clientv3.Client) (err error) {
+		resp, err = c.MemberAddAsLearner(ctx, req.PeerURLs)
+		return err
+	})
+	if err != nil {
+		return 0, nil, etcdError("adding the learner", err)
+	}
+	m := resp.Member
+	return http.StatusCreated, ChangeResult{Changed: true, Member: Member{
+		ID: formatID(m.ID), Name: m.Name, PeerURLs: orEmpty(m.PeerURLs), ClientURLs: orEmpty(m.ClientURLs), IsLearner: m.IsLearner,
+	}}, nil
+}
+
+// promote answers POST /v1/members/{name}/promote.
+func (s *Server) promote(r *http.Request) (int, any, *Error) {
+	name := r.PathValue("name")
+	if e := validateName("member name", name); e != nil {
+		return 0, nil, e
+	}
+	s.mutations.Lock()
+	defer s.mutations.Unlock()
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+	defer cancel()
+	v, err := s.observe(ctx, observeOptions{health: true})
+	if err != nil {
+		return 0, nil, etcdError("reading the membership", err)
+	}
+	if e := s.checkLock(ctx, r, v); e != nil {
+		return 0, nil, e
+	}
+	m := v.find(name)
+	if m == nil {
+		return 0, nil, memberNotFound(name)
+	}
+	if !m.pb.IsLearner {
+		return http.StatusOK, ChangeResult{Member: m.api}, nil
+	}
+	if e := checkFingerprint(r, v); e != nil {
+		return 0, nil, e
+	}
+	if e := s.learnerReady(m); e != nil {
+		return 0, nil, e
+	}
+	// The promotion makes the learner a voter: the healthy voters after it
+	// (the learner counts, it is healthy) must still form a quorum.
+	voters := len(v.voters()) + 1
+	if healthy := countHealthy(v.voters()) + 1; healthy < quorum(voters) {
+		return 0, nil, &Error{StatusCode: http.StatusPreconditionFailed, Reason: ReasonQuorumAtRisk,
+			Message: fmt.Sprintf("after promoting %q, %d of %d voters would be healthy, fewer than a quorum of %d", name, healthy, voters, quorum(voters))}
+	}
+	err = s.withCluster(ctx, func(c *clientv3.Client) error {
+		_, err := c.MemberPromote(ctx, m.pb.ID)
+		return err
+	})
+	if err != nil && !isEtcdError(err, rpctypes.ErrGRPCMemberNotLearner) {
+		return 0, nil, etcdError("promoting the learner", err)
+	}
+	out := m.api
+	out.IsLearner = false
+	return http.StatusOK, ChangeResult{Member: out, Changed: err == nil}, nil
+}
+
+// learnerReady is the promotion rule: the learner answers, has been healthy
+// for MinLearnerHealthy without interruption (etcd's strict reconfiguration
+// check counts members connected for 5 s, and a voter promoted sooner blocks
+// the next removal), and is at most MaxLearnerLag entries behind the leader.
+func (s *Server) learnerReady(m *memberView) *Error {
+	notReady := func(retry time.Duration, format string, args ...any) *Error {
+		return &Error{StatusCode: http.StatusConflict, Reason: ReasonLearnerNotReady, RetryAfter: max(retry, time.Second),
+			Message: fmt.Sprintf("learner %q (%s) is not ready: ", m.pb.Name, m.api.ID) + fmt.Sprintf(format, args...)}
+	}
+	if !m.api.Healthy {
+		return notReady(s.cfg.MinLearnerHealthy, "%s", m.api.Error)
+	}
+	if m.api.BehindLeader > s.cfg.MaxLearnerLag {
+		return notReady(time.Second, "%d entries behind the leader (at most %d allowed)", m.api.BehindLeader, s.cfg.MaxLearnerLag)
+	}
+	healthyFor := time.Duration(m.api.HealthyForSeconds * float64(time.Second))
+	if healthyFor < s.cfg.MinLearnerHealthy {
+		return notReady(s.cfg.MinLearnerHealthy-healthyFor, "healthy for %s, less than the %s required", healthyFor.Round(time.Millisecond), s.cfg.MinLearnerHealthy)
+	}
+	return nil
+}
+
+// remove answers DELETE /v1/members/{name}.
+func (s *Server) remove(r *http.Request) (int, any, *Error) {
+	name := r.PathValue("name")
+	if e := validateName("member name", name); e != nil {
+		return 0, nil, e
+	}
+	s.mutations.Lock()
+	defer s.mutations.Unlock()
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+	defer cancel()
+	v, err := s.observe(ctx, observeOptions{health: true})
+	if err != nil {
+		return 0, nil, etcdError("reading the membership", err)
+	}
+	if e := s.checkLock(ctx, r, v); e != nil {
+		return 0, nil, e
+	}
+	target := v.find(name)
+	if target == nil {
+		return http.StatusOK, ChangeResult{Member: Member{Name: name, PeerURLs: []string{}, ClientURLs: []string{}}}, nil
+	}
+	if e := checkFingerprint(r, v); e != nil {
+		return 0, nil, e
+	}
+	var others []*memberView // voters left after the removal
+	for _, m := range v.voters() {
+		if m != target {
+			others = append(others, m)
+		}
+	}
+	if !target.pb.IsLearner {
+		if target.pb.ID == v.leaderID {
+			return 0, nil, &Error{StatusCode: http.StatusConflict, Reason: ReasonIsLeader,
+				Message: fmt.Sprintf("member %q (%s) is the leader; move leadership to another voter first (POST /v1/leader)", name, target.api.ID)}
+		}
+		// Project the cluster after the removal: the voters left must keep
+		// a healthy quorum, or the cluster stops taking writes.
+		if healthy := countHealthy(others); healthy < quorum(len(others)) {
+			return 0, nil, &Error{StatusCode: http.StatusPreconditionFailed, Reason: ReasonQuorumAtRisk,
+				Message: fmt.Sprintf("after removing %q, %d of the %d voters left would be healthy, fewer than a quorum of %d", name, healthy, len(others), quorum(len(others)))}
+		}
+	}
+	rc, e := s.removalClient(v, target)
+	if e != nil {
+		return 0, nil, e
+	}
+	undo, e := s.writeTombstone(ctx, target.pb.ID)
+	if e != nil {
+		return 0, nil, e
+	}
+	// Status polls that read the tombstones just before our write must
+	// have started before the removal is applied (etcd issue 21966).
+	select {
+	case <-time.After(s.cfg.RemovalGrace):
+	case <-ctx.Done():
+		undo()
+		return 0, nil, etcdError("waiting before the removal", ctx.Err())
+	}
+	_, err = rc.MemberRemove(ctx, target.pb.ID)
+	switch {
+	case err == nil:
+		s.afterRemoval(target)
+		return http.StatusOK, ChangeResult{Member: target.api, Changed: true}, nil
+	case isEtcdError(err, rpctypes.ErrGRPCMemberNotFound):
+		return http.StatusOK, ChangeResult{Member: target.api}, nil
+	case isEtcdError(err, rpctypes.ErrGRPCUnhealthy), isEtcdError(err, rpctypes.ErrGRPCMemberNotEnoughStarted):
+		// A definite refusal: nothing changed, polling may resume.
+		undo()
+		return 0, nil, etcdError("removing the member", err)
+	}
+	// An ambiguous failure (a timeout, a lost connection): the removal may
+	// have gone through. Ask the other voters; the tombstone stays until
+	// its lease ends either way, since the removal may still be applied.
+	list, lerr := rc.MemberList(ctx)
+	if lerr == nil && !containsID(list.Members, target.pb.ID) {
+		s.afterRemoval(target)
+		return http.StatusOK, ChangeResult{Member: target.api, Changed: true}, nil
+	}
+	return 0, nil, etcdError("removing the member", err)
+}
+
+// removalClient picks who takes a removal. Never the member it removes: that
+// one answers "server stopped" even when the removal went through, and must
+// not be asked anything while it applies it. The local member when it is a
+// healthy voter (no extra hop), else the leader, which the target is not.
+func (s *Server) removalClient(v *view, target *memberView) (*clientv3.Client, *Error) {
+	s.mu.Lock()
+	localID := s.localID
+	s.mu.Unlock()
+	var leader *memberView
+	for _, m := range v.voters() {
+		if m == target || !m.api.Healthy {
+			continue
+		}
+		if m.pb.ID == localID {
+			return s.local, nil
+		}
+		if m.pb.ID == v.leaderID {
+			leader = m
+		}
+	}
+	if leader == nil {
+		return nil, &Error{StatusCode: http.StatusServiceUnavailable, Reason: ReasonUnhealthyCluster, RetryAfter: time.Second,
+			Message: fmt.Sprintf("no healthy leader other than %q can take the removal", target.pb.Name)}
+	}
+	c, err := s.memberConn(leader.pb)
+	if err != nil {
+		return nil, etcdError("connecting to the leader", err)
+	}
+	return c, nil
+}
+
+// writeTombstone marks a member as being removed, so that no sidecar polls
+// it any more: etcd 3.6 crashes a member that answers Status while applying
+// its own removal (etcd issue 21966). The returned undo clears the mark
+// after a definite refusal.
+func (s *Server) writeTombstone(ctx context.Context, id uint64) (func(), *Error) {
+	ttl := int64(max(s.cfg.TombstoneTTL/time.Second, 1))
+	var lease *clientv3.LeaseGrantResponse
+	err := s.withCluster(ctx, func(c *clientv3.Client) (err error) {
+		if lease, err = c.Grant(ctx, ttl); err != nil {
+			return err
+		}
+		_, err = c.Put(ctx, tombstonePrefix+formatID(id), time.Now().UTC().Format(time.RFC3339), clientv3.WithLease(lease.ID))
+		return err
+	})
+	if err != nil {
+		return nil, etcdError("writing the removal tombstone", err)
+	}
+	s.mu.Lock()
+	s.removalsSent[id] = time.Now().Add(s.cfg.TombstoneTTL)
+	if c, ok := s.memberConns[id]; ok {
+		c.client.Close()
+		delete(s.memberConns, id)
+	}
+	delete(s.healthySince, id)
+	s.mu.Unlock()
+	undo := func() {
+		s.mu.Lock()
+		delete(s.removalsSent, id)
+		s.mu.Unlock()
+		s.revokeLease(context.WithoutCancel(ctx), lease.ID)
+	}
+	return undo, nil
+}
+
+// afterRemoval drops the removed member from the fallback client at once,
+// before the next observation would.
+func (s *Server) afterRemoval(m *memberView) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.memberConns[m.pb.ID]; ok {
+		c.client.Close()
+		delete(s.memberConns, m.pb.ID)
+	}
+	eps := slices.DeleteFunc(slices.Clone(s.peerEndpoints), func(u string) bool { return slices.Contains(m.pb.ClientURLs, u) })
+	if s.peers != nil && len(eps) > 0 && len(eps) != len(s.peerEndpoints) {
+		s.peerEndpoints = eps
+		s.peers.SetEndpoints(eps...)
+	}
+}
+
+// moveLeader answers POST /v1/leader.
+func (s *Server) moveLeader(r *http.Request) (int, any, *Error) {
+	var req LeaderRequest
+	if e := decodeJSON(r, &req); e != nil {
+		return 0, nil, e
+	}
+	if e := validateName("name", req.Name); e != nil {
+		return 0, nil, e
+	}
+	setTarget(r, req.Name)
+	s.mutations.Lock()
+	defer s.mutations.Unlock()
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+	defer cancel()
+	v, err := s.observe(ctx, observeOptions{health: true})
+	if err != nil {
+		return 0, nil, etcdError("reading the membership", err)
+	}
+	if e := s.checkLock(ctx, r, v); e != nil {
+		return 0, nil, e
+	}
+	target := v.find(req.Name)
+	switch {
+	case target == nil:
+		return 0, nil, memberNotFound(req.Name)
+	case target.pb.IsLearner:
+		return 0, nil, &Error{StatusCode: http.StatusConflict, Reason: ReasonNotVoter,
+			Message: fmt.Sprintf("member %q (%s) is a learner; promote it before moving leadership to it", req.Name, target.api.ID)}
+	case target.api.IsLeader:
+		return http.StatusOK, ChangeResult{Member: target.api}, nil
+	}
+	if e := checkFingerprint(r, v); e != nil {
+		return 0, nil, e
+	}
+	if !target.api.Healthy {
+		return 0, nil, &Error{StatusCode: http.StatusConflict, Reason: ReasonMemberUnhealthy, RetryAfter: time.Second,
+			Message: fmt.Sprintf("member %q (%s) is not healthy (%s); leadership cannot move to it", req.Name, target.api.ID, target.api.Error)}
+	}
+	var leader *memberView
+	for _, m := range v.members {
+		if m.pb.ID == v.leaderID && m.api.Healthy {
+			leader = m
+		}
+	}
+	if leader == nil {
+		return 0, nil, &Error{StatusCode: http.StatusServiceUnavailable, Reason: ReasonUnhealthyCluster, RetryAfter: time.Second,
+			Message: "the cluster has no healthy leader to hand leadership over"}
+	}
+	// MoveLeader is served only by the leader itself.
+	lc, err := s.memberConn(leader.pb)
+	if err != nil {
+		return 0, nil, etcdError("connecting to the leader", err)
+	}
+	if _, err := lc.MoveLeader(ctx, target.pb.ID); err != nil {
+		return 0, nil, etcdError("moving leadership", err)
+	}
+	out := target.api
+	out.IsLeader = true
+	return http.StatusOK, ChangeResult{Member: out, Changed: true}, nil
+}
+
+// checkFingerprint refuses a change planned from another membership than
+// etcd's current one (two controllers, or a stale plan).
+func checkFingerprint(r *http.Request, v *view) *Error {
+	want := r.Header.Get(HeaderMembership)
+	if want == "" {
+		return nil
+	}
+	if got := v.fingerprint(); !strings.EqualFold(want, got) {
+		return &Error{StatusCode: http.StatusConflict, Reason: ReasonMembershipChanged,
+			Message: fmt.Sprintf("the change was planned from membership %s, but etcd's membership is now %s; observe again and re-plan", want, got)}
+	}
+	return nil
+}
+
+func memberNotFound(name string) *Error {
+	return &Error{StatusCode: http.StatusNotFound, Reason: ReasonMemberNotFound,
+		Message: fmt.Sprintf("no member named %q (nor with that hex ID) in the cluster", name)}
+}
+
+func quorum(voters int) int { return voters/2 + 1 }
+
+func countHealthy(ms []*memberView) int {
+	n := 0
+	for _, m := range ms {
+		if m.api.Healthy {
+			n++
+		}
+	}
+	return n
+}
+
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			return false
+		}
+	}
+	return true
+}
+
+func containsID[M interface{ GetID() uint64 }](ms []M, id uint64) bool {
+	for _, m := range ms {
+		if m.GetID() == id {
+			return true
+		}
+	}
+	return false
+}
+
+func isEtcdError(err, want error) bool {
+	return err != nil && rpctypes.ErrorDesc(err) == rpctypes.ErrorDesc(want)
+}
+
+// etcdError maps an etcd client error onto the sidecar's reasons. etcd's
+// answers that mean "nothing changed, try later" carry a retry hint.
+func etcdError(doing string, err error) *Error {
+	mk := func(code int, reason string, retry time.Duration) *Error {
+		return &Error{StatusCode: code, Reason: reason, RetryAfter: retry, Message: fmt.Sprintf("%s: %s", doing, rpctypes.ErrorDesc(err))}
+	}
+	switch {
+	case isEtcdError(err, rpctypes.ErrGRPCUnhealthy), isEtcdError(err, rpctypes.ErrGRPCMemberNotEnoughStarted):
+		return mk(http.StatusServiceUnavailable, ReasonUnhealthyCluster, etcdHealthInterval)
+	case isEtcdError(err, rpctypes.ErrGRPCNoLeader), isEtcdError(err, rpctypes.ErrGRPCNotLeader),
+		isEtcdError(err, rpctypes.ErrGRPCLeaderChanged), isEtcdError(err, rpctypes.ErrGRPCTimeoutDueToLeaderFail):
+		return mk(http.StatusServiceUnavailable, ReasonUnhealthyCluster, time.Second)
+	case isEtcdError(err, rpctypes.ErrGRPCTooManyLearners):
+		return mk(http.StatusConflict, ReasonTooManyLearners, 0)
+	case isEtcdError(err, rpctypes.ErrGRPCPeerURLExist):
+		return mk(http.StatusConflict, ReasonPeerURLConflict, 0)
+	case isEtcdError(err, rpctypes.ErrGRPCLearnerNotReady):
+		return mk(http.StatusConflict, ReasonLearnerNotReady, time.Second)
+	case isEtcdError(err, rpctypes.ErrGRPCMemberBadURLs):
+		return mk(http.StatusBadRequest, ReasonInvalidURL, 0)
+	case isEtcdError(err, rpctypes.ErrGRPCMemberNotFound):
+		return mk(http.StatusNotFound, ReasonMemberNotFound, 0)
+	case isEtcdError(err, rpctypes.ErrGRPCBadLeaderTransferee):
+		return mk(http.StatusConflict, ReasonMemberUnhealthy, time.Second)
+	}
+	// Timeouts, lost connections and anything unforeseen.
+	return mk(http.StatusServiceUnavailable, ReasonEtcdUnavailable, time.Second)
+}

@@ -1,0 +1,472 @@
+// Package sidecar is the membership sidecar that runs beside each etcd member
+// (like etcd-backup-restore) and its Go client. The server exposes etcd's
+// membership operations over HTTPS with the safety checks the controller
+// relies on: idempotent answers, a quorum projection before every removal, a
+// learner readiness rule before every promotion, a fingerprint of the
+// membership a change was planned from, and a membership lock kept in etcd
+// itself so that only one controller changes membership at a time.
+//
+// Endpoints (JSON in and out; errors are {"reason","message","retryAfterSeconds"}):
+//
+//	GET    /v1/members                 member list, health, leader, fingerprint, lock
+//	POST   /v1/members                 add a learner {"name","peerURLs","learner":true}
+//	POST   /v1/members/{name}/promote  promote a learner
+//	DELETE /v1/members/{name}          remove a member
+//	POST   /v1/leader                  move leadership {"name"}
+//	POST   /v1/lock                    acquire or renew the lock {"holder","ttlSeconds"}
+//	DELETE /v1/lock                    release the lock (header X-Druid-Stretch-Lock-Holder)
+//	PUT    /v1/retired/{name}          record that a holder retired a member {"by"}
+//	DELETE /v1/retired/{name}          drop a retirement record (see retired.go)
+//	GET    /healthz, /readyz, /metrics
+//
+// {name} is a member name, or the hex member ID for a learner that has not
+// started (etcd names a member only once it starts).
+//
+// Mutating calls need a client certificate verified against the client CA
+// (401 Unauthorized otherwise) unless Config.AllowUnauthenticated is set
+// (plain HTTP for local use). They may carry X-Druid-Stretch-Membership
+// (the fingerprint planned from; 409 MembershipChanged when etcd's differs)
+// and X-Druid-Stretch-Lock-Holder (409 LockHeld or LockNotHeld unless that
+// holder holds the lock). Without those headers the checks are skipped, so an
+// operator can still act with curl; the controller always sends both. A call
+// whose effect is already in place answers success with "changed": false
+// before these checks, since it changes nothing.
+package sidecar
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Config configures a sidecar Server.
+type Config struct {
+	// Endpoints are etcd client URLs. The first is the local member (the
+	// one this sidecar runs beside; readyz probes it). Further endpoints
+	// are used when the local member cannot serve membership calls, as a
+	// learner cannot; once a member list was read, the voters' client URLs
+	// are used for that.
+	Endpoints []string
+	// EtcdTLS is the TLS client configuration for etcd; nil for plain
+	// http:// endpoints.
+	EtcdTLS *tls.Config
+	// ClientCAs, when set, verifies the caller's client certificate in the
+	// handler itself, for a host server (e.g. etcd-backup-restore's) whose
+	// TLS configuration trusts other CAs too. Without it the handler relies
+	// on the TLS server's verification (tls.VerifyClientCertIfGiven).
+	ClientCAs *x509.CertPool
+	// AllowUnauthenticated lets mutating calls through without a client
+	// certificate. Only for plain HTTP on a local machine (--insecure-http).
+	AllowUnauthenticated bool
+	// MinLearnerHealthy is how long a learner must have been healthy
+	// without interruption before it is promoted (default 5 s: etcd's
+	// strict reconfiguration check counts members connected for 5 s, and a
+	// voter promoted sooner blocks the next removal).
+	MinLearnerHealthy time.Duration
+	// MaxLearnerLag is how many raft entries a learner may be behind the
+	// leader and still count as caught up (default 1000). etcd's own check
+	// (90 % of the leader's index) still applies after this one.
+	MaxLearnerLag uint64
+	// StatusTimeout bounds each member health poll (default 1 s).
+	StatusTimeout time.Duration
+	// RequestTimeout bounds each etcd call made for a request (default 10 s).
+	RequestTimeout time.Duration
+	// PollInterval is how often members are polled in the background so
+	// that HealthyForSeconds means "without interruption" (default 1 s;
+	// negative disables background polling).
+	PollInterval time.Duration
+	// TombstoneTTL is how long a member whose removal was sent stays
+	// unpolled (default 60 s).
+	TombstoneTTL time.Duration
+	// RemovalGrace is how long a removal waits after writing its tombstone
+	// before it is sent, so that status polls that read the tombstones just
+	// before the write have started (default 300 ms; etcd issue 21966).
+	RemovalGrace time.Duration
+	// Registry receives the sidecar's metrics and is served on /metrics;
+	// nil creates a fresh one.
+	Registry *prometheus.Registry
+	// Logger receives one structured line per mutating call.
+	Logger logr.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.MinLearnerHealthy == 0 {
+		c.MinLearnerHealthy = 5 * time.Second
+	}
+	if c.MaxLearnerLag == 0 {
+		c.MaxLearnerLag = 1000
+	}
+	if c.StatusTimeout == 0 {
+		c.StatusTimeout = time.Second
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = 10 * time.Second
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = time.Second
+	}
+	if c.TombstoneTTL == 0 {
+		c.TombstoneTTL = time.Minute
+	}
+	if c.RemovalGrace == 0 {
+		c.RemovalGrace = 300 * time.Millisecond
+	}
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
+	}
+}
+
+// Server is the sidecar: an http.Handler over one etcd cluster.
+type Server struct {
+	cfg     Config
+	log     logr.Logger
+	metrics *metrics
+	mux     *http.ServeMux
+	local   *clientv3.Client
+
+	// mutations serializes the membership calls handled by this sidecar, so
+	// that each one checks and acts on a membership no sibling call is
+	// changing. Across sidecars the membership lock does this.
+	mutations sync.Mutex
+
+	mu            sync.Mutex
+	closed        bool
+	localID       uint64
+	localLearner  bool
+	peers         *clientv3.Client // voters other than the local member
+	peerEndpoints []string
+	memberConns   map[uint64]*memberConn
+	healthySince  map[uint64]time.Time
+	removalsSent  map[uint64]time.Time // member ID -> until when it stays unpolled
+
+	stopPolling context.CancelFunc
+	pollingDone chan struct{}
+}
+
+// New connects to etcd (lazily: etcd need not be up yet) and starts the
+// background health polling.
+func New(cfg Config) (*Server, error) {
+	cfg.setDefaults()
+	if len(cfg.Endpoints) == 0 {
+		return nil, errors.New("sidecar: no etcd endpoints configured")
+	}
+	if cfg.MinLearnerHealthy < 0 {
+		return nil, fmt.Errorf("sidecar: MinLearnerHealthy %s is negative", cfg.MinLearnerHealthy)
+	}
+	m, err := newMetrics(cfg.Registry)
+	if err != nil {
+		return nil, err
+	}
+	local, err := newEtcdClient(cfg.Endpoints[:1], cfg.EtcdTLS)
+	if err != nil {
+		return nil, fmt.Errorf("sidecar: connecting to the local etcd member %s: %w", cfg.Endpoints[0], err)
+	}
+	s := &Server{
+		cfg:           cfg,
+		log:           cfg.Logger,
+		metrics:       m,
+		local:         local,
+		memberConns:   map[uint64]*memberConn{},
+		healthySince:  map[uint64]time.Time{},
+		removalsSent:  map[uint64]time.Time{},
+		peerEndpoints: append([]string(nil), cfg.Endpoints[1:]...),
+	}
+	if len(s.peerEndpoints) > 0 {
+		if s.peers, err = newEtcdClient(s.peerEndpoints, cfg.EtcdTLS); err != nil {
+			local.Close()
+			return nil, fmt.Errorf("sidecar: connecting to etcd %v: %w", s.peerEndpoints, err)
+		}
+	}
+	s.routes()
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopPolling, s.pollingDone = cancel, make(chan struct{})
+	go s.pollHealth(ctx)
+	return s, nil
+}
+
+// Handler serves the sidecar's endpoints under absolute paths (/v1/...,
+// /healthz, /readyz, /metrics), so it can be mounted into another mux
+// (etcd-backup-restore's has its own /healthz and /metrics: mount /v1/ only).
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// ServeHTTP makes the Server itself a handler, so that code which closes
+// handlers that are io.Closers closes it too.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// Close stops polling and closes every etcd connection. It is safe to call
+// more than once.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.stopPolling()
+	<-s.pollingDone
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	errs := []error{s.local.Close()}
+	if s.peers != nil {
+		errs = append(errs, s.peers.Close())
+	}
+	for id, c := range s.memberConns {
+		errs = append(errs, c.client.Close())
+		delete(s.memberConns, id)
+	}
+	return ignoreCanceled(errors.Join(errs...))
+}
+
+// Serve answers on l until ctx ends, over TLS when tlsConfig is set, then
+// shuts down gracefully. It does not close the Server.
+func (s *Server) Serve(ctx context.Context, l net.Listener, tlsConfig *tls.Config) error {
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	if tlsConfig != nil {
+		l = tls.NewListener(l, tlsConfig)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(l) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("sidecar: serving on %s: %w", l.Addr(), err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("sidecar: shutting down: %w", err)
+	}
+	return nil
+}
+
+// ServerTLSConfig is the sidecar's server TLS: its certificate, and client
+// certificates verified against clientCAFile when given (GET endpoints work
+// without one; mutating calls need one).
+func ServerTLSConfig(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("loading the server certificate %s and key %s: %w", certFile, keyFile, err)
+	}
+	pool, err := loadCertPool(clientCAFile)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		ClientCAs:    pool,
+		ClientAuth:   tls.VerifyClientCertIfGiven,
+		MinVersion:   tls.VersionTLS12,
+	}, nil
+}
+
+// EtcdClientTLSConfig is a TLS client configuration for etcd from
+// etcd-backup-restore's flags (--cacert, --cert, --key,
+// --insecure-skip-tls-verify); every file is optional.
+func EtcdClientTLSConfig(caFile, certFile, keyFile string, insecureSkipVerify bool) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: insecureSkipVerify} //nolint:gosec // an explicit operator flag
+	if caFile != "" {
+		pool, err := loadCertPool(caFile)
+		if err != nil {
+			return nil, err
+		}
+		cfg.RootCAs = pool
+	}
+	if (certFile == "") != (keyFile == "") {
+		return nil, fmt.Errorf("etcd client certificate %q and key %q must be given together", certFile, keyFile)
+	}
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("loading the etcd client certificate %s and key %s: %w", certFile, keyFile, err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+func loadCertPool(file string) (*x509.CertPool, error) {
+	pemBytes, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("reading CA file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pemBytes) {
+		return nil, fmt.Errorf("CA file %s holds no PEM certificate", file)
+	}
+	return pool, nil
+}
+
+func newEtcdClient(endpoints []string, tlsConfig *tls.Config) (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{
+		Endpoints: endpoints,
+		TLS:       tlsConfig,
+		// The sidecar logs its own outcomes; the client's retry chatter
+		// about unreachable members would drown them.
+		Logger: zap.NewNop(),
+		// Bounded so that a request against a dead member fails within
+		// RequestTimeout instead of retrying its whole budget.
+		MaxUnaryRetries: 2,
+	})
+}
+
+func (s *Server) routes() {
+	mux := http.NewServeMux()
+	s.handle(mux, "GET /v1/members", "", false, s.listMembers)
+	s.handle(mux, "POST /v1/members", "add_learner", true, s.addLearner)
+	s.handle(mux, "POST /v1/members/{name}/promote", "promote", true, s.promote)
+	s.handle(mux, "DELETE /v1/members/{name}", "remove", true, s.remove)
+	s.handle(mux, "POST /v1/leader", "move_leader", true, s.moveLeader)
+	s.handle(mux, "POST /v1/lock", "acquire_lock", true, s.acquireLock)
+	s.handle(mux, "DELETE /v1/lock", "release_lock", true, s.releaseLock)
+	s.handle(mux, "PUT /v1/retired/{name}", "retire", true, s.retire)
+	s.handle(mux, "DELETE /v1/retired/{name}", "unretire", true, s.unretire)
+	s.handle(mux, "GET /healthz", "", false, func(*http.Request) (int, any, *Error) {
+		return http.StatusOK, map[string]string{"status": "ok"}, nil
+	})
+	s.handle(mux, "GET /readyz", "", false, s.readyz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
+	s.handle(mux, "/", "", false, func(r *http.Request) (int, any, *Error) {
+		return 0, nil, &Error{StatusCode: http.StatusNotFound, Reason: ReasonNotFound,
+			Message: fmt.Sprintf("no endpoint %s %s; see the sidecar package documentation for the API", r.Method, r.URL.Path)}
+	})
+	s.mux = mux
+}
+
+// handlerFunc answers a request with a status and a JSON body, or an Error.
+type handlerFunc func(r *http.Request) (int, any, *Error)
+
+// callInfo collects what a handler learned about a call, for its log line.
+type callInfo struct{ target string }
+
+type callInfoKey struct{}
+
+func setTarget(r *http.Request, target string) {
+	if ci, ok := r.Context().Value(callInfoKey{}).(*callInfo); ok {
+		ci.target = target
+	}
+}
+
+// handle wraps h with authentication (for mutating calls), the JSON answer,
+// metrics and a log line per mutating call.
+func (s *Server) handle(mux *http.ServeMux, pattern, operation string, mutating bool, h handlerFunc) {
+	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		ci := &callInfo{target: r.PathValue("name")}
+		r = r.WithContext(context.WithValue(r.Context(), callInfoKey{}, ci))
+		caller, authErr := s.authenticate(r)
+		var (
+			status int
+			body   any
+			apiErr *Error
+		)
+		if mutating && authErr != nil {
+			apiErr = authErr
+		} else {
+			status, body, apiErr = h(r)
+		}
+		reason := ReasonOK
+		if apiErr != nil {
+			status, reason = apiErr.StatusCode, apiErr.Reason
+			body = errorBody{Reason: apiErr.Reason, Message: apiErr.Message, RetryAfterSeconds: retryAfterSeconds(apiErr.RetryAfter)}
+			if apiErr.RetryAfter > 0 {
+				w.Header().Set("Retry-After", strconv.FormatInt(retryAfterSeconds(apiErr.RetryAfter), 10))
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		if err := json.NewEncoder(w).Encode(body); err != nil {
+			s.log.V(1).Info("writing the answer failed", "endpoint", pattern, "error", err.Error())
+		}
+		took := time.Since(start)
+		s.metrics.observe(pattern, operation, status, reason, took)
+		if mutating {
+			kv := []any{"caller", caller, "operation", operation, "target", ci.target, "code", status, "outcome", reason, "durationSeconds", took.Seconds()}
+			if apiErr != nil {
+				kv = append(kv, "message", apiErr.Message)
+			}
+			s.log.Info("membership call", kv...)
+		}
+	})
+}
+
+func retryAfterSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64(math.Ceil(d.Seconds()))
+}
+
+// authenticate names the caller by its client certificate's common name and
+// says whether it may mutate.
+func (s *Server) authenticate(r *http.Request) (string, *Error) {
+	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		if s.cfg.AllowUnauthenticated {
+			return "anonymous", nil
+		}
+		return "", &Error{StatusCode: http.StatusUnauthorized, Reason: ReasonUnauthorized,
+			Message: "membership changes need a client certificate signed by the sidecar's client CA"}
+	}
+	leaf := r.TLS.PeerCertificates[0]
+	if s.cfg.ClientCAs != nil {
+		inter := x509.NewCertPool()
+		for _, c := range r.TLS.PeerCertificates[1:] {
+			inter.AddCert(c)
+		}
+		_, err := leaf.Verify(x509.VerifyOptions{Roots: s.cfg.ClientCAs, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+		if err != nil {
+			return leaf.Subject.CommonName, &Error{StatusCode: http.StatusUnauthorized, Reason: ReasonUnauthorized,
+				Message: fmt.Sprintf("the client certificate %q is not signed by the sidecar's client CA: %v", leaf.Subject.CommonName, err)}
+		}
+	} else if len(r.TLS.VerifiedChains) == 0 {
+		return leaf.Subject.CommonName, &Error{StatusCode: http.StatusUnauthorized, Reason: ReasonUnauthorized,
+			Message: fmt.Sprintf("the client certificate %q was not verified; serve the sidecar with a client CA (tls.VerifyClientCertIfGiven)", leaf.Subject.CommonName)}
+	}
+	return leaf.Subject.CommonName, nil
+}
+
+// readyz answers whether the local member serves requests. It reads with a
+// serializable range (which learners serve too) instead of calling Status,
+// because a Status call on a member applying its own removal crashes it
+// (etcd issue 21966).
+func (s *Server) readyz(r *http.Request) (int, any, *Error) {
+	s.mu.Lock()
+	_, removing := s.removalsSent[s.localID]
+	removing = removing && s.localID != 0
+	s.mu.Unlock()
+	if removing {
+		return 0, nil, &Error{StatusCode: http.StatusServiceUnavailable, Reason: ReasonNotReady, Message: "the local member is being removed"}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.StatusTimeout)
+	defer cancel()
+	resp, err := s.local.Get(ctx, keyPrefix, clientv3.WithSerializable(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, nil, &Error{StatusCode: http.StatusServiceUnavailable, Reason: ReasonNotReady,
+			Message: fmt.Sprintf("the local etcd member %s does not answer: %v", s.cfg.Endpoints[0], err)}
+	}
+	s.noteLocalID(resp.Header.GetMemberId())
+	return http.StatusOK, map[string]string{"status": "ok", "memberID": formatID(resp.Header.GetMemberId())}, nil
+}
+
+func ignoreCanceled(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,205 @@
+package sidecar
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Reasons name why a call was refused. They are the "reason" field of every
+// error answer and the outcome label of the request metrics, so a controller
+// can branch on them and an operator can grep for them.
+const (
+	// ReasonOK is the outcome label of a successful call; it never appears
+	// in an error answer.
+	ReasonOK = "OK"
+	// ReasonMalformedRequest: the body is not one JSON object of the
+	// expected shape (bad JSON, an unknown field, trailing data).
+	ReasonMalformedRequest = "MalformedRequest"
+	// ReasonInvalidName: a member name or lock holder is empty or has
+	// characters outside [A-Za-z0-9._-].
+	ReasonInvalidName = "InvalidName"
+	// ReasonInvalidURL: a peer URL does not parse or is not http(s)://host:port.
+	ReasonInvalidURL = "InvalidURL"
+	// ReasonInvalidArgument: a field has a value the sidecar does not
+	// accept (a voter add, a lock TTL out of range, a missing header).
+	ReasonInvalidArgument = "InvalidArgument"
+	// ReasonUnauthorized: a mutating call came without a verified client
+	// certificate.
+	ReasonUnauthorized = "Unauthorized"
+	// ReasonNotFound: no such endpoint.
+	ReasonNotFound = "NotFound"
+	// ReasonMemberNotFound: the named member is not in the cluster.
+	ReasonMemberNotFound = "MemberNotFound"
+	// ReasonTooManyLearners: etcd refuses another learner (its
+	// --max-learners, 1 by default).
+	ReasonTooManyLearners = "TooManyLearners"
+	// ReasonPeerURLConflict: a requested peer URL belongs to another member.
+	ReasonPeerURLConflict = "PeerURLConflict"
+	// ReasonNameConflict: the requested name belongs to a member with other
+	// peer URLs.
+	ReasonNameConflict = "NameConflict"
+	// ReasonLearnerNotReady: the learner is behind the leader or has not
+	// been healthy long enough; retry after RetryAfter.
+	ReasonLearnerNotReady = "LearnerNotReady"
+	// ReasonQuorumAtRisk: after the change the healthy voters would be
+	// fewer than a quorum of the voters.
+	ReasonQuorumAtRisk = "QuorumAtRisk"
+	// ReasonIsLeader: the member to remove leads the cluster; move
+	// leadership first.
+	ReasonIsLeader = "IsLeader"
+	// ReasonNotVoter: leadership cannot move to a learner.
+	ReasonNotVoter = "NotVoter"
+	// ReasonMemberUnhealthy: the target member does not answer or is being
+	// removed, so leadership cannot move to it.
+	ReasonMemberUnhealthy = "MemberUnhealthy"
+	// ReasonUnhealthyCluster: etcd refused the reconfiguration (its strict
+	// reconfiguration check) or has no leader; retry after RetryAfter.
+	ReasonUnhealthyCluster = "UnhealthyCluster"
+	// ReasonMembershipChanged: the membership the caller planned from (its
+	// fingerprint) is not etcd's current membership.
+	ReasonMembershipChanged = "MembershipChanged"
+	// ReasonLockHeld: the membership lock is held by another holder.
+	ReasonLockHeld = "LockHeld"
+	// ReasonLockNotHeld: the caller named itself as lock holder but holds no
+	// lock (it expired or was never taken); acquire it again first.
+	ReasonLockNotHeld = "LockNotHeld"
+	// ReasonEtcdUnavailable: etcd did not answer in time or failed in a way
+	// that has no more specific reason.
+	ReasonEtcdUnavailable = "EtcdUnavailable"
+	// ReasonNotReady: the local etcd member does not answer (readyz).
+	ReasonNotReady = "NotReady"
+)
+
+// Headers a mutating call may carry.
+const (
+	// HeaderMembership carries the fingerprint of the membership a change
+	// was planned from; the sidecar refuses the change when it differs.
+	HeaderMembership = "X-Druid-Stretch-Membership"
+	// HeaderLockHolder names the caller as membership lock holder; the
+	// sidecar refuses the change unless that holder holds the lock.
+	HeaderLockHolder = "X-Druid-Stretch-Lock-Holder"
+)
+
+// MemberList is the answer of GET /v1/members: etcd's membership as seen
+// through this sidecar, with each member's health as polled by it.
+type MemberList struct {
+	ClusterID   string      `json:"clusterID"`
+	LeaderID    string      `json:"leaderID"`
+	Fingerprint string      `json:"fingerprint"`
+	Members     []Member    `json:"members"`
+	Lock        *LockStatus `json:"lock,omitempty"`
+	// Retired are the retirement records (PUT /v1/retired/{name}).
+	Retired []RetiredMember `json:"retired"`
+}
+
+// Member is one etcd member. ID is etcd's member ID in hex, as etcdctl
+// prints it. A learner that has not started yet has no name and no client
+// URLs: match it by peer URL.
+type Member struct {
+	ID         string   `json:"id"`
+	Name       string   `json:"name"`
+	PeerURLs   []string `json:"peerURLs"`
+	ClientURLs []string `json:"clientURLs"`
+	IsLearner  bool     `json:"isLearner"`
+	IsLeader   bool     `json:"isLeader"`
+	Healthy    bool     `json:"healthy"`
+	// Error says why the member is not healthy.
+	Error            string `json:"error,omitempty"`
+	RaftIndex        uint64 `json:"raftIndex"`
+	RaftAppliedIndex uint64 `json:"raftAppliedIndex"`
+	// BehindLeader is the leader's raft index minus this member's; for a
+	// member that does not answer it is the leader's whole index.
+	BehindLeader uint64 `json:"behindLeader"`
+	// HealthyForSeconds is how long this sidecar has seen the member
+	// healthy without interruption.
+	HealthyForSeconds float64 `json:"healthyForSeconds"`
+}
+
+// LockStatus names the membership lock holder and when its lease runs out.
+type LockStatus struct {
+	Holder           string `json:"holder"`
+	ExpiresInSeconds int64  `json:"expiresInSeconds"`
+}
+
+// AddMemberRequest is the body of POST /v1/members. Learner must be true:
+// voters join as learners and are promoted once caught up.
+type AddMemberRequest struct {
+	Name     string   `json:"name"`
+	PeerURLs []string `json:"peerURLs"`
+	Learner  bool     `json:"learner"`
+}
+
+// LeaderRequest is the body of POST /v1/leader.
+type LeaderRequest struct {
+	Name string `json:"name"`
+}
+
+// LockRequest is the body of POST /v1/lock.
+type LockRequest struct {
+	Holder     string `json:"holder"`
+	TTLSeconds int64  `json:"ttlSeconds"`
+}
+
+// ChangeResult answers a successful mutating membership call. Changed is
+// false when the call found its effect already in place (an idempotent
+// repeat) and changed nothing.
+type ChangeResult struct {
+	Member  Member `json:"member"`
+	Changed bool   `json:"changed"`
+}
+
+// Error is a refusal or failure answered by the sidecar; on the wire it is
+// {"reason","message","retryAfterSeconds"}. The client returns it as is, so
+// callers use errors.As or IsReason.
+type Error struct {
+	StatusCode int
+	Reason     string
+	Message    string
+	// RetryAfter is the sidecar's hint when the call may succeed later.
+	RetryAfter time.Duration
+}
+
+func (e *Error) Error() string {
+	s := fmt.Sprintf("sidecar answered %d %s: %s", e.StatusCode, e.Reason, e.Message)
+	if e.RetryAfter > 0 {
+		s += fmt.Sprintf(" (retry after %s)", e.RetryAfter)
+	}
+	return s
+}
+
+// IsReason reports whether err is (or wraps) a sidecar *Error with the given
+// reason.
+func IsReason(err error, reason string) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Reason == reason
+}
+
+// errorBody is the wire form of Error.
+type errorBody struct {
+	Reason            string `json:"reason"`
+	Message           string `json:"message"`
+	RetryAfterSeconds int64  `json:"retryAfterSeconds,omitempty"`
+}
+
+// Fingerprint identifies a membership by its member IDs and their learner
+// flags (not names, URLs or health, which change without a
+// reconfiguration): the first 16 hex characters of the SHA-256 of the sorted
+// lines "<id>:<voter|learner>" joined by newlines.
+func Fingerprint(members []Member) string {
+	lines := make([]string, 0, len(members))
+	for _, m := range members {
+		role := "voter"
+		if m.IsLearner {
+			role = "learner"
+		}
+		lines = append(lines, strings.ToLower(m.ID)+":"+role)
+	}
+	sort.Strings(lines)
+	sum := sha256.Sum256([]byte(strings.Join(lines, "\n")))
+	return hex.EncodeToString(sum[:])[:16]
+}

@@ -1,0 +1,93 @@
+package sidecar
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+)
+
+// maxBodyBytes bounds request bodies: the largest valid body is a few hundred
+// bytes, so anything near this is garbage.
+const maxBodyBytes = 64 << 10
+
+// maxNameLength follows Kubernetes' DNS subdomain limit: member names are
+// built from pod names.
+const maxNameLength = 253
+
+// validateName accepts names that etcd-druid can produce (pod names with a
+// prefix) and that are safe in a URL path and in logs.
+func validateName(field, name string) *Error {
+	if name == "" {
+		return badRequest(ReasonInvalidName, "%s is empty", field)
+	}
+	if len(name) > maxNameLength {
+		return badRequest(ReasonInvalidName, "%s is %d characters long, the limit is %d", field, len(name), maxNameLength)
+	}
+	for i, c := range name {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_'
+		if !ok {
+			return badRequest(ReasonInvalidName, "%s %q has the character %q at position %d; allowed are letters, digits, '-', '.' and '_'", field, name, c, i)
+		}
+	}
+	return nil
+}
+
+// validatePeerURLs accepts what etcd accepts as advertised peer URLs:
+// http or https, a host and a port, nothing else.
+func validatePeerURLs(urls []string) *Error {
+	if len(urls) == 0 {
+		return badRequest(ReasonInvalidURL, "peerURLs is empty; give at least one http(s)://host:port")
+	}
+	seen := map[string]bool{}
+	for i, raw := range urls {
+		field := fmt.Sprintf("peerURLs[%d]", i)
+		u, err := url.Parse(raw)
+		if err != nil {
+			return badRequest(ReasonInvalidURL, "%s %q does not parse: %v", field, raw, err)
+		}
+		if u.Scheme != "http" && u.Scheme != "https" {
+			return badRequest(ReasonInvalidURL, "%s %q has scheme %q; want http or https", field, raw, u.Scheme)
+		}
+		if u.Opaque != "" || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+			return badRequest(ReasonInvalidURL, "%s %q must be scheme://host:port without user, path, query or fragment", field, raw)
+		}
+		host, port, err := net.SplitHostPort(u.Host)
+		if err != nil || host == "" {
+			return badRequest(ReasonInvalidURL, "%s %q needs a host and a port", field, raw)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return badRequest(ReasonInvalidURL, "%s %q has port %q; want 1-65535", field, raw, port)
+		}
+		if seen[raw] {
+			return badRequest(ReasonInvalidURL, "%s %q is listed twice", field, raw)
+		}
+		seen[raw] = true
+	}
+	return nil
+}
+
+// decodeJSON reads exactly one JSON object into v, refusing unknown fields
+// so that a typo in a field name is an error and not a silent default.
+func decodeJSON(r *http.Request, v any) *Error {
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxBodyBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if errors.Is(err, io.EOF) {
+			return badRequest(ReasonMalformedRequest, "the request body is empty; want a JSON object")
+		}
+		return badRequest(ReasonMalformedRequest, "the request body is not valid: %v", err)
+	}
+	if err := dec.Decode(&struct{}{}); !errors.Is(err, io.EOF) {
+		return badRequest(ReasonMalformedRequest, "the request body has data after the JSON object")
+	}
+	return nil
+}
+
+func badRequest(reason, format string, args ...any) *Error {
+	return &Error{StatusCode: http.StatusBadRequest, Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
