@@ -153,7 +153,7 @@ func (s *Server) checkLock(ctx context.Context, r *http.Request, v *view) *Error
 
 func (s *Server) readLock(ctx context.Context) (*mvccpb.KeyValue, error) {
 	var resp *clientv3.GetResponse
-	err := s.withCluster(ctx, func(c *clientv3.Client) (err error) {
+	err := s.readCluster(ctx, func(c *clientv3.Client) (err error) {
 		resp, err = c.Get(ctx, lockKey)
 		return err
 	})
@@ -184,7 +184,7 @@ func (s *Server) lockStatus(ctx context.Context, kv *mvccpb.KeyValue) *LockStatu
 		return st
 	}
 	var ttl *clientv3.LeaseTimeToLiveResponse
-	err := s.withCluster(ctx, func(c *clientv3.Client) (err error) {
+	err := s.readCluster(ctx, func(c *clientv3.Client) (err error) {
 		ttl, err = c.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
 		return err
 	})

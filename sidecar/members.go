@@ -267,15 +267,21 @@ func (s *Server) removalClient(v *view, target *memberView) (*clientv3.Client, *
 // its own removal (etcd issue 21966). The returned undo clears the mark
 // after a definite refusal.
 func (s *Server) writeTombstone(ctx context.Context, id uint64) (func(), *Error) {
-	ttl := int64(max(s.cfg.TombstoneTTL/time.Second, 1))
-	var lease *clientv3.LeaseGrantResponse
-	err := s.withCluster(ctx, func(c *clientv3.Client) (err error) {
-		if lease, err = c.Grant(ctx, ttl); err != nil {
-			return err
+	key := tombstonePrefix + formatID(id)
+	var err error
+	for attempt := 0; attempt < 2; attempt++ {
+		var lease clientv3.LeaseID
+		if lease, err = s.tombstoneLease(ctx, attempt > 0); err != nil {
+			break
 		}
-		_, err = c.Put(ctx, tombstonePrefix+formatID(id), time.Now().UTC().Format(time.RFC3339), clientv3.WithLease(lease.ID))
-		return err
-	})
+		err = s.withCluster(ctx, func(c *clientv3.Client) error {
+			_, err := c.Put(ctx, key, time.Now().UTC().Format(time.RFC3339), clientv3.WithLease(lease))
+			return err
+		})
+		if !isEtcdError(err, rpctypes.ErrGRPCLeaseNotFound) {
+			break
+		}
+	}
 	if err != nil {
 		return nil, etcdError("writing the removal tombstone", err)
 	}
@@ -291,9 +297,43 @@ func (s *Server) writeTombstone(ctx context.Context, id uint64) (func(), *Error)
 		s.mu.Lock()
 		delete(s.removalsSent, id)
 		s.mu.Unlock()
-		s.revokeLease(context.WithoutCancel(ctx), lease.ID)
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.RequestTimeout)
+		defer cancel()
+		err := s.withCluster(dctx, func(c *clientv3.Client) error {
+			_, err := c.Delete(dctx, key)
+			return err
+		})
+		if err != nil {
+			s.log.V(1).Info("deleting a tombstone failed; it expires on its own", "key", key, "error", err.Error())
+		}
 	}
 	return undo, nil
+}
+
+// tombstoneLease is one lease shared by this sidecar's tombstones while it
+// has at least half of TombstoneTTL left, which saves a lease grant (a round
+// trip to the leader) on most removals.
+func (s *Server) tombstoneLease(ctx context.Context, fresh bool) (clientv3.LeaseID, error) {
+	s.mu.Lock()
+	l := s.tombstones
+	s.mu.Unlock()
+	if !fresh && l.id != 0 && time.Since(l.granted) < s.cfg.TombstoneTTL/2 {
+		return l.id, nil
+	}
+	ttl := int64(max(s.cfg.TombstoneTTL/time.Second, 1))
+	var lease *clientv3.LeaseGrantResponse
+	granted := time.Now()
+	err := s.withCluster(ctx, func(c *clientv3.Client) (err error) {
+		lease, err = c.Grant(ctx, ttl)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	s.tombstones = tombstoneLease{id: lease.ID, granted: granted}
+	s.mu.Unlock()
+	return lease.ID, nil
 }
 
 // afterRemoval drops the removed member from the fallback client at once,

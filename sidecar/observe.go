@@ -16,6 +16,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/connectivity"
 )
 
 // Keys the sidecars keep in the etcd cluster they manage: the one store that
@@ -131,13 +132,13 @@ func (s *Server) observe(ctx context.Context, o observeOptions) (*view, error) {
 		wg            sync.WaitGroup
 	)
 	wg.Go(func() {
-		listErr = s.withCluster(ctx, func(c *clientv3.Client) (err error) {
+		listErr = s.readCluster(ctx, func(c *clientv3.Client) (err error) {
 			list, err = c.MemberList(ctx)
 			return err
 		})
 	})
 	wg.Go(func() {
-		lErr = s.withCluster(ctx, func(c *clientv3.Client) (err error) {
+		lErr = s.readCluster(ctx, func(c *clientv3.Client) (err error) {
 			lock, err = c.Get(ctx, lockKey)
 			return err
 		})
@@ -208,7 +209,7 @@ func (s *Server) readTombstones(ctx context.Context) ([]*mvccpb.KeyValue, error)
 	_, localRemoving := s.removalsSent[s.localID]
 	localRemoving = localRemoving && s.localID != 0
 	s.mu.Unlock()
-	if !localRemoving {
+	if !localRemoving && s.local.ActiveConnection().GetState() != connectivity.TransientFailure {
 		lctx, cancel := context.WithTimeout(ctx, s.cfg.StatusTimeout)
 		resp, err := s.local.Get(lctx, tombstonePrefix, clientv3.WithPrefix(), clientv3.WithSerializable())
 		cancel()
@@ -217,7 +218,7 @@ func (s *Server) readTombstones(ctx context.Context) ([]*mvccpb.KeyValue, error)
 		}
 	}
 	var resp *clientv3.GetResponse
-	err := s.withCluster(ctx, func(c *clientv3.Client) (err error) {
+	err := s.readCluster(ctx, func(c *clientv3.Client) (err error) {
 		resp, err = c.Get(ctx, tombstonePrefix, clientv3.WithPrefix())
 		return err
 	})
@@ -467,6 +468,21 @@ func (s *Server) withCluster(ctx context.Context, fn func(c *clientv3.Client) er
 		return fmt.Errorf("the local member is a learner and serves no membership calls, and no voter is known; list voters' client URLs after the local one in the endpoints: %w", err)
 	}
 	return fn(peers)
+}
+
+// readCluster is withCluster for reads, which also go to the other voters
+// while the connection to the local member is down (its process stopped, or
+// it was removed): without this a read would wait for its whole timeout on
+// a member that cannot answer. A read applies nothing, so where it goes does
+// not matter for safety.
+func (s *Server) readCluster(ctx context.Context, fn func(c *clientv3.Client) error) error {
+	s.mu.Lock()
+	peers := s.peers
+	s.mu.Unlock()
+	if peers != nil && s.local.ActiveConnection().GetState() == connectivity.TransientFailure {
+		return fn(peers)
+	}
+	return s.withCluster(ctx, fn)
 }
 
 // learnLocalID asks the local member for its ID once, with a serializable

@@ -143,7 +143,7 @@ func (s *Server) unretire(r *http.Request) (int, any, *Error) {
 // retiredMembers reads every retirement record, sorted by name.
 func (s *Server) retiredMembers(ctx context.Context) ([]RetiredMember, error) {
 	var resp *clientv3.GetResponse
-	err := s.withCluster(ctx, func(c *clientv3.Client) (err error) {
+	err := s.readCluster(ctx, func(c *clientv3.Client) (err error) {
 		resp, err = c.Get(ctx, retiredPrefix, clientv3.WithPrefix())
 		return err
 	})

@@ -148,6 +148,17 @@ func runSequence(t *testing.T, tc *testCluster, newSite string) {
 	g.Expect(again.Changed).To(BeFalse())
 	g.Expect(tc.membership(g, via)).To(Equal(removed))
 
+	// The removed member's etcd exits; its sidecar turns unready but still
+	// answers reads from the voters it knew.
+	gone := tc.client(tc.r.Member(target))
+	g.Eventually(func(g Gomega) {
+		g.Expect(gone.Ready(ctx)).NotTo(Succeed())
+		l, err := gone.Members(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(memberByName(l, target)).To(BeNil())
+		g.Expect(l.Members).To(HaveLen(3))
+	}).WithTimeout(30 * time.Second).WithPolling(250 * time.Millisecond).Should(Succeed())
+
 	// Move leadership to the new member; a repeat finds it leading.
 	list, err = c.Members(ctx)
 	g.Expect(err).NotTo(HaveOccurred())

@@ -30,7 +30,8 @@
 // holder holds the lock). Without those headers the checks are skipped, so an
 // operator can still act with curl; the controller always sends both. A call
 // whose effect is already in place answers success with "changed": false
-// before these checks, since it changes nothing.
+// even with a stale fingerprint, since it changes nothing (the lock is still
+// checked). Membership changes go through one at a time per sidecar.
 package sidecar
 
 import (
@@ -154,9 +155,16 @@ type Server struct {
 	memberConns   map[uint64]*memberConn
 	healthySince  map[uint64]time.Time
 	removalsSent  map[uint64]time.Time // member ID -> until when it stays unpolled
+	tombstones    tombstoneLease
 
 	stopPolling context.CancelFunc
 	pollingDone chan struct{}
+}
+
+// tombstoneLease is the lease this sidecar attaches its tombstones to.
+type tombstoneLease struct {
+	id      clientv3.LeaseID
+	granted time.Time
 }
 
 // New connects to etcd (lazily: etcd need not be up yet) and starts the

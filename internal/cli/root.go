@@ -36,6 +36,8 @@ func newRootCommand() *cobra.Command {
 	root.AddCommand(
 		// subcommands are added here, one constructor per file
 		newSidecarCommand(),
+		newMigrateCommand(),
+		newControllerCommand(),
 	)
 	return root
 }

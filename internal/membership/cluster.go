@@ -40,6 +40,9 @@ type Config struct {
 	// ObserveTimeout bounds one GET /v1/members (default 5 s; the sidecar
 	// polls every member with a 1 s limit).
 	ObserveTimeout time.Duration
+	// ObserveStagger is how long Observe waits for one sidecar before it
+	// asks the next one as well (default 1 s).
+	ObserveStagger time.Duration
 	// CallTimeout bounds one mutating call (default 30 s, longer than the
 	// sidecar's own etcd timeout, so that its answer arrives rather than a
 	// client timeout that leaves the outcome unknown).
@@ -65,6 +68,9 @@ type Config struct {
 func (c *Config) setDefaults() {
 	if c.ObserveTimeout <= 0 {
 		c.ObserveTimeout = 5 * time.Second
+	}
+	if c.ObserveStagger <= 0 {
+		c.ObserveStagger = time.Second
 	}
 	if c.CallTimeout <= 0 {
 		c.CallTimeout = 30 * time.Second
@@ -227,26 +233,84 @@ func (o *Observation) LockedBy(holder string) bool {
 	return o.List.Lock != nil && o.List.Lock.Holder == holder
 }
 
-// Observe asks the sidecars one after the other, in the order of the hint
-// (healthy members first, then the given order, departing members and those
-// that failed recently last), and returns the first answer.
+// Observe asks the sidecars in the order of the hint (healthy members
+// first, then the given order, departing members and those that failed
+// recently last) and returns the first answer. A sidecar that has not
+// answered within ObserveStagger gets company: the next one is asked too, and
+// whichever answers first wins, so one hanging sidecar (a pod that is not
+// serving yet) delays an observation by the stagger, not by a timeout. A
+// sidecar overtaken that way counts as failed for FailureMemory.
 func (c *Cluster) Observe(ctx context.Context, endpoints []Endpoint, hint Hint) (*Observation, error) {
-	var failures []EndpointError
-	for _, e := range c.order(endpoints, hint) {
-		callCtx, cancel := context.WithTimeout(ctx, c.cfg.ObserveTimeout)
-		list, err := c.client(e.URL).Members(callCtx)
-		cancel()
-		if err == nil {
-			c.noteFailure(e, false)
-			return &Observation{List: list, Via: e, At: time.Now(), Failures: failures}, nil
-		}
-		if ctx.Err() != nil {
+	order := c.order(endpoints, hint)
+	if len(order) == 0 {
+		return nil, &UnreachableError{}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type answer struct {
+		i    int
+		list *sidecar.MemberList
+		err  error
+	}
+	answers := make(chan answer, len(order))
+	launched, inFlight := 0, 0
+	launch := func() {
+		i := launched
+		launched++
+		inFlight++
+		go func() {
+			callCtx, done := context.WithTimeout(ctx, c.cfg.ObserveTimeout)
+			defer done()
+			list, err := c.client(order[i].URL).Members(callCtx)
+			answers <- answer{i: i, list: list, err: err}
+		}()
+	}
+	launch()
+	stagger := time.NewTimer(c.cfg.ObserveStagger)
+	defer stagger.Stop()
+	failed := map[int]error{}
+	for inFlight > 0 || launched < len(order) {
+		select {
+		case a := <-answers:
+			inFlight--
+			if a.err == nil {
+				c.noteFailure(order[a.i], false)
+				for i := range launched {
+					if _, done := failed[i]; !done && i != a.i {
+						c.noteFailure(order[i], true) // overtaken: slow
+					}
+				}
+				obs := &Observation{List: a.list, Via: order[a.i], At: time.Now()}
+				for i := range launched {
+					if err, ok := failed[i]; ok {
+						obs.Failures = append(obs.Failures, EndpointError{Endpoint: order[i], Err: err})
+					}
+				}
+				return obs, nil
+			}
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("observing the cluster: %w", ctx.Err())
+			}
+			failed[a.i] = a.err
+			c.noteFailure(order[a.i], true)
+			if launched < len(order) {
+				launch() // a refusal is an answer: no need to wait for the stagger
+				stagger.Reset(c.cfg.ObserveStagger)
+			}
+		case <-stagger.C:
+			if launched < len(order) {
+				launch()
+			}
+			stagger.Reset(c.cfg.ObserveStagger)
+		case <-ctx.Done():
 			return nil, fmt.Errorf("observing the cluster: %w", ctx.Err())
 		}
-		c.noteFailure(e, true)
-		failures = append(failures, EndpointError{Endpoint: e, Err: err})
 	}
-	return nil, &UnreachableError{Failures: failures}
+	u := &UnreachableError{}
+	for i := range order {
+		u.Failures = append(u.Failures, EndpointError{Endpoint: order[i], Err: failed[i]})
+	}
+	return nil, u
 }
 
 // order sorts the endpoints by preference, keeping the given order among

@@ -8,20 +8,22 @@ package planner
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
 // Member is one etcd member as the caller observed it.
 type Member struct {
-	// ID is etcd's member ID, as the caller prints it.
+	// ID is etcd's member ID, as the caller prints it; steps carry it back.
 	ID string
-	// Name is etcd's member name; empty for a learner that has not started yet.
-	Name string
-	// PeerURLs are the member's peer URLs; an unstarted learner is matched to
-	// its Want by them.
+	// Name is etcd's member name; empty for a learner that has not started
+	// yet. Such a learner is matched to its Want by peer URL; a caller that
+	// recognises another unstarted member may fill in its Name.
+	Name     string
 	PeerURLs []string
 	// Side is the group the member belongs to: "local"/"external" for the
-	// controller, a host group for standalone rebalancing.
+	// controller, a host group for standalone rebalancing. For a member in
+	// Desired.Add, its Want's Side counts.
 	Side string
 	// Learner and Leader are the member's raft roles.
 	Learner, Leader bool
@@ -29,7 +31,8 @@ type Member struct {
 	Healthy bool
 	// CaughtUp means a learner is close enough to the leader to be promoted.
 	CaughtUp bool
-	// HealthyFor is how long the member has been healthy without a break.
+	// HealthyFor is how long the member has been healthy without a break;
+	// compared with Policy.MinHealthyFor.
 	HealthyFor time.Duration
 	// NoProgressFor is, for a learner, how long its raft index has not advanced
 	// (for an unstarted learner: how long ago it was added); 0 while advancing.
@@ -67,9 +70,11 @@ type Desired struct {
 // Policy holds the timings and limits Next works with. A zero field takes the
 // value DefaultPolicy gives it.
 type Policy struct {
-	// MinHealthyBeforePromote is how long a learner must have been healthy
-	// before it is promoted.
-	MinHealthyBeforePromote time.Duration
+	// MinHealthyFor is how long a member must have been healthy before it
+	// counts: a learner before its promotion, the voters that stay before a
+	// removal. etcd's strict reconfiguration check counts members connected
+	// this long (5 s) and refuses a removal otherwise.
+	MinHealthyFor time.Duration
 	// LearnerProgressTimeout is how long a learner may fail to advance before
 	// it is removed again. It must cover a snapshot transfer, during which the
 	// learner's index does not move.
@@ -81,13 +86,13 @@ type Policy struct {
 // DefaultPolicy returns etcd's own figures: strict reconfiguration counts a
 // member after 5 s connected, and etcd allows one learner.
 func DefaultPolicy() Policy {
-	return Policy{MinHealthyBeforePromote: 5 * time.Second, LearnerProgressTimeout: 5 * time.Minute, MaxLearners: 1}
+	return Policy{MinHealthyFor: 5 * time.Second, LearnerProgressTimeout: 5 * time.Minute, MaxLearners: 1}
 }
 
 func (p Policy) withDefaults() Policy {
 	d := DefaultPolicy()
-	if p.MinHealthyBeforePromote <= 0 {
-		p.MinHealthyBeforePromote = d.MinHealthyBeforePromote
+	if p.MinHealthyFor <= 0 {
+		p.MinHealthyFor = d.MinHealthyFor
 	}
 	if p.LearnerProgressTimeout <= 0 {
 		p.LearnerProgressTimeout = d.LearnerProgressTimeout
@@ -152,7 +157,19 @@ func (s Step) String() string {
 	return fmt.Sprintf("%s %s [%s]: %s", s.Kind, s.Member, s.Rule, s.Reason)
 }
 
-// Next returns the single next step from obs toward want.
+// Next returns the single next step from obs toward want. It decides in this
+// order, each rule of DESIGN.md enforced where it decides:
+//
+//   - a desired membership that contradicts itself: Wait (rule 9 for retired names);
+//   - the target reached: Done;
+//   - no leader, or a voter that stays is down: Wait; a departing voter that is
+//     down: Remove, if a healthy quorum stays (rules 1, 4);
+//   - a learner we no longer want: Remove (rule 9);
+//   - our learner: stuck, Remove (rule 8); not ready, Wait (rule 3); ready,
+//     Promote, after MoveLeader if the promotion makes a tie (rule 6);
+//   - otherwise one add or one removal, interleaved (rule 6), keeping quorum
+//     (rule 4), leader last (rule 5), one learner (rule 2), and never touching
+//     an unmanaged member (rule 7).
 func Next(obs Observed, want Desired, p Policy) Step {
 	p = p.withDefaults()
 	if s, bad := checkDesired(want); bad {
@@ -165,7 +182,7 @@ func Next(obs Observed, want Desired, p Policy) Step {
 	if v.reached() {
 		return Step{Kind: Done, Rule: RuleTargetReached, Reason: "target reached: " + Describe(obs.Members) + v.unmanagedNote()}
 	}
-	if s, blocked := v.healthGate(); blocked {
+	if s, blocked := v.healthGate(p); blocked {
 		return s
 	}
 	for _, l := range v.learners {
@@ -225,7 +242,7 @@ func checkDesired(want Desired) (Step, bool) {
 
 // healthGate holds every change until the cluster has a leader and every voter
 // answers, except the removal of a departing voter that is down.
-func (v *view) healthGate() (Step, bool) {
+func (v *view) healthGate(p Policy) (Step, bool) {
 	// Rule 1: without a leader nothing commits, and a change made while a voter
 	// is down spends the failure the cluster could otherwise survive.
 	if v.leader == nil {
@@ -248,11 +265,13 @@ func (v *view) healthGate() (Step, bool) {
 	}
 	// Rule 1's exception: a departing voter that is down only weighs on the
 	// quorum; removing it heals the cluster, provided the rest keeps a healthy quorum.
-	return v.removeVoter(down, RuleHealthyCluster, fmt.Sprintf("departing voter %s is down; removing it heals the cluster", down.label())), true
+	return v.removeVoter(down, p, RuleHealthyCluster, fmt.Sprintf("departing voter %s is down; removing it heals the cluster", down.label())), true
 }
 
 // learnerStep promotes, waits for or removes the learner we own.
 func (v *view) learnerStep(p Policy) (Step, bool) {
+	// Rule 1: a learner of ours is an add still in flight; nothing else
+	// changes until it is promoted or removed.
 	for _, l := range v.learners {
 		if l.role != owned {
 			continue
@@ -266,10 +285,11 @@ func (v *view) learnerStep(p Policy) (Step, bool) {
 			return waitStep(RuleReadyLearner, "WaitingForLearner: %s is not answering yet", l.label()), true
 		case !l.CaughtUp:
 			return waitStep(RuleReadyLearner, "WaitingForLearner: %s is catching up with the leader", l.label()), true
-		case l.HealthyFor < p.MinHealthyBeforePromote:
+		case l.HealthyFor < p.MinHealthyFor:
 			// Rule 3: etcd's strict reconfiguration check counts a member only
-			// after 5 s connected; a voter promoted sooner blocks the next removal.
-			return waitStep(RuleReadyLearner, "WaitingForLearner: %s healthy for %s of %s", l.label(), l.HealthyFor, p.MinHealthyBeforePromote), true
+			// after 5 s connected; a voter promoted sooner blocks the next removal
+			// for up to 5 s, prolonging the n+1 (and any tie) by as much.
+			return waitStep(RuleReadyLearner, "WaitingForLearner: %s healthy for %s of %s", l.label(), l.HealthyFor, p.MinHealthyFor), true
 		}
 		after := v.voterCounts()
 		after[l.Side]++
@@ -308,26 +328,30 @@ func (v *view) change(p Policy) Step {
 		removeNext = false // rule 5: nobody could take over from the leader yet; a new member will
 	}
 	if removeNext {
-		return v.removeVoter(rm, RuleInterleave, fmt.Sprintf("%s is departing", rm.label()))
+		return v.removeVoter(rm, p, RuleInterleave, fmt.Sprintf("%s is departing", rm.label()))
 	}
 	return v.addLearner(add, p)
 }
 
 // removeVoter removes e once quorum and leadership allow it.
-func (v *view) removeVoter(e *member, rule, why string) Step {
+func (v *view) removeVoter(e *member, p Policy, rule, why string) Step {
 	after := v.countsWithout(e)
 	left, healthy := 0, 0
 	for _, m := range v.voters {
 		if m != e {
 			left++
-			if m.Healthy {
+			if m.Healthy && m.HealthyFor >= p.MinHealthyFor {
 				healthy++
 			}
 		}
 	}
-	// Rule 4: the voters that stay must still commit on their own.
-	if left == 0 || healthy < quorum(left) {
-		return waitStep(RuleQuorum, "WaitingForQuorum: removing %s would leave %d healthy of %d voters, below a quorum of %d", e.label(), healthy, left, quorum(left))
+	// Rule 4: the voters that stay must still commit on their own; etcd's
+	// strict reconfiguration check counts only those connected for 5 s.
+	if left == 0 {
+		return waitStep(RuleQuorum, "WaitingForQuorum: %s is the last voter", e.label())
+	}
+	if healthy < quorum(left) {
+		return waitStep(RuleQuorum, "WaitingForQuorum: removing %s would leave %d of %d voters healthy for %s, below a quorum of %d", e.label(), healthy, left, p.MinHealthyFor, quorum(left))
 	}
 	if e.Leader {
 		// Rule 5: removing the leader leaves the cluster leaderless for an
@@ -354,7 +378,7 @@ func (v *view) removeVoter(e *member, rule, why string) Step {
 //     MoveLeader across sites alone is 0.6 s;
 //   - the moment the tie ends, the leader already sits in the new majority, so
 //     commits turn local at once; moving afterwards would leave the old leader
-//     in a one-member minority, committing across sites, until a further 0.6 s
+//     in the minority, committing across sites, until a further 0.6 s
 //     MoveLeader completes, and a cut between the sides in that window costs an
 //     election (1.5-2.4 s without a leader measured);
 //   - MoveLeader drops forwarded proposals while it runs, so it must happen once
@@ -393,7 +417,7 @@ func (v *view) addLearner(w *Want, p Policy) Step {
 			return waitStep(RuleValidTarget, "PeerURLConflict: %s%s already uses a peer URL of %s", m.label(), m.roleNote(), w.Name)
 		}
 	}
-	return Step{Kind: AddLearner, Member: w.Name, PeerURLs: w.PeerURLs, Rule: RuleInterleave,
+	return Step{Kind: AddLearner, Member: w.Name, PeerURLs: slices.Clone(w.PeerURLs), Rule: RuleInterleave,
 		Reason: fmt.Sprintf("%s joins side %s as a learner", w.Name, w.Side)}
 }
 

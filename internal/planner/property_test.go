@@ -16,7 +16,7 @@ var (
 )
 
 // simPolicy is the policy the model runs with; one simulated second passes per step.
-var simPolicy = Policy{MinHealthyBeforePromote: 5 * time.Second, LearnerProgressTimeout: 20 * time.Second, MaxLearners: 1}
+var simPolicy = Policy{MinHealthyFor: 5 * time.Second, LearnerProgressTimeout: 20 * time.Second, MaxLearners: 1}
 
 // simMember is a model etcd member with the faults the model plays.
 type simMember struct {
@@ -39,10 +39,10 @@ type sim struct {
 	nextID  int
 	stuckOK map[string]bool // names whose first learner is stuck (rule 8 then retries)
 
-	unmanagedAtStart  map[string]Member
-	twoSides          bool
-	targetHolder      string // the side holding the majority in the target, "" if none
-	refused           bool   // the target re-adds a retired name
+	unmanagedAtStart map[string]Member
+	twoSides         bool
+	targetHolder     string // the side holding the majority in the target, "" if none
+	refused          bool   // the target re-adds a retired name
 
 	configs  []config // one per voter configuration, in order
 	steps    []string
@@ -69,7 +69,7 @@ func TestPropertyRandomClusters(t *testing.T) {
 	}
 	t.Logf("seed %d (rerun with -planner.seed=%d)", seed, seed)
 	rng := rand.New(rand.NewSource(seed))
-	var totalSteps, maxSteps, moves, ties, leaderMoves int
+	var totalSteps, maxSteps, twoSided, moves, ties, leaderMoves int
 	ruleSeen := map[string]int{}
 	for run := 0; run < *propertyRuns && !t.Failed(); run++ {
 		s := newScenario(t, rng)
@@ -79,13 +79,16 @@ func TestPropertyRandomClusters(t *testing.T) {
 		for r, c := range s.ruleSeen {
 			ruleSeen[r] += c
 		}
+		if s.twoSides {
+			twoSided++
+		}
 		m, ti := s.majorityMoves()
 		moves += m
 		ties += ti
 		leaderMoves += s.count(MoveLeader, 0, len(s.configs))
 	}
-	t.Logf("%d clusters, %d steps (longest run %d), %d majority moves through %d ties, %d leader moves",
-		*propertyRuns, totalSteps, maxSteps, moves, ties, leaderMoves)
+	t.Logf("%d clusters (%d on two sides), %d steps (longest run %d), %d majority moves through %d ties, %d leader moves in all",
+		*propertyRuns, twoSided, totalSteps, maxSteps, moves, ties, leaderMoves)
 	t.Logf("steps by rule: %v", ruleSeen)
 }
 
@@ -255,6 +258,9 @@ func (s *sim) apply(st Step) {
 			s.fail("%s names %q but acts on %q", st.Kind, st.Member, target.name)
 		}
 	}
+	if st.Kind == AddLearner || st.Kind == Promote || (st.Kind == Remove && target.Healthy) {
+		s.checkHealthy(st)
+	}
 	switch st.Kind {
 	case Wait:
 	case AddLearner:
@@ -278,7 +284,7 @@ func (s *sim) apply(st Step) {
 			s.fail("rule 2: %d learners", n)
 		}
 	case Promote:
-		if !target.Learner || !target.Healthy || !target.CaughtUp || target.HealthyFor < simPolicy.MinHealthyBeforePromote {
+		if !target.Learner || !target.Healthy || !target.CaughtUp || target.HealthyFor < simPolicy.MinHealthyFor {
 			s.fail("rule 3: promoted %s that was not ready (%+v)", target.name, target.Member)
 		}
 		target.Learner = false
@@ -299,11 +305,35 @@ func (s *sim) apply(st Step) {
 		}
 		s.members = slices.DeleteFunc(s.members, func(m *simMember) bool { return m == target })
 		if !target.Learner {
+			// etcd's strict reconfiguration check: the voters left that have been
+			// connected for 5 s must form a quorum, or etcd refuses the removal.
+			settled := 0
+			for _, m := range s.voters() {
+				if m.Healthy && m.HealthyFor >= 5*time.Second {
+					settled++
+				}
+			}
+			if settled < quorum(len(s.voters())) {
+				s.fail("rule 4: etcd would refuse %s: %d of %d voters left connected for 5 s", st, settled, len(s.voters()))
+			}
 			s.recordConfig()
 			s.configs[len(s.configs)-1].downRemoved = !target.Healthy
 		}
 	default:
 		s.fail("unknown step %q", st.Kind)
+	}
+}
+
+// checkHealthy asserts rule 1 before a change: a leader, and every voter
+// answering (only a departing voter that is down may be removed without).
+func (s *sim) checkHealthy(st Step) {
+	for _, m := range s.voters() {
+		if !m.Healthy {
+			s.fail("rule 1: %s while voter %s is down", st, m.name)
+		}
+	}
+	if s.leader() == nil {
+		s.fail("rule 1: %s without a leader", st)
 	}
 }
 
@@ -446,7 +476,7 @@ func (s *sim) checkMajorityMoves() {
 			}
 			// Leadership moves before the tie, unless the incoming side had no
 			// voter then that stays.
-			if k == MoveLeader && s.configs[from].staying[s.targetHolder] > 0 {
+			if k == MoveLeader && s.configs[from].staying[s.targetHolder] > 0 && !elected {
 				s.fail("rule 6: %s moving the leader during the tie", name)
 			}
 		}

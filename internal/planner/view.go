@@ -28,7 +28,7 @@ type view struct {
 	voters   []*member
 	learners []*member
 	leader   *member
-	missing  []*Want // targets that are not members yet, in the order to add them
+	missing  []*Want // targets that are not members yet, in the order of Desired.Add
 	// goal is the side that holds the majority once the target is reached;
 	// when no side will, the side that holds it now, if any.
 	goal string
@@ -100,17 +100,6 @@ func newView(obs Observed, want Desired) (*view, Step, bool) {
 	slices.SortFunc(v.members, byName)
 	slices.SortFunc(v.voters, byName)
 	slices.SortFunc(v.learners, byName)
-	// Adding on the goal side first moves the majority there monotonically, so
-	// it passes through one tie only.
-	slices.SortStableFunc(v.missing, func(a, b *Want) int {
-		if (a.Side == v.goal) != (b.Side == v.goal) {
-			if a.Side == v.goal {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.Name, b.Name)
-	})
 	return v, Step{}, false
 }
 
@@ -128,12 +117,11 @@ func (v *view) reached() bool {
 }
 
 // nextRemoval is the departing voter to remove next: one off the goal side,
-// from the largest other side, not the leader while another will do.
+// and not the leader while another will do.
 func (v *view) nextRemoval() *member {
-	counts := v.voterCounts()
 	var best *member
 	rank := func(m *member) []int {
-		return []int{boolRank(v.goal == "" || m.Side != v.goal), -counts[m.Side], boolRank(!m.Leader)}
+		return []int{boolRank(v.goal == "" || m.Side != v.goal), boolRank(!m.Leader)}
 	}
 	for _, m := range v.voters {
 		if m.role != departing {
@@ -225,7 +213,7 @@ func holder(counts map[string]int) string {
 }
 
 func (m *member) step(kind StepKind, rule, reason string) Step {
-	return Step{Kind: kind, Member: m.name, ID: m.ID, PeerURLs: m.PeerURLs, Rule: rule, Reason: reason}
+	return Step{Kind: kind, Member: m.name, ID: m.ID, PeerURLs: slices.Clone(m.PeerURLs), Rule: rule, Reason: reason}
 }
 
 // label names a member for people, even before it has a name.

@@ -75,7 +75,17 @@ func memberNameStem(e *v1alpha1.Etcd) string {
 // [<memberNamePrefix>-]<etcd name>-<ordinal> with a canonical decimal ordinal
 // (no sign, no leading zero), which is how pods are named.
 func Ordinal(e *v1alpha1.Etcd, memberName string) (ordinal int64, ok bool) {
-	digits, found := strings.CutPrefix(memberName, memberNameStem(e))
+	return ordinalAfter(memberName, memberNameStem(e))
+}
+
+// PodOrdinal is the ordinal of one of e's pod names, <etcd name>-<ordinal>,
+// in range or not.
+func PodOrdinal(e *v1alpha1.Etcd, podName string) (ordinal int64, ok bool) {
+	return ordinalAfter(podName, e.Name+"-")
+}
+
+func ordinalAfter(name, stem string) (int64, bool) {
+	digits, found := strings.CutPrefix(name, stem)
 	if !found || !isCanonicalOrdinal(digits) {
 		return 0, false
 	}
@@ -170,24 +180,43 @@ const (
 	DefaultClientPort int32 = 2379
 )
 
-// DruidPeerURLs are the peer URLs druid makes a local member advertise: the
-// pod's address behind druid's headless peer service,
-// <scheme>://<pod>.<etcd>-peer.<namespace>.svc:<serverPort>, then the member's
-// spec.etcd.additionalAdvertisePeerURLs (looked up by member name, and by pod
-// name as druid v0.38 writes them when no prefix is set).
-func DruidPeerURLs(e *v1alpha1.Etcd) LocalPeerURLs {
-	scheme := "http"
+// PeerScheme is the scheme of e's peer URLs: https with spec.etcd.peerUrlTls,
+// http without.
+func PeerScheme(e *v1alpha1.Etcd) string {
 	if e.Spec.Etcd.PeerUrlTLS != nil {
-		scheme = "https"
+		return "https"
 	}
-	port := DefaultPeerPort
+	return "http"
+}
+
+// PeerPort is spec.etcd.serverPort, druid's default 2380 when unset.
+func PeerPort(e *v1alpha1.Etcd) int32 {
 	if e.Spec.Etcd.ServerPort != nil {
-		port = *e.Spec.Etcd.ServerPort
+		return *e.Spec.Etcd.ServerPort
 	}
-	domain := fmt.Sprintf("%s.%s.svc", druidv1alpha1.GetPeerServiceName(e.ObjectMeta), e.Namespace)
+	return DefaultPeerPort
+}
+
+// PeerServiceDomain is the DNS domain of druid's headless peer service,
+// <etcd>-peer.<namespace>.svc; a pod is <pod>.<domain> behind it.
+func PeerServiceDomain(e *v1alpha1.Etcd) string {
+	return fmt.Sprintf("%s.%s.svc", druidv1alpha1.GetPeerServiceName(e.ObjectMeta), e.Namespace)
+}
+
+// InClusterPeerURL is the peer URL druid gives e's pod inside its cluster:
+// <scheme>://<pod>.<etcd>-peer.<namespace>.svc:<serverPort>.
+func InClusterPeerURL(e *v1alpha1.Etcd, podName string) string {
+	return fmt.Sprintf("%s://%s.%s:%d", PeerScheme(e), podName, PeerServiceDomain(e), PeerPort(e))
+}
+
+// DruidPeerURLs are the peer URLs druid makes a local member advertise: its
+// InClusterPeerURL, then the member's spec.etcd.additionalAdvertisePeerURLs
+// (looked up by member name, and by pod name as druid v0.38 writes them when
+// no prefix is set).
+func DruidPeerURLs(e *v1alpha1.Etcd) LocalPeerURLs {
 	additional := e.Spec.Etcd.AdditionalAdvertisePeerURLs
 	return func(memberName, podName string) []string {
-		urls := []string{fmt.Sprintf("%s://%s.%s:%d", scheme, podName, domain, port)}
+		urls := []string{InClusterPeerURL(e, podName)}
 		for _, a := range additional {
 			if a.MemberName == memberName || a.MemberName == podName {
 				urls = append(urls, a.URLs...)

@@ -112,7 +112,9 @@ func FuzzValidateEtcd(f *testing.F) {
 			name2, peer2, localAdvertised, oldPeer1, etcdNameVariant, secondBeforeFirst}
 		e := in.etcd()
 		var old *v1alpha1.Etcd
-		var goErrs field.ErrorList
+		// goErrs are the Go errors of the rules the CRD has too; the
+		// exported functions run as well, to show they never panic.
+		goErrs := validateCRDRules(e)
 		if in.oldPeer1 != "" {
 			old = e.DeepCopy()
 			for i := range old.Spec.ExternalMembers {
@@ -121,9 +123,10 @@ func FuzzValidateEtcd(f *testing.F) {
 					break
 				}
 			}
-			goErrs = ValidateEtcdUpdate(e, old)
+			_ = ValidateEtcdUpdate(e, old)
+			goErrs = append(goErrs, validateUpdateRules(e, old)...)
 		} else {
-			goErrs = ValidateEtcd(e)
+			_ = ValidateEtcd(e)
 		}
 
 		// JSON replaces invalid UTF-8, so the CRD would judge other strings.
@@ -134,7 +137,7 @@ func FuzzValidateEtcd(f *testing.F) {
 		}
 		// With an invalid old object the apiserver ratchets (accepts values
 		// left unchanged), which Go validation deliberately does not.
-		if old != nil && len(ValidateEtcd(old)) > 0 {
+		if old != nil && len(validateCRDRules(old)) > 0 {
 			return
 		}
 		crdErrs, err := crd.validate(e, old)
@@ -183,4 +186,33 @@ func anyWithin(errs field.ErrorList, match func(*field.Error) bool) bool {
 func yamlOf(v any) (string, error) {
 	data, err := yaml.Marshal(v)
 	return string(data), err
+}
+
+// TestAgreementDetectsDisagreement shows the fuzz test's oracle can fail.
+func TestAgreementDetectsDisagreement(t *testing.T) {
+	members := field.NewPath("spec", "externalMembers")
+	crdOnly := field.ErrorList{field.Invalid(members, "array", "a CRD rule")}
+	goOnly := field.ErrorList{field.Invalid(field.NewPath("spec", "ordinalStart"), -1, "a Go rule")}
+	goDeeper := field.ErrorList{field.Invalid(members.Index(1).Child("name"), "x", "a Go rule")}
+	crdOtherIndex := field.ErrorList{field.Invalid(members.Index(10), "object", "a CRD rule")}
+	blocking := field.ErrorList{field.TooLong(field.NewPath("spec", "externalMembers").Index(0).Child("name"), "x", 253)}
+
+	for name, c := range map[string]struct {
+		goErrs, crdErrs field.ErrorList
+		agree           bool
+	}{
+		"CRD only":                    {nil, crdOnly, false},
+		"Go only":                     {goOnly, nil, false},
+		"Go more precise":             {goDeeper, crdOnly, true},
+		"index 1 is not within 10":    {goDeeper, crdOtherIndex, false},
+		"CEL skipped after TooLong":   {append(blocking, goDeeper...), blocking, true},
+		"druid's fields are not ours": {nil, field.ErrorList{field.Invalid(field.NewPath("spec", "memberNamePrefix"), "x", "druid")}, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := agreement(c.goErrs, c.crdErrs)
+			if (err == nil) != c.agree {
+				t.Fatalf("agreement = %v, want agree=%t", err, c.agree)
+			}
+		})
+	}
 }

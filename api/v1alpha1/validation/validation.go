@@ -51,7 +51,16 @@ var (
 
 // ValidateEtcd checks the extension fields of e and how they fit druid's
 // fields (replicas, memberNamePrefix, peerUrlTls, additionalAdvertisePeerURLs).
+// It is the CRD's rules plus one the CRD cannot express: an external peer URL
+// must not be the in-cluster peer URL of a local pod, which depends on the
+// namespace (CEL sees only metadata.name).
 func ValidateEtcd(e *v1alpha1.Etcd) field.ErrorList {
+	return append(validateCRDRules(e), validateInClusterPeerURLs(e)...)
+}
+
+// validateCRDRules are the rules the CRD enforces too; the fuzz test checks
+// that both agree.
+func validateCRDRules(e *v1alpha1.Etcd) field.ErrorList {
 	spec := field.NewPath("spec")
 	var errs field.ErrorList
 
@@ -148,6 +157,41 @@ func validateExternalMembers(e *v1alpha1.Etcd, path *field.Path) field.ErrorList
 	return errs
 }
 
+// validateInClusterPeerURLs refuses an external peer URL that is the
+// address druid gives one of the local pods behind its peer service,
+// <scheme>://<pod>.<etcd>-peer.<namespace>.svc:<port>. Two clusters that run
+// the same Etcd in the same namespace (a Gardener shoot namespace is named
+// alike in every seed) give pods with the same name the same in-cluster URL,
+// and etcd refuses a member whose peer URL another member has. Different
+// ordinal ranges (spec.ordinalStart) keep the pod names, and so the URLs,
+// apart; a member name prefix alone does not.
+func validateInClusterPeerURLs(e *v1alpha1.Etcd) field.ErrorList {
+	if e.Namespace == "" {
+		return nil
+	}
+	local := members.LocalOrdinals(e)
+	prefix := members.PeerScheme(e) + "://"
+	suffix := fmt.Sprintf(".%s:%d", members.PeerServiceDomain(e), members.PeerPort(e))
+	var errs field.ErrorList
+	for i, m := range e.Spec.ExternalMembers {
+		for j, u := range m.PeerURLs {
+			host, ok := strings.CutPrefix(u, prefix)
+			if !ok {
+				continue
+			}
+			pod, ok := strings.CutSuffix(host, suffix)
+			if !ok {
+				continue
+			}
+			if o, ok := members.PodOrdinal(e, pod); ok && local.Contains(o) {
+				errs = append(errs, field.Duplicate(field.NewPath("spec", "externalMembers").Index(i).Child("peerURLs").Index(j), fmt.Sprintf(
+					"%s is the in-cluster peer URL of local pod %s: give the two clusters different ordinal ranges (spec.ordinalStart), since etcd refuses a peer URL that another member has", u, pod)))
+			}
+		}
+	}
+	return errs
+}
+
 func validateMemberName(name string, path *field.Path) field.ErrorList {
 	switch {
 	case name == "":
@@ -210,7 +254,12 @@ func validateURL(u string, path *field.Path, re *regexp.Regexp, reason string) f
 // external members are listed is refused by the scheme rule together with
 // the peer URL rule above.
 func ValidateEtcdUpdate(newE, oldE *v1alpha1.Etcd) field.ErrorList {
-	errs := ValidateEtcd(newE)
+	return append(ValidateEtcd(newE), validateUpdateRules(newE, oldE)...)
+}
+
+// validateUpdateRules are the immutability rules; the CRD enforces them too.
+func validateUpdateRules(newE, oldE *v1alpha1.Etcd) field.ErrorList {
+	var errs field.ErrorList
 	spec := field.NewPath("spec")
 
 	if !apiequality.Semantic.DeepEqual(newE.Spec.MemberNamePrefix, oldE.Spec.MemberNamePrefix) {

@@ -1,0 +1,171 @@
+package membership
+
+import (
+	"fmt"
+	"slices"
+
+	druidv1alpha1 "github.com/gardener/etcd-druid/api/core/v1alpha1"
+
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
+	"github.com/druid-stretch/druid-stretch/internal/membership"
+	"github.com/druid-stretch/druid-stretch/internal/planner"
+)
+
+// Resolver tells where a local member of an Etcd is reached: its advertised
+// peer URLs (what the controller adds it with) and the base URL of its
+// sidecar. Production uses DNSResolver; tests and the demo the pod runner.
+type Resolver interface {
+	// PeerURLs are the advertised peer URLs of e's member memberName, which
+	// runs in the pod podName.
+	PeerURLs(e *v1alpha1.Etcd, memberName, podName string) ([]string, error)
+	// SidecarURL is the base URL of that member's sidecar.
+	SidecarURL(e *v1alpha1.Etcd, memberName, podName string) (string, error)
+}
+
+// DefaultSidecarPort is the port the injected sidecar serves on.
+const DefaultSidecarPort int32 = 8090
+
+// DNSResolver follows druid's DNS conventions: a pod is
+// <pod>.<etcd>-peer.<namespace>.svc behind druid's headless peer service.
+type DNSResolver struct {
+	// SidecarPort is the sidecar's port (default 8090).
+	SidecarPort int32
+	// SidecarScheme is https (the default) or http.
+	SidecarScheme string
+}
+
+// PeerURLs are druid's: <scheme>://<pod>.<etcd>-peer.<namespace>.svc:<serverPort|2380>,
+// https when peer TLS is on, plus the member's additionalAdvertisePeerURLs.
+func (d DNSResolver) PeerURLs(e *v1alpha1.Etcd, memberName, podName string) ([]string, error) {
+	return members.DruidPeerURLs(e)(memberName, podName), nil
+}
+
+// SidecarURL is https://<pod>.<etcd>-peer.<namespace>.svc:<SidecarPort>.
+func (d DNSResolver) SidecarURL(e *v1alpha1.Etcd, _, podName string) (string, error) {
+	port, scheme := d.SidecarPort, d.SidecarScheme
+	if port == 0 {
+		port = DefaultSidecarPort
+	}
+	if scheme == "" {
+		scheme = "https"
+	}
+	return fmt.Sprintf("%s://%s.%s.%s.svc:%d", scheme, podName, druidv1alpha1.GetPeerServiceName(e.ObjectMeta), e.Namespace, port), nil
+}
+
+// Sides of the planner: the local members against the external ones, so
+// that a move between two clusters passes through one tie only.
+const (
+	sideLocal     = "local"
+	sideExternal  = "external"
+	sideUnmanaged = "unmanaged"
+)
+
+// reach is how the controller reaches the cluster of one Etcd before it has
+// observed it: the sidecars of the pods that may run (members.PodWindow) and
+// of the external members, ordered by what status.membership last saw.
+func (r *Reconciler) reach(e *v1alpha1.Etcd) ([]membership.Endpoint, membership.Hint, error) {
+	var eps []membership.Endpoint
+	w := members.PodWindow(e)
+	for o := w.Start; o < w.End; o++ {
+		name, pod := members.MemberName(e, o), members.PodName(e, o)
+		url, err := r.resolver.SidecarURL(e, name, pod)
+		if err != nil {
+			return nil, membership.Hint{}, fmt.Errorf("resolving the sidecar of %s: %w", name, err)
+		}
+		eps = append(eps, membership.Endpoint{Member: name, URL: url})
+	}
+	retire := e.Spec.GetExternalMembersPolicy() == v1alpha1.ExternalMembersPolicyRetire
+	var hint membership.Hint
+	for _, x := range e.Spec.ExternalMembers {
+		if x.SidecarURL != "" {
+			eps = append(eps, membership.Endpoint{Member: x.Name, URL: x.SidecarURL})
+		}
+		if retire {
+			hint.Departing = append(hint.Departing, x.Name)
+		}
+	}
+	if st := e.Status.Membership; st != nil {
+		for _, m := range st.Members {
+			if m.Healthy && m.Role != v1alpha1.MemberRoleLearner {
+				hint.Healthy = append(hint.Healthy, m.Name)
+			}
+			if o, ok := members.Ordinal(e, m.Name); ok && !members.LocalOrdinals(e).Contains(o) {
+				hint.Departing = append(hint.Departing, m.Name)
+			}
+		}
+	}
+	return eps, hint, nil
+}
+
+// target is what e asks for, given what was observed: its ordinal range as
+// voters, its external members kept or retired, and its local members
+// outside the range (a move of the range) departing.
+func (r *Reconciler) target(e *v1alpha1.Etcd, obs *membership.Observation) (membership.Target, error) {
+	var t membership.Target
+	for _, o := range ordinals(members.LocalOrdinals(e)) {
+		name, pod := members.MemberName(e, o), members.PodName(e, o)
+		urls, err := r.resolver.PeerURLs(e, name, pod)
+		if err != nil {
+			return t, fmt.Errorf("resolving the peer URLs of %s: %w", name, err)
+		}
+		t.Add = append(t.Add, planner.Want{Name: name, PeerURLs: urls, Side: sideLocal})
+	}
+	retire := e.Spec.GetExternalMembersPolicy() == v1alpha1.ExternalMembersPolicyRetire
+	for _, x := range e.Spec.ExternalMembers {
+		if retire {
+			t.Remove = append(t.Remove, x.Name)
+		} else {
+			t.Keep = append(t.Keep, x.Name)
+		}
+	}
+	for _, m := range obs.List.Members {
+		if o, ok := members.Ordinal(e, m.Name); ok && !members.LocalOrdinals(e).Contains(o) && !slices.Contains(t.Remove, m.Name) {
+			t.Remove = append(t.Remove, m.Name)
+		}
+	}
+	t.Side = func(name string) string { return side(e, name) }
+	return t, nil
+}
+
+// side places a member name: local (any ordinal of e's pods), external, or
+// unmanaged.
+func side(e *v1alpha1.Etcd, name string) string {
+	if _, ok := members.Ordinal(e, name); ok {
+		return sideLocal
+	}
+	if _, ok := e.Spec.ExternalMember(name); ok {
+		return sideExternal
+	}
+	return sideUnmanaged
+}
+
+// origin is the status origin of an observed member; an unstarted learner
+// (no name yet) is matched to a local member by its peer URLs.
+func origin(e *v1alpha1.Etcd, t membership.Target, name string, peerURLs []string) v1alpha1.MemberOrigin {
+	if name == "" {
+		for _, w := range t.Add {
+			for _, u := range peerURLs {
+				if slices.Contains(w.PeerURLs, u) {
+					return v1alpha1.MemberOriginLocal
+				}
+			}
+		}
+		return v1alpha1.MemberOriginUnmanaged
+	}
+	switch side(e, name) {
+	case sideLocal:
+		return v1alpha1.MemberOriginLocal
+	case sideExternal:
+		return v1alpha1.MemberOriginExternal
+	}
+	return v1alpha1.MemberOriginUnmanaged
+}
+
+func ordinals(o members.Ordinals) []int64 {
+	var out []int64
+	for i := o.Start; i < o.End; i++ {
+		out = append(out, i)
+	}
+	return out
+}

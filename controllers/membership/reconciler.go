@@ -1,0 +1,397 @@
+// Package membership is the membership controller: for each extended Etcd it
+// observes the etcd cluster through the members' sidecars, plans the one next
+// safe step toward the members the spec asks for (internal/planner), executes
+// it through a sidecar under the cluster's membership lock
+// (internal/membership), and reports in status.membership, conditions, events
+// and metrics. Every reconcile observes and decides anew, so a controller
+// that dies mid-step resumes where the cluster is, not where it was.
+package membership
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1/validation"
+	"github.com/druid-stretch/druid-stretch/internal/membership"
+	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/sidecar"
+)
+
+// Options configure the Reconciler. Zero durations take the defaults named.
+type Options struct {
+	// ClusterIdentity names this controller in the membership lock and in
+	// the retirement records: one name per Kubernetes cluster, the same
+	// across restarts. Required.
+	ClusterIdentity string
+	// SidecarTLS is the client TLS towards the sidecars.
+	SidecarTLS *tls.Config
+	// LearnerProgressTimeout is how long a learner may make no progress
+	// before it is removed again (default 5 m); a learner removed so waits
+	// as long before it is added again.
+	LearnerProgressTimeout time.Duration
+	// MinLearnerHealthy is how long a learner must be healthy before it is
+	// promoted (default 5 s: etcd's strict reconfiguration check counts a
+	// member after 5 s connected).
+	MinLearnerHealthy time.Duration
+	// ProgressInterval is the requeue while steps are under way (default 1 s).
+	ProgressInterval time.Duration
+	// ConvergedInterval is the requeue once converged (default 30 s).
+	ConvergedInterval time.Duration
+	// MaxBackoff caps the requeue after failures (default 30 s).
+	MaxBackoff time.Duration
+	// Membership tunes the sidecar calls (timeouts, lock TTL, settle time);
+	// its Holder and TLS are set from the fields above.
+	Membership membership.Config
+	// MaxConcurrentReconciles is how many Etcds are reconciled at once
+	// (default 4).
+	MaxConcurrentReconciles int
+}
+
+func (o *Options) setDefaults() {
+	if o.LearnerProgressTimeout <= 0 {
+		o.LearnerProgressTimeout = 5 * time.Minute
+	}
+	if o.MinLearnerHealthy <= 0 {
+		o.MinLearnerHealthy = 5 * time.Second
+	}
+	if o.ProgressInterval <= 0 {
+		o.ProgressInterval = time.Second
+	}
+	if o.ConvergedInterval <= 0 {
+		o.ConvergedInterval = 30 * time.Second
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = 30 * time.Second
+	}
+	if o.MaxConcurrentReconciles <= 0 {
+		o.MaxConcurrentReconciles = 4
+	}
+}
+
+// Dependencies are what the Reconciler talks to.
+type Dependencies struct {
+	// Client writes status (the manager's client).
+	Client client.Client
+	// APIReader reads Etcd objects straight from the API server (the
+	// manager's GetAPIReader): a reconcile that follows its predecessor by
+	// a second must see the status that one wrote, and a cache may lag.
+	APIReader client.Reader
+	// Resolver reaches the local members.
+	Resolver Resolver
+	// Recorder emits an Event per step.
+	Recorder events.EventRecorder
+	// Metrics are the controller's metrics.
+	Metrics *Metrics
+}
+
+// Reconciler is the membership controller.
+type Reconciler struct {
+	client   client.Client
+	reader   client.Reader
+	resolver Resolver
+	recorder events.EventRecorder
+	metrics  *Metrics
+	opts     Options
+	cluster  *membership.Cluster
+
+	mu       sync.Mutex
+	failures map[types.NamespacedName]int
+	tieSince map[types.NamespacedName]time.Time
+}
+
+// NewReconciler returns the controller; register it with SetupWithManager.
+func NewReconciler(d Dependencies, o Options) (*Reconciler, error) {
+	o.setDefaults()
+	if o.ClusterIdentity == "" {
+		return nil, errors.New("membership controller: the cluster identity is empty; it names this controller in the membership lock")
+	}
+	if d.Client == nil || d.APIReader == nil || d.Resolver == nil || d.Recorder == nil || d.Metrics == nil {
+		return nil, errors.New("membership controller: client, API reader, resolver, event recorder and metrics are all required")
+	}
+	mc := o.Membership
+	mc.Holder, mc.TLS = o.ClusterIdentity, o.SidecarTLS
+	cluster, err := membership.New(mc)
+	if err != nil {
+		return nil, fmt.Errorf("membership controller: %w", err)
+	}
+	return &Reconciler{
+		client: d.Client, reader: d.APIReader, resolver: d.Resolver, recorder: d.Recorder, metrics: d.Metrics, opts: o, cluster: cluster,
+		failures: map[types.NamespacedName]int{}, tieSince: map[types.NamespacedName]time.Time{},
+	}, nil
+}
+
+// SetupWithManager watches Etcd objects. Status updates do not trigger a
+// reconcile (the controller writes them itself); the requeue intervals do.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("etcd-membership").
+		For(&v1alpha1.Etcd{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles}).
+		Complete(r)
+}
+
+// Reconcile runs one round for one Etcd: observe, plan, execute at most one
+// step, and write status.membership on every return path.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+	e := &v1alpha1.Etcd{}
+	if err := r.reader.Get(ctx, req.NamespacedName, e); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.NamespacedName)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	if !e.DeletionTimestamp.IsZero() {
+		// druid tears the cluster down; removing members one by one first
+		// would only slow that down.
+		return ctrl.Result{}, nil
+	}
+	s := newScope(e, r.opts.ClusterIdentity)
+	defer func() {
+		s.finish()
+		if err := r.client.Status().Patch(ctx, s.etcd, client.MergeFrom(s.before)); err != nil && !apierrors.IsNotFound(err) {
+			retErr = errors.Join(retErr, fmt.Errorf("writing status.membership: %w", err))
+		}
+	}()
+	return r.reconcile(logf.IntoContext(ctx, logf.FromContext(ctx).WithValues("etcd", req.NamespacedName)), s)
+}
+
+func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, error) {
+	e, key := s.etcd, types.NamespacedName{Namespace: s.etcd.Namespace, Name: s.etcd.Name}
+	if errs := validation.ValidateEtcd(e); len(errs) > 0 {
+		s.blocked(reasonInvalidSpec, "the spec is invalid, so no member is changed: "+errs.ToAggregate().Error())
+		return ctrl.Result{RequeueAfter: r.opts.ConvergedInterval}, nil
+	}
+	eps, hint, err := r.reach(e)
+	if err != nil {
+		s.blocked(reasonResolverFailed, err.Error())
+		return r.backoff(key, 0), nil
+	}
+	obs, err := r.cluster.Observe(ctx, eps, hint)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctrl.Result{}, ctx.Err()
+		}
+		s.unreachable(err)
+		return r.backoff(key, 0), nil
+	}
+	t, err := r.target(e, obs)
+	if err != nil {
+		s.blocked(reasonResolverFailed, err.Error())
+		return r.backoff(key, 0), nil
+	}
+	progress := membership.NewProgress(learnersFromStatus(s.st.Learners))
+	pending := pendingStep(s.st.LastStep, &t)
+	plan := r.cluster.Plan(obs, t, progress, pending, planner.Policy{
+		MinHealthyBeforePromote: r.opts.MinLearnerHealthy,
+		LearnerProgressTimeout:  r.opts.LearnerProgressTimeout,
+	})
+	s.observed(obs, t, progress, plan.Input)
+	if pending != nil {
+		if settled, applied := r.cluster.Settled(*pending, obs); settled {
+			s.settle(applied)
+		}
+	}
+	r.noteTie(key, membership.Tie(plan.Input.Members), obs.At)
+	r.holdStalledLearner(s, &plan)
+
+	if len(plan.Unretire) > 0 {
+		if err := r.cluster.Unretire(ctx, obs, plan); err != nil {
+			s.degraded(reasonRetirementRecords, fmt.Sprintf("the target wants %s again, but deleting this controller's retirement records failed: %v", strings.Join(plan.Unretire, ", "), err))
+			return r.backoff(key, 0), nil
+		}
+		r.event(e, "Normal", "RetirementWithdrawn", "Unretire", "%s may join again: %s no longer retires it", strings.Join(plan.Unretire, ", "), r.opts.ClusterIdentity)
+		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+	}
+
+	switch plan.Step.Kind {
+	case planner.Done:
+		if err := r.cluster.ReleaseLock(ctx, obs); err != nil {
+			logf.FromContext(ctx).Info("releasing the membership lock failed; it expires on its own", "error", err.Error())
+		}
+		r.resetFailures(key)
+		s.converged(plan.Step.Reason)
+		return ctrl.Result{RequeueAfter: r.opts.ConvergedInterval}, nil
+	case planner.Wait:
+		if err := r.cluster.RenewLock(ctx, obs); err != nil {
+			logf.FromContext(ctx).Info("renewing the membership lock failed", "error", err.Error())
+		}
+		word := waitWord(plan.Step.Reason)
+		if word == v1alpha1.ReasonWaitingForLearner || word == reasonOutcomeUncertain {
+			s.reconfiguring(word, plan.Step.Reason)
+			return ctrl.Result{RequeueAfter: r.opts.ProgressInterval}, nil
+		}
+		s.blocked(conditionReason(word), plan.Step.Reason)
+		return r.backoff(key, 0), nil
+	}
+	return r.execute(ctx, s, key, obs, eps, plan, progress)
+}
+
+// execute runs one change and reports it.
+func (r *Reconciler) execute(ctx context.Context, s *scope, key types.NamespacedName, obs *membership.Observation, eps []membership.Endpoint, plan membership.Plan, progress *membership.Progress) (ctrl.Result, error) {
+	step := plan.Step
+	res := r.cluster.Execute(ctx, obs, eps, plan)
+	if res.Reason == membership.ReasonLockAcquired {
+		s.reconfiguring(v1alpha1.ReasonWaitingForLock, "took the membership lock; planning again under it")
+		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+	}
+	end := res.Start.Add(res.Duration)
+	r.metrics.Steps.WithLabelValues(string(step.Kind), string(res.Outcome)).Inc()
+	r.metrics.StepDuration.WithLabelValues(string(step.Kind)).Observe(res.Duration.Seconds())
+	stalled := step.Rule == planner.RuleStuckLearner
+	switch res.Outcome {
+	case membership.Succeeded:
+		r.resetFailures(key)
+		if step.Kind == planner.Promote && res.Changed {
+			if l, ok := progress.Learner(step.ID); ok {
+				r.metrics.LearnerCatchUp.Observe(end.Sub(l.FirstSeen).Seconds())
+			}
+		}
+		r.noteTie(key, membership.Tie(project(plan.Input.Members, step)), end)
+		s.stepDone(step, res, stalled)
+		if stalled {
+			r.event(s.etcd, "Warning", v1alpha1.ReasonLearnerStalled, string(step.Kind), "removed learner %s: %s; it is added again after %s", stepLabel(step), step.Reason, r.opts.LearnerProgressTimeout)
+		} else {
+			r.event(s.etcd, "Normal", stepEventReason(step.Kind), string(step.Kind), "%s %s: %s (through %s)", step.Kind, stepLabel(step), step.Reason, res.Via)
+		}
+		return ctrl.Result{RequeueAfter: r.opts.ProgressInterval}, nil
+	case membership.Retry:
+		s.stepRefused(step, res, false)
+		if res.Reason == sidecar.ReasonMembershipChanged {
+			return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+		}
+		return r.backoff(key, res.RetryAfter), nil
+	case membership.Uncertain:
+		s.stepUncertain(step, res, end)
+		r.event(s.etcd, "Warning", v1alpha1.ReasonStepFailed, string(step.Kind), "the outcome of %s %s is unknown; nothing else changes until it shows: %v", step.Kind, stepLabel(step), res.Err)
+		return r.backoff(key, res.RetryAfter), nil
+	default:
+		s.stepRefused(step, res, true)
+		r.event(s.etcd, "Warning", v1alpha1.ReasonStepFailed, string(step.Kind), "%s %s refused: %v", step.Kind, stepLabel(step), res.Err)
+		return r.backoff(key, res.RetryAfter), nil
+	}
+}
+
+// holdStalledLearner keeps a learner that was removed for making no
+// progress from being added again at once: it waits LearnerProgressTimeout,
+// and the removal stays reported meanwhile.
+func (r *Reconciler) holdStalledLearner(s *scope, plan *membership.Plan) {
+	last := s.st.LastStep
+	if plan.Step.Kind != planner.AddLearner || last == nil || last.Kind != v1alpha1.StepRemoveMember ||
+		last.Reason != v1alpha1.ReasonLearnerStalled || last.Member != plan.Step.Member {
+		return
+	}
+	if wait := r.opts.LearnerProgressTimeout - s.now.Sub(last.Time.Time); wait > 0 {
+		plan.Step = planner.Step{Kind: planner.Wait, Rule: planner.RuleStuckLearner,
+			Reason: fmt.Sprintf("%s: %s was removed at %s for making no progress; it is added again in %s", v1alpha1.ReasonLearnerStalled,
+				last.Member, last.Time.UTC().Format(time.RFC3339), wait.Round(time.Second))}
+	}
+}
+
+// backoff requeues after a failure: 1 s doubling per failure up to
+// MaxBackoff, and never sooner than the sidecar's hint.
+func (r *Reconciler) backoff(key types.NamespacedName, hint time.Duration) ctrl.Result {
+	r.mu.Lock()
+	r.failures[key]++
+	n := r.failures[key]
+	r.mu.Unlock()
+	d := time.Second
+	for i := 1; i < n && d < r.opts.MaxBackoff; i++ {
+		d *= 2
+	}
+	return ctrl.Result{RequeueAfter: max(min(d, r.opts.MaxBackoff), hint)}
+}
+
+func (r *Reconciler) resetFailures(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.failures, key)
+}
+
+func (r *Reconciler) forget(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.failures, key)
+	delete(r.tieSince, key)
+}
+
+// noteTie accounts the time the voters spent in a tie.
+func (r *Reconciler) noteTie(key types.NamespacedName, tie bool, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	since, in := r.tieSince[key]
+	switch {
+	case tie && !in:
+		r.tieSince[key] = at
+	case !tie && in:
+		d := max(at.Sub(since), 0).Seconds()
+		r.metrics.Ties.Observe(d)
+		r.metrics.TieSeconds.Add(d)
+		delete(r.tieSince, key)
+	}
+}
+
+// project is the membership right after a successful step.
+func project(ms []planner.Member, s planner.Step) []planner.Member {
+	out := make([]planner.Member, 0, len(ms))
+	for _, m := range ms {
+		same := (s.ID != "" && strings.EqualFold(m.ID, s.ID)) || (s.ID == "" && m.Name == s.Member)
+		switch {
+		case same && s.Kind == planner.Remove:
+			continue
+		case same && s.Kind == planner.Promote:
+			m.Learner = false
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func (r *Reconciler) event(e *v1alpha1.Etcd, eventType, reason, action, note string, args ...any) {
+	r.recorder.Eventf(e, nil, eventType, reason, action, note, args...)
+}
+
+func stepEventReason(k planner.StepKind) string {
+	switch k {
+	case planner.AddLearner:
+		return "LearnerAdded"
+	case planner.Promote:
+		return "LearnerPromoted"
+	case planner.MoveLeader:
+		return "LeaderMoved"
+	default:
+		return "MemberRemoved"
+	}
+}
+
+func stepLabel(s planner.Step) string {
+	switch {
+	case s.Member != "" && s.ID != "":
+		return fmt.Sprintf("%s (%s)", s.Member, s.ID)
+	case s.Member != "":
+		return s.Member
+	}
+	return s.ID
+}
+
+// waitWord is the CamelCase word a planner Wait reason starts with.
+func waitWord(reason string) string {
+	word, _, _ := strings.Cut(reason, ":")
+	return word
+}

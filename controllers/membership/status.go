@@ -1,0 +1,363 @@
+package membership
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/internal/membership"
+	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/sidecar"
+)
+
+// Condition reasons of this controller that the API has no constant for.
+const (
+	// reasonInvalidSpec: the Go validation refused the spec.
+	reasonInvalidSpec = "InvalidSpec"
+	// reasonResolverFailed: a local member's URLs could not be resolved.
+	reasonResolverFailed = "ResolverFailed"
+	// reasonRetirementRecords: the retirement records could not be updated.
+	reasonRetirementRecords = "RetirementRecords"
+	// reasonOutcomeUncertain marks lastStep while its outcome is unknown;
+	// it is also the planner Wait word for the time being.
+	reasonOutcomeUncertain = "OutcomeUncertain"
+	// reasonNotApplied marks a once uncertain lastStep that did not happen.
+	reasonNotApplied = "NotApplied"
+	// reasonNotDegraded is MembershipDegraded's reason when it is False.
+	reasonNotDegraded = "NotDegraded"
+)
+
+// scope is one reconcile of one Etcd: the object as read, the status being
+// written, and the verdict that becomes the conditions.
+type scope struct {
+	etcd   *v1alpha1.Etcd
+	before *v1alpha1.Etcd
+	st     *v1alpha1.MembershipStatus
+	holder string
+	now    time.Time
+
+	phase           v1alpha1.MembershipPhase
+	reason, message string
+	degradedReason  string
+	degradedMessage string
+	unmanaged       []string
+}
+
+func newScope(e *v1alpha1.Etcd, holder string) *scope {
+	s := &scope{etcd: e, before: e.DeepCopy(), holder: holder, now: time.Now()}
+	if e.Status.Membership == nil {
+		e.Status.Membership = &v1alpha1.MembershipStatus{Phase: v1alpha1.MembershipPhasePending}
+	}
+	s.st = e.Status.Membership
+	return s
+}
+
+// observed writes what the sidecar reported.
+func (s *scope) observed(obs *membership.Observation, t membership.Target, progress *membership.Progress, in planner.Observed) {
+	st := s.st
+	at := metav1.NewTime(obs.At)
+	st.ObservedGeneration = s.etcd.Generation
+	st.ObservedTime = &at
+	st.ObservedFingerprint = obs.List.Fingerprint
+	st.ClusterID = obs.List.ClusterID
+	st.Members = st.Members[:0]
+	for _, m := range obs.List.Members {
+		role := v1alpha1.MemberRoleVoter
+		switch {
+		case m.IsLearner:
+			role = v1alpha1.MemberRoleLearner
+		case m.IsLeader:
+			role = v1alpha1.MemberRoleLeader
+		}
+		om := v1alpha1.ObservedMember{
+			ID:       m.ID,
+			Name:     m.Name,
+			PeerURLs: slices.Clone(m.PeerURLs),
+			Role:     role,
+			Origin:   origin(s.etcd, t, m.Name, m.PeerURLs),
+			Healthy:  m.Healthy,
+			CaughtUp: caughtUp(in, m.ID),
+		}
+		if om.Origin == v1alpha1.MemberOriginUnmanaged {
+			s.unmanaged = append(s.unmanaged, fmt.Sprintf("%s (%s)", orUnnamed(m.Name), m.ID))
+		}
+		st.Members = append(st.Members, om)
+	}
+	sort.Slice(st.Members, func(i, j int) bool {
+		a, b := st.Members[i], st.Members[j]
+		if a.Name != b.Name {
+			return a.Name < b.Name
+		}
+		return a.ID < b.ID
+	})
+	st.Learners = nil
+	for _, l := range progress.Learners() {
+		first, last := metav1.NewTime(l.FirstSeen), metav1.NewTime(l.LastAdvance)
+		st.Learners = append(st.Learners, v1alpha1.LearnerProgress{
+			ID: l.ID, Name: l.Name, FirstObservedTime: &first, RaftIndex: int64(l.RaftIndex), LastAdvanceTime: &last,
+		})
+	}
+	st.RetiredMembers = nil
+	for _, r := range obs.List.Retired {
+		if r.By == s.holder {
+			st.RetiredMembers = append(st.RetiredMembers, r.Name)
+		}
+	}
+}
+
+func caughtUp(in planner.Observed, id string) bool {
+	for _, m := range in.Members {
+		if m.ID == id {
+			return m.CaughtUp
+		}
+	}
+	return false
+}
+
+func orUnnamed(name string) string {
+	if name == "" {
+		return "unstarted member"
+	}
+	return name
+}
+
+// settle closes an uncertain lastStep once an observation shows whether it
+// happened.
+func (s *scope) settle(applied bool) {
+	last := s.st.LastStep
+	if applied {
+		last.Outcome, last.Reason = v1alpha1.StepSucceeded, ""
+		last.Message += "; a later observation showed it applied"
+		return
+	}
+	last.Reason = reasonNotApplied
+	last.Message += "; a later observation showed it did not happen"
+}
+
+func (s *scope) converged(msg string) {
+	s.phase, s.reason, s.message = v1alpha1.MembershipPhaseConverged, v1alpha1.ReasonConverged, msg
+}
+
+func (s *scope) reconfiguring(reason, msg string) {
+	s.phase, s.reason, s.message = v1alpha1.MembershipPhaseReconfiguring, reason, msg
+}
+
+// blocked: a step is needed but cannot be taken now; that degrades.
+func (s *scope) blocked(reason, msg string) {
+	s.phase, s.reason, s.message = v1alpha1.MembershipPhaseBlocked, reason, msg
+	s.degraded(reason, msg)
+}
+
+func (s *scope) degraded(reason, msg string) {
+	s.degradedReason, s.degradedMessage = reason, msg
+}
+
+// unreachable reports that no sidecar answered, naming each and its cause.
+func (s *scope) unreachable(err error) {
+	var u *membership.UnreachableError
+	msg := err.Error()
+	if errors.As(err, &u) {
+		msg = u.Error()
+	}
+	s.blocked(v1alpha1.ReasonClusterUnreachable, msg)
+	if len(s.st.Members) == 0 {
+		s.phase = v1alpha1.MembershipPhasePending
+	}
+}
+
+// stepDone records a step the sidecar carried out.
+func (s *scope) stepDone(step planner.Step, res membership.Result, stalled bool) {
+	msg := fmt.Sprintf("%s %s: %s", step.Kind, stepLabel(step), step.Reason)
+	if !res.Changed {
+		msg += " (already in place)"
+	}
+	last := &v1alpha1.MembershipStep{Kind: apiKind(step.Kind), Member: step.Member, MemberID: step.ID,
+		Time: metav1.NewTime(res.Start), Outcome: v1alpha1.StepSucceeded, Message: msg}
+	if stalled {
+		last.Reason = v1alpha1.ReasonLearnerStalled
+		s.degraded(v1alpha1.ReasonLearnerStalled, msg)
+	}
+	s.st.LastStep = last
+	s.reconfiguring(progressReason(step.Kind), msg)
+}
+
+// stepRefused records a step the sidecar refused; nothing changed. A
+// refusal that will not pass by itself, or a sidecar that cannot be
+// reached, degrades.
+func (s *scope) stepRefused(step planner.Step, res membership.Result, refused bool) {
+	msg := res.Err.Error()
+	if pendingStep(s.st.LastStep, nil) == nil {
+		s.st.LastStep = &v1alpha1.MembershipStep{Kind: apiKind(step.Kind), Member: step.Member, MemberID: step.ID,
+			Time: metav1.NewTime(res.Start), Outcome: v1alpha1.StepFailed, Reason: res.Reason, Message: msg}
+	}
+	switch {
+	case refused:
+		s.blocked(v1alpha1.ReasonStepFailed, msg)
+	case res.Reason == membership.ReasonTransport || res.Reason == membership.ReasonNoSidecar:
+		s.reconfiguring(progressReason(step.Kind), msg)
+		s.degraded(v1alpha1.ReasonStepFailed, msg)
+	default:
+		s.reconfiguring(retryReason(step.Kind, res.Reason), msg)
+	}
+}
+
+// stepUncertain records a step whose outcome is unknown: lastStep keeps it
+// until an observation settles it, and nothing else is done meanwhile.
+func (s *scope) stepUncertain(step planner.Step, res membership.Result, end time.Time) {
+	msg := fmt.Sprintf("the outcome of %s %s through the sidecar of %s is unknown: %v", step.Kind, stepLabel(step), res.Via, res.Err)
+	s.st.LastStep = &v1alpha1.MembershipStep{Kind: apiKind(step.Kind), Member: step.Member, MemberID: step.ID,
+		Time: metav1.NewTime(end), Outcome: v1alpha1.StepFailed, Reason: reasonOutcomeUncertain, Message: msg}
+	s.reconfiguring(progressReason(step.Kind), msg)
+	s.degraded(v1alpha1.ReasonStepFailed, msg)
+}
+
+// finish turns the verdict into the three conditions.
+func (s *scope) finish() {
+	st, gen := s.st, s.etcd.Generation
+	if s.phase == "" {
+		return
+	}
+	st.Phase = s.phase
+	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: gen})
+	}
+	switch s.phase {
+	case v1alpha1.MembershipPhaseConverged:
+		set(v1alpha1.ConditionMembershipConverged, metav1.ConditionTrue, s.reason, s.message)
+		set(v1alpha1.ConditionMembershipProgressing, metav1.ConditionFalse, s.reason, s.message)
+	case v1alpha1.MembershipPhaseReconfiguring:
+		set(v1alpha1.ConditionMembershipConverged, metav1.ConditionFalse, s.reason, s.message)
+		set(v1alpha1.ConditionMembershipProgressing, metav1.ConditionTrue, s.reason, s.message)
+	default:
+		set(v1alpha1.ConditionMembershipConverged, metav1.ConditionFalse, s.reason, s.message)
+		set(v1alpha1.ConditionMembershipProgressing, metav1.ConditionFalse, s.reason, s.message)
+	}
+	last := st.LastStep
+	switch {
+	case s.degradedReason != "":
+		set(v1alpha1.ConditionMembershipDegraded, metav1.ConditionTrue, s.degradedReason, s.degradedMessage)
+	case last != nil && last.Reason == v1alpha1.ReasonLearnerStalled && !isVoter(st, last.Member):
+		set(v1alpha1.ConditionMembershipDegraded, metav1.ConditionTrue, v1alpha1.ReasonLearnerStalled, last.Message)
+	case len(s.unmanaged) > 0:
+		set(v1alpha1.ConditionMembershipDegraded, metav1.ConditionTrue, v1alpha1.ReasonUnmanagedMembers,
+			"etcd has members that are neither local nor listed in spec.externalMembers; they are left alone: "+strings.Join(s.unmanaged, ", "))
+	default:
+		set(v1alpha1.ConditionMembershipDegraded, metav1.ConditionFalse, reasonNotDegraded, "no failure")
+	}
+}
+
+func isVoter(st *v1alpha1.MembershipStatus, name string) bool {
+	for _, m := range st.Members {
+		if m.Name == name && m.Role != v1alpha1.MemberRoleLearner {
+			return true
+		}
+	}
+	return false
+}
+
+// pendingStep is lastStep while its outcome is unknown. Its peer URLs (an
+// added learner is recognised by them) come from the target.
+func pendingStep(last *v1alpha1.MembershipStep, t *membership.Target) *membership.Pending {
+	if last == nil || last.Reason != reasonOutcomeUncertain {
+		return nil
+	}
+	p := &membership.Pending{Step: planner.Step{Kind: plannerKind(last.Kind), Member: last.Member, ID: last.MemberID}, At: last.Time.Time}
+	if t != nil {
+		for _, w := range t.Add {
+			if w.Name == last.Member {
+				p.Step.PeerURLs = w.PeerURLs
+			}
+		}
+	}
+	return p
+}
+
+func learnersFromStatus(ls []v1alpha1.LearnerProgress) []membership.LearnerProgress {
+	out := make([]membership.LearnerProgress, 0, len(ls))
+	for _, l := range ls {
+		p := membership.LearnerProgress{ID: l.ID, Name: l.Name, RaftIndex: uint64(max(l.RaftIndex, 0))}
+		if l.FirstObservedTime != nil {
+			p.FirstSeen = l.FirstObservedTime.Time
+		}
+		if l.LastAdvanceTime != nil {
+			p.LastAdvance = l.LastAdvanceTime.Time
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+func apiKind(k planner.StepKind) v1alpha1.StepKind {
+	switch k {
+	case planner.AddLearner:
+		return v1alpha1.StepAddLearner
+	case planner.Promote:
+		return v1alpha1.StepPromoteLearner
+	case planner.MoveLeader:
+		return v1alpha1.StepMoveLeader
+	}
+	return v1alpha1.StepRemoveMember
+}
+
+func plannerKind(k v1alpha1.StepKind) planner.StepKind {
+	switch k {
+	case v1alpha1.StepAddLearner:
+		return planner.AddLearner
+	case v1alpha1.StepPromoteLearner:
+		return planner.Promote
+	case v1alpha1.StepMoveLeader:
+		return planner.MoveLeader
+	}
+	return planner.Remove
+}
+
+// progressReason is the MembershipProgressing reason of a step kind.
+func progressReason(k planner.StepKind) string {
+	switch k {
+	case planner.AddLearner:
+		return v1alpha1.ReasonAddingLearner
+	case planner.Promote:
+		return v1alpha1.ReasonPromoting
+	case planner.MoveLeader:
+		return v1alpha1.ReasonMovingLeader
+	}
+	return v1alpha1.ReasonRemovingMember
+}
+
+// retryReason is the Progressing reason while a refusal passes.
+func retryReason(k planner.StepKind, sidecarReason string) string {
+	switch sidecarReason {
+	case sidecar.ReasonLearnerNotReady:
+		return v1alpha1.ReasonWaitingForLearner
+	case sidecar.ReasonUnhealthyCluster:
+		return v1alpha1.ReasonWaitingForHealthyCluster
+	case sidecar.ReasonLockHeld, sidecar.ReasonLockNotHeld:
+		return v1alpha1.ReasonWaitingForLock
+	}
+	return progressReason(k)
+}
+
+// conditionReasonPattern is the API server's rule for condition reasons.
+var conditionReasonPattern = regexp.MustCompile(`^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`)
+
+// conditionReason maps a planner Wait word onto a condition reason.
+func conditionReason(word string) string {
+	switch word {
+	case "WaitingForQuorum":
+		return v1alpha1.ReasonQuorumAtRisk
+	case "RetiredMember":
+		return v1alpha1.ReasonRetiredMemberListed
+	}
+	if !conditionReasonPattern.MatchString(word) {
+		return "Waiting"
+	}
+	return word
+}

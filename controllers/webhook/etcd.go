@@ -1,0 +1,53 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1/validation"
+)
+
+// EtcdValidator is the validating webhook on Etcds: the extension fields
+// are checked with ValidateEtcd on create and ValidateEtcdUpdate on update.
+// A refusal is an Invalid status whose causes name each offending field, as
+// the API server's own validation answers.
+type EtcdValidator struct {
+	// Decoder decodes the admitted Etcd.
+	Decoder admission.Decoder
+}
+
+// Handle admits one Etcd create or update.
+func (v *EtcdValidator) Handle(_ context.Context, req admission.Request) admission.Response {
+	var errs field.ErrorList
+	e := &v1alpha1.Etcd{}
+	switch req.Operation {
+	case admissionv1.Create:
+		if err := v.Decoder.Decode(req, e); err != nil {
+			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the Etcd: %w", err))
+		}
+		errs = validation.ValidateEtcd(e)
+	case admissionv1.Update:
+		old := &v1alpha1.Etcd{}
+		if err := v.Decoder.Decode(req, e); err != nil {
+			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the Etcd: %w", err))
+		}
+		if err := v.Decoder.DecodeRaw(req.OldObject, old); err != nil {
+			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the stored Etcd: %w", err))
+		}
+		errs = validation.ValidateEtcdUpdate(e, old)
+	default:
+		return admission.Allowed("only creates and updates are validated")
+	}
+	if len(errs) == 0 {
+		return admission.Allowed("")
+	}
+	status := apierrors.NewInvalid(v1alpha1.GroupVersion.WithKind("Etcd").GroupKind(), req.Name, errs).ErrStatus
+	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &status}}
+}

@@ -1,0 +1,131 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
+)
+
+// StatefulSetMutator is the mutating webhook on druid's StatefulSets. For a
+// StatefulSet owned by an Etcd that uses the extension it sets
+// spec.ordinals.start and spec.replicas to the Etcd's pod window and injects
+// the membership sidecar; every other StatefulSet passes untouched. Admitting
+// a StatefulSet it already mutated changes nothing.
+type StatefulSetMutator struct {
+	// Reader reads the owner Etcd (the manager's API reader).
+	Reader client.Reader
+	// Decoder decodes the admitted StatefulSet.
+	Decoder admission.Decoder
+	// Options say what to inject.
+	Options Options
+}
+
+// Handle admits one StatefulSet create or update.
+func (m *StatefulSetMutator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return admission.Allowed("only creates and updates are mutated")
+	}
+	sts := &appsv1.StatefulSet{}
+	if err := m.Decoder.Decode(req, sts); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the StatefulSet: %w", err))
+	}
+	e, err := m.owner(ctx, req.Namespace, sts)
+	if err != nil {
+		// Fail closed: a StatefulSet admitted without its ordinal start would
+		// run pods at ordinals that are no members of the etcd cluster.
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	if e == nil {
+		return admission.Allowed("not owned by an Etcd")
+	}
+	if !UsesExtension(e) {
+		return admission.Allowed(fmt.Sprintf("Etcd %s uses no druid-stretch extension field", e.Name))
+	}
+	mutated := sts.DeepCopy()
+	if err := m.mutate(mutated, e); err != nil {
+		return admission.Denied(err.Error())
+	}
+	raw, err := json.Marshal(mutated)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("encoding the mutated StatefulSet: %w", err))
+	}
+	logf.FromContext(ctx).V(1).Info("StatefulSet put on the Etcd's pod window with the sidecar",
+		"statefulSet", req.Name, "etcd", e.Name, "replicas", *mutated.Spec.Replicas, "ordinalStart", ordinalStart(mutated))
+	return admission.PatchResponseFromRaw(req.Object.Raw, raw)
+}
+
+// UsesExtension reports whether e uses a druid-stretch extension field:
+// ordinalStart set, external members listed, or an external members policy
+// set. The chart's Etcd validator selects Etcds by the same fields.
+func UsesExtension(e *v1alpha1.Etcd) bool {
+	return e.Spec.OrdinalStart != nil || len(e.Spec.ExternalMembers) > 0 || e.Spec.ExternalMembersPolicy != nil
+}
+
+// owner returns the Etcd that owns sts, nil when it has none (or the owner
+// named is gone, or is another object under the same name).
+func (m *StatefulSetMutator) owner(ctx context.Context, namespace string, sts *appsv1.StatefulSet) (*v1alpha1.Etcd, error) {
+	for _, ref := range sts.OwnerReferences {
+		gv, err := schema.ParseGroupVersion(ref.APIVersion)
+		if err != nil || gv.Group != v1alpha1.GroupVersion.Group || ref.Kind != "Etcd" {
+			continue
+		}
+		e := &v1alpha1.Etcd{}
+		key := types.NamespacedName{Namespace: namespace, Name: ref.Name}
+		if err := m.Reader.Get(ctx, key, e); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("reading the owner Etcd %s of StatefulSet %s: %w", key, sts.Name, err)
+		}
+		if ref.UID != "" && ref.UID != e.UID {
+			return nil, nil
+		}
+		return e, nil
+	}
+	return nil, nil
+}
+
+// mutate puts sts on e's pod window and injects the sidecar.
+func (m *StatefulSetMutator) mutate(sts *appsv1.StatefulSet, e *v1alpha1.Etcd) error {
+	w := members.PodWindow(e)
+	if w.End <= w.Start {
+		// Nothing runs: keep the ordinal start of the range, so scaling up
+		// again starts the pods where the Etcd says.
+		zero := int32(0)
+		sts.Spec.Replicas = &zero
+		members.SetStatefulSetOrdinals(sts, e)
+	} else {
+		if w.Start > math.MaxInt32 || w.End-w.Start > math.MaxInt32 {
+			return fmt.Errorf("the pod window [%d, %d) of Etcd %s does not fit a StatefulSet's int32 ordinals; check status.membership for a member named like a local member with a huge ordinal", w.Start, w.End, e.Name)
+		}
+		replicas := int32(w.End - w.Start)
+		sts.Spec.Replicas = &replicas
+		if w.Start == 0 {
+			sts.Spec.Ordinals = nil // as druid writes it
+		} else {
+			sts.Spec.Ordinals = &appsv1.StatefulSetOrdinals{Start: int32(w.Start)}
+		}
+	}
+	return injectSidecar(&sts.Spec.Template.Spec, e, m.Options)
+}
+
+func ordinalStart(sts *appsv1.StatefulSet) int32 {
+	if sts.Spec.Ordinals == nil {
+		return 0
+	}
+	return sts.Spec.Ordinals.Start
+}

@@ -1,0 +1,401 @@
+package webhook_test
+
+import (
+	"testing"
+
+	druidv1alpha1 "github.com/gardener/etcd-druid/api/core/v1alpha1"
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/diff"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/controllers/webhook"
+)
+
+// etcdWithTLS is an Etcd as gardenlet writes one: client, peer and
+// backup-restore TLS, three replicas, no extension field yet.
+func etcdWithTLS(namespace string) *v1alpha1.Etcd {
+	secret := func(name string) corev1.SecretReference { return corev1.SecretReference{Name: name} }
+	tlsConfig := func(ca, server, client string) druidv1alpha1.TLSConfig {
+		return druidv1alpha1.TLSConfig{
+			TLSCASecretRef:     druidv1alpha1.SecretReference{SecretReference: secret(ca), DataKey: ptr.To("bundle.crt")},
+			ServerTLSSecretRef: secret(server),
+			ClientTLSSecretRef: secret(client),
+		}
+	}
+	clientTLS := tlsConfig("ca-etcd", "etcd-server", "etcd-client")
+	backupTLS := tlsConfig("ca-etcdbr", "etcdbr-server", "etcdbr-client")
+	backupTLS.TLSCASecretRef.DataKey = nil // druid's default key, ca.crt
+	return &v1alpha1.Etcd{
+		ObjectMeta: metav1.ObjectMeta{Name: "etcd-main", Namespace: namespace},
+		Spec: v1alpha1.EtcdSpec{EtcdSpec: druidv1alpha1.EtcdSpec{
+			MemberNamePrefix: ptr.To("seed-b"),
+			Labels:           map[string]string{"app": "etcd-statefulset", "role": "main"},
+			Replicas:         3,
+			Etcd: druidv1alpha1.EtcdConfig{
+				ClientUrlTLS: &clientTLS,
+				PeerUrlTLS: &druidv1alpha1.PeerTLSConfig{TLSConfig: druidv1alpha1.TLSConfig{
+					TLSCASecretRef:     druidv1alpha1.SecretReference{SecretReference: secret("ca-etcd-peer")},
+					ServerTLSSecretRef: secret("etcd-peer-server"),
+				}},
+			},
+			Backup: druidv1alpha1.BackupSpec{TLS: &backupTLS},
+		}},
+	}
+}
+
+// plainEtcd is an Etcd without any TLS.
+func plainEtcd(namespace string) *v1alpha1.Etcd {
+	return &v1alpha1.Etcd{
+		ObjectMeta: metav1.ObjectMeta{Name: "etcd-events", Namespace: namespace},
+		Spec: v1alpha1.EtcdSpec{EtcdSpec: druidv1alpha1.EtcdSpec{
+			Labels:   map[string]string{"app": "etcd-statefulset", "role": "events"},
+			Replicas: 3,
+		}},
+	}
+}
+
+// druidStatefulSet is the StatefulSet druid builds for e (its labels, owner
+// reference, containers, ports and TLS volumes), before any webhook.
+func druidStatefulSet(e *v1alpha1.Etcd) *appsv1.StatefulSet {
+	labels := druidv1alpha1.GetDefaultLabels(e.ObjectMeta)
+	stsLabels := map[string]string{
+		druidv1alpha1.LabelComponentKey: "etcd-statefulset",
+		druidv1alpha1.LabelAppNameKey:   e.Name,
+	}
+	for k, v := range labels {
+		stsLabels[k] = v
+	}
+	podLabels := map[string]string{}
+	for k, v := range stsLabels {
+		podLabels[k] = v
+	}
+	for k, v := range e.Spec.Labels {
+		podLabels[k] = v
+	}
+	secretVolume := func(name, secret string) corev1.Volume {
+		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret, DefaultMode: ptr.To[int32](0o640)}}}
+	}
+	volumes := []corev1.Volume{{Name: "etcd-config-file", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+		LocalObjectReference: corev1.LocalObjectReference{Name: druidv1alpha1.GetConfigMapName(e.ObjectMeta)},
+		Items:                []corev1.KeyToPath{{Key: "etcd.conf.yaml", Path: "etcd.conf.yaml"}},
+		DefaultMode:          ptr.To[int32](0o640),
+	}}}}
+	var etcdMounts, brMounts []corev1.VolumeMount
+	if t := e.Spec.Etcd.ClientUrlTLS; t != nil {
+		volumes = append(volumes, secretVolume("etcd-ca", t.TLSCASecretRef.Name), secretVolume("etcd-server-tls", t.ServerTLSSecretRef.Name), secretVolume("etcd-client-tls", t.ClientTLSSecretRef.Name))
+		etcdMounts = append(etcdMounts, corev1.VolumeMount{Name: "etcd-ca", MountPath: "/var/etcd/ssl/ca"}, corev1.VolumeMount{Name: "etcd-server-tls", MountPath: "/var/etcd/ssl/server"}, corev1.VolumeMount{Name: "etcd-client-tls", MountPath: "/var/etcd/ssl/client"})
+		brMounts = append(brMounts, corev1.VolumeMount{Name: "etcd-ca", MountPath: "/var/etcd/ssl/ca"}, corev1.VolumeMount{Name: "etcd-client-tls", MountPath: "/var/etcd/ssl/client"})
+	}
+	if t := e.Spec.Backup.TLS; t != nil {
+		volumes = append(volumes, secretVolume("backup-restore-ca", t.TLSCASecretRef.Name), secretVolume("backup-restore-server-tls", t.ServerTLSSecretRef.Name), secretVolume("backup-restore-client-tls", t.ClientTLSSecretRef.Name))
+		etcdMounts = append(etcdMounts, corev1.VolumeMount{Name: "backup-restore-ca", MountPath: "/var/etcdbr/ssl/ca"})
+		brMounts = append(brMounts, corev1.VolumeMount{Name: "backup-restore-server-tls", MountPath: "/var/etcdbr/ssl/server"})
+	}
+	backupPort := ptr.Deref(e.Spec.Backup.Port, 8080)
+	return &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: e.Name, Namespace: e.Namespace, Labels: stsLabels,
+			OwnerReferences: []metav1.OwnerReference{druidv1alpha1.GetAsOwnerReference(e.ObjectMeta)},
+		},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:            ptr.To(e.Spec.Replicas),
+			Selector:            &metav1.LabelSelector{MatchLabels: labels},
+			ServiceName:         druidv1alpha1.GetPeerServiceName(e.ObjectMeta),
+			PodManagementPolicy: appsv1.ParallelPodManagement,
+			UpdateStrategy:      appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels},
+				Spec: corev1.PodSpec{
+					HostAliases:           []corev1.HostAlias{{IP: "127.0.0.1", Hostnames: []string{e.Name + "-local"}}},
+					ShareProcessNamespace: ptr.To(true),
+					Containers: []corev1.Container{
+						{
+							Name: "etcd", Image: "europe-docker.pkg.dev/gardener-project/public/gardener/etcd-wrapper:v0.6.0",
+							Args: []string{"start-etcd", "--backup-restore-host-port=" + e.Name + "-local:8080"},
+							Ports: []corev1.ContainerPort{
+								{Name: "server", ContainerPort: 2380, Protocol: corev1.ProtocolTCP},
+								{Name: "client", ContainerPort: 2379, Protocol: corev1.ProtocolTCP},
+							},
+							VolumeMounts: append([]corev1.VolumeMount{{Name: e.Name, MountPath: "/var/etcd/data"}}, etcdMounts...),
+						},
+						{
+							Name: "backup-restore", Image: "europe-docker.pkg.dev/gardener-project/public/gardener/etcdbrctl:v0.33.0",
+							Args:         []string{"server", "--server-port=8080"},
+							Ports:        []corev1.ContainerPort{{Name: "server", ContainerPort: backupPort, Protocol: corev1.ProtocolTCP}},
+							VolumeMounts: append([]corev1.VolumeMount{{Name: e.Name, MountPath: "/var/etcd/data"}}, brMounts...),
+						},
+					},
+					SecurityContext: &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](65532), RunAsGroup: ptr.To[int64](65532), RunAsNonRoot: ptr.To(true), FSGroup: ptr.To[int64](65532)},
+					Volumes:         volumes,
+				},
+			},
+			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{
+				ObjectMeta: metav1.ObjectMeta{Name: e.Name},
+				Spec: corev1.PersistentVolumeClaimSpec{
+					AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+					Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("16Gi")}},
+				},
+			}},
+		},
+	}
+}
+
+// twinOf is sts under another name and without druid's labels, so the
+// webhook's object selector skips it: the API server stores it exactly as
+// it stores an unmutated StatefulSet, defaults and all.
+func twinOf(sts *appsv1.StatefulSet) *appsv1.StatefulSet {
+	twin := sts.DeepCopy()
+	twin.Name += "-twin"
+	twin.Labels = map[string]string{"twin-of": sts.Name}
+	return twin
+}
+
+// createBoth stores sts and its twin and returns what the server stored.
+func createBoth(t *testing.T, sts *appsv1.StatefulSet) (stored, twin *appsv1.StatefulSet) {
+	t.Helper()
+	g := NewWithT(t)
+	twin = twinOf(sts)
+	g.Expect(k8s.Create(t.Context(), twin)).To(Succeed())
+	g.Expect(k8s.Create(t.Context(), sts.DeepCopy())).To(Succeed())
+	stored = &appsv1.StatefulSet{}
+	g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(sts), stored)).To(Succeed())
+	g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(twin), twin)).To(Succeed())
+	return stored, twin
+}
+
+func createEtcd(t *testing.T, e *v1alpha1.Etcd) *v1alpha1.Etcd {
+	t.Helper()
+	NewWithT(t).Expect(k8s.Create(t.Context(), e)).To(Succeed())
+	return e
+}
+
+// expectSpec compares two StatefulSet specs semantically, printing a diff.
+func expectSpec(t *testing.T, got, want appsv1.StatefulSetSpec) {
+	t.Helper()
+	if !equality.Semantic.DeepEqual(got, want) {
+		t.Fatalf("stored spec differs from the expected one (- want, + got):\n%s", diff.Diff(want, got))
+	}
+}
+
+// tlsSidecar is the sidecar expected in etcdWithTLS's pods, written out flag
+// by flag from druid's layout of the TLS Secrets.
+func tlsSidecar() corev1.Container {
+	return corev1.Container{
+		Name:            "druid-stretch-sidecar",
+		Image:           "registry.example/druid-stretch:test",
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		Args: []string{
+			"sidecar",
+			"--listen-address=:8090",
+			"--cacert=/var/etcd/ssl/ca/bundle.crt",
+			"--cert=/var/etcd/ssl/client/tls.crt",
+			"--key=/var/etcd/ssl/client/tls.key",
+			"--insecure-transport=false",
+			"--insecure-skip-tls-verify=false",
+			"--endpoints=https://etcd-main-local:2379,https://etcd-main-client:2379",
+			"--server-cert=/var/etcdbr/ssl/server/tls.crt",
+			"--server-key=/var/etcdbr/ssl/server/tls.key",
+			"--client-ca=/var/etcdbr/ssl/ca/ca.crt",
+		},
+		Ports: []corev1.ContainerPort{{Name: "stretch-sidecar", ContainerPort: 8090, Protocol: corev1.ProtocolTCP}},
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("20m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")},
+		},
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: "etcd-ca", MountPath: "/var/etcd/ssl/ca", ReadOnly: true},
+			{Name: "etcd-client-tls", MountPath: "/var/etcd/ssl/client", ReadOnly: true},
+			{Name: "backup-restore-server-tls", MountPath: "/var/etcdbr/ssl/server", ReadOnly: true},
+			{Name: "backup-restore-ca", MountPath: "/var/etcdbr/ssl/ca", ReadOnly: true},
+		},
+		LivenessProbe: &corev1.Probe{
+			ProbeHandler:   corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8090), Scheme: corev1.URISchemeHTTPS}},
+			TimeoutSeconds: 1, PeriodSeconds: 10, SuccessThreshold: 1, FailureThreshold: 3,
+		},
+		SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		},
+		TerminationMessagePath:   "/dev/termination-log",
+		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+	}
+}
+
+// plainSidecar is the sidecar expected in plainEtcd's pods: plaintext
+// towards etcd and plain HTTP served, as backup-restore runs without TLS.
+func plainSidecar() corev1.Container {
+	c := tlsSidecar()
+	c.Args = []string{
+		"sidecar",
+		"--listen-address=:8090",
+		"--insecure-transport=true",
+		"--endpoints=http://etcd-events-local:2379,http://etcd-events-client:2379",
+		"--insecure-http",
+	}
+	c.VolumeMounts = nil
+	c.LivenessProbe.HTTPGet.Scheme = corev1.URISchemeHTTP
+	return c
+}
+
+// withWindow is spec put on the pod window [start, start+replicas) with
+// sidecar appended: what the webhook is expected to store.
+func withWindow(spec appsv1.StatefulSetSpec, start, replicas int32, sidecar corev1.Container) appsv1.StatefulSetSpec {
+	out := *spec.DeepCopy()
+	out.Replicas = ptr.To(replicas)
+	out.Ordinals = nil
+	if start != 0 {
+		out.Ordinals = &appsv1.StatefulSetOrdinals{Start: start}
+	}
+	out.Template.Spec.Containers = append(out.Template.Spec.Containers, sidecar)
+	return out
+}
+
+func TestStatefulSetOfExtendedEtcd(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		etcd      func(ns string) *v1alpha1.Etcd
+		wantStart int32
+		sidecar   corev1.Container
+	}{
+		{
+			name: "ordinal start with druid's TLS",
+			etcd: func(ns string) *v1alpha1.Etcd {
+				e := etcdWithTLS(ns)
+				e.Spec.OrdinalStart = ptr.To[int32](3)
+				return e
+			},
+			wantStart: 3,
+			sidecar:   tlsSidecar(),
+		},
+		{
+			name: "external members without TLS, ordinal start unset",
+			etcd: func(ns string) *v1alpha1.Etcd {
+				e := plainEtcd(ns)
+				e.Spec.ExternalMembers = []v1alpha1.ExternalMember{{Name: "seed-a-etcd-events-0", PeerURLs: []string{"http://etcd-events-0.seed-a.example:2380"}}}
+				return e
+			},
+			wantStart: 0,
+			sidecar:   plainSidecar(),
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			e := createEtcd(t, tc.etcd(newNamespace(t)))
+			before := webhookRequests(t, webhook.StatefulSetMutatorPath)
+			stored, twin := createBoth(t, druidStatefulSet(e))
+			g.Expect(webhookRequests(t, webhook.StatefulSetMutatorPath)).To(Equal(before+1), "the webhook admitted the StatefulSet, not its twin")
+
+			expectSpec(t, stored.Spec, withWindow(twin.Spec, tc.wantStart, 3, tc.sidecar))
+
+			// druid applies its own StatefulSet again (it rebuilds it on every
+			// reconcile): the stored object does not change, not even its
+			// resourceVersion.
+			again := druidStatefulSet(e)
+			again.ResourceVersion = stored.ResourceVersion
+			g.Expect(k8s.Update(t.Context(), again)).To(Succeed())
+			g.Expect(again.ResourceVersion).To(Equal(stored.ResourceVersion), "re-admitting druid's StatefulSet was a no-op")
+			// And an update of the already mutated object keeps one sidecar.
+			stored.Labels["touched"] = "yes"
+			g.Expect(k8s.Update(t.Context(), stored)).To(Succeed())
+			expectSpec(t, stored.Spec, withWindow(twin.Spec, tc.wantStart, 3, tc.sidecar))
+			g.Expect(webhookRequests(t, webhook.StatefulSetMutatorPath)).To(Equal(before + 3))
+		})
+	}
+}
+
+func TestStatefulSetFollowsThePodWindow(t *testing.T) {
+	g := NewWithT(t)
+	e := etcdWithTLS(newNamespace(t))
+	e.Spec.OrdinalStart = ptr.To[int32](3)
+	e = createEtcd(t, e)
+	_, twin := createBoth(t, druidStatefulSet(e))
+
+	// setObserved records members as the membership controller does, then
+	// lets druid apply its StatefulSet again.
+	setObserved := func(names ...string) *appsv1.StatefulSet {
+		t.Helper()
+		e.Status.Membership = &v1alpha1.MembershipStatus{Phase: v1alpha1.MembershipPhaseReconfiguring}
+		for i, n := range names {
+			e.Status.Membership.Members = append(e.Status.Membership.Members, v1alpha1.ObservedMember{ID: string(rune('a' + i)), Name: n, Role: v1alpha1.MemberRoleVoter})
+		}
+		g.Expect(k8s.Status().Update(t.Context(), e)).To(Succeed())
+		sts := &appsv1.StatefulSet{}
+		g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(e), sts)).To(Succeed())
+		again := druidStatefulSet(e)
+		again.ResourceVersion = sts.ResourceVersion
+		g.Expect(k8s.Update(t.Context(), again)).To(Succeed())
+		return again
+	}
+
+	// A move from 0-2 to 3-5 half done: members 1 and 2 are still voters,
+	// so their pods stay although the range says 3-5.
+	sts := setObserved("seed-b-etcd-main-1", "seed-b-etcd-main-2", "seed-b-etcd-main-3", "seed-b-etcd-main-4")
+	expectSpec(t, sts.Spec, withWindow(twin.Spec, 1, 5, tlsSidecar()))
+
+	// Member 1 removed: its pod may go, member 2's stays.
+	sts = setObserved("seed-b-etcd-main-2", "seed-b-etcd-main-3", "seed-b-etcd-main-4", "seed-b-etcd-main-5")
+	expectSpec(t, sts.Spec, withWindow(twin.Spec, 2, 4, tlsSidecar()))
+
+	// The move is done: the range alone.
+	sts = setObserved("seed-b-etcd-main-3", "seed-b-etcd-main-4", "seed-b-etcd-main-5", "seed-a-etcd-main-0")
+	expectSpec(t, sts.Spec, withWindow(twin.Spec, 3, 3, tlsSidecar()))
+}
+
+func TestStatefulSetsTheWebhookLeavesAlone(t *testing.T) {
+	ns := newNamespace(t)
+	otherOwner := druidStatefulSet(plainEtcd(ns))
+	otherOwner.Name = "unowned"
+	otherOwner.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "x", UID: "0c4a2b4e-1d3f-4f7a-9a51-5d2b7f0f4c11"}}
+
+	goneOwner := druidStatefulSet(plainEtcd(ns))
+	goneOwner.Name = "owner-gone"
+	goneOwner.OwnerReferences[0].Name = "no-such-etcd"
+	goneOwner.OwnerReferences[0].UID = "6f1f2c1e-8e9b-4d55-a7f0-3b8e2c6d9a10"
+
+	for _, tc := range []struct {
+		name string
+		sts  func() *appsv1.StatefulSet
+	}{
+		{"owned by an Etcd without extension fields", func() *appsv1.StatefulSet {
+			return druidStatefulSet(createEtcd(t, etcdWithTLS(ns)))
+		}},
+		{"owned by something else", func() *appsv1.StatefulSet { return otherOwner }},
+		{"owner Etcd gone", func() *appsv1.StatefulSet { return goneOwner }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			before := webhookRequests(t, webhook.StatefulSetMutatorPath)
+			stored, twin := createBoth(t, tc.sts())
+			g.Expect(webhookRequests(t, webhook.StatefulSetMutatorPath)).To(Equal(before+1), "the webhook was asked")
+			expectSpec(t, stored.Spec, twin.Spec)
+			g.Expect(stored.Spec.Template.Spec.Containers).To(HaveLen(2))
+			g.Expect(stored.Spec.Ordinals).To(BeNil())
+		})
+	}
+}
+
+func TestSidecarPortClashIsRefused(t *testing.T) {
+	g := NewWithT(t)
+	e := etcdWithTLS(newNamespace(t))
+	e.Spec.OrdinalStart = ptr.To[int32](3)
+	e.Spec.Backup.Port = ptr.To[int32](8090) // backup-restore on the sidecar's port
+	e = createEtcd(t, e)
+
+	sts := druidStatefulSet(e)
+	err := k8s.Create(t.Context(), sts)
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a webhook denial: %v", err)
+	g.Expect(err.Error()).To(And(ContainSubstring("8090"), ContainSubstring("--sidecar-port"), ContainSubstring("backup-restore")))
+	err = k8s.Get(t.Context(), client.ObjectKeyFromObject(sts), &appsv1.StatefulSet{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "nothing stored: %v", err)
+}

@@ -1,0 +1,166 @@
+// Package webhook holds druid-stretch's admission webhooks: a mutating one
+// that puts druid's StatefulSet of an extended Etcd on the Etcd's pod window
+// (spec.ordinals.start and spec.replicas) and injects the membership sidecar,
+// and a validating one that checks the Etcd extension with the Go validation
+// of api/v1alpha1/validation. Both are served by the controller manager's
+// webhook server; the Helm chart's webhook configurations name the paths
+// below.
+package webhook
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/spf13/pflag"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+)
+
+// The webhook paths; the chart's webhook configurations use them verbatim.
+const (
+	// StatefulSetMutatorPath serves the mutating webhook on apps/v1
+	// StatefulSets.
+	StatefulSetMutatorPath = "/mutate-apps-v1-statefulset"
+	// EtcdValidatorPath serves the validating webhook on Etcds.
+	EtcdValidatorPath = "/validate-druid-gardener-cloud-v1alpha1-etcd"
+)
+
+// DefaultSidecarPort is the port the injected sidecar serves on: clear of
+// druid's ports (etcd 2379/2380, backup-restore 8080, etcd-wrapper 9095).
+const DefaultSidecarPort int32 = 8090
+
+// Options say what the StatefulSet webhook injects.
+type Options struct {
+	// SidecarImage is the druid-stretch image; its entrypoint is the
+	// druid-stretch binary, so the container's args start with "sidecar".
+	// Required.
+	SidecarImage string
+	// SidecarImagePullPolicy defaults to IfNotPresent.
+	SidecarImagePullPolicy corev1.PullPolicy
+	// SidecarPort is the port the sidecar serves on (default 8090). The
+	// controller dials the same port, so the controller command passes its
+	// one --sidecar-port flag here.
+	SidecarPort int32
+	// SidecarResources are the sidecar container's requests and limits.
+	SidecarResources corev1.ResourceRequirements
+	// SidecarClientCASecretName, when set, names a Secret (key ca.crt) in
+	// each Etcd's namespace holding the CA that signs the controller's client
+	// certificate; empty means the Etcd's spec.backup.tls.tlsCASecretRef.
+	SidecarClientCASecretName string
+}
+
+// AddFlags registers the webhook's flags on fs. --sidecar-port is not among
+// them: the controller needs that port as well and owns the flag.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	if o.SidecarImagePullPolicy == "" {
+		o.SidecarImagePullPolicy = corev1.PullIfNotPresent
+	}
+	fs.StringVar(&o.SidecarImage, "sidecar-image", o.SidecarImage,
+		"image of the membership sidecar the StatefulSet webhook injects (its entrypoint is the druid-stretch binary)")
+	fs.StringVar((*string)(&o.SidecarImagePullPolicy), "sidecar-image-pull-policy", string(o.SidecarImagePullPolicy),
+		"image pull policy of the injected sidecar: Always, IfNotPresent or Never")
+	fs.StringVar(&o.SidecarClientCASecretName, "sidecar-client-ca-secret-name", o.SidecarClientCASecretName,
+		"Secret (key ca.crt) in each Etcd's namespace with the CA of the controller's client certificate; empty uses the Etcd's spec.backup.tls.tlsCASecretRef")
+	if o.SidecarResources.Requests == nil {
+		o.SidecarResources.Requests = corev1.ResourceList{}
+	}
+	if o.SidecarResources.Limits == nil {
+		o.SidecarResources.Limits = corev1.ResourceList{}
+	}
+	fs.Var(quantityFlag{o.SidecarResources.Requests, corev1.ResourceCPU}, "sidecar-resources-requests-cpu", "CPU request of the injected sidecar, e.g. 20m")
+	fs.Var(quantityFlag{o.SidecarResources.Requests, corev1.ResourceMemory}, "sidecar-resources-requests-memory", "memory request of the injected sidecar, e.g. 32Mi")
+	fs.Var(quantityFlag{o.SidecarResources.Limits, corev1.ResourceCPU}, "sidecar-resources-limits-cpu", "CPU limit of the injected sidecar")
+	fs.Var(quantityFlag{o.SidecarResources.Limits, corev1.ResourceMemory}, "sidecar-resources-limits-memory", "memory limit of the injected sidecar, e.g. 128Mi")
+}
+
+// quantityFlag sets one resource of a ResourceList from a flag.
+type quantityFlag struct {
+	list corev1.ResourceList
+	name corev1.ResourceName
+}
+
+func (f quantityFlag) String() string {
+	if f.list == nil {
+		return ""
+	}
+	if q, ok := f.list[f.name]; ok {
+		return q.String()
+	}
+	return ""
+}
+
+func (f quantityFlag) Set(s string) error {
+	q, err := resource.ParseQuantity(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a Kubernetes quantity (e.g. 20m, 64Mi): %w", s, err)
+	}
+	f.list[f.name] = q
+	return nil
+}
+
+func (f quantityFlag) Type() string { return "quantity" }
+
+// validate checks the options and fills the defaults.
+func (o *Options) validate() error {
+	var errs []error
+	if o.SidecarImage == "" {
+		errs = append(errs, errors.New("the sidecar image is empty (--sidecar-image): the StatefulSet webhook has nothing to inject"))
+	}
+	switch o.SidecarImagePullPolicy {
+	case "":
+		o.SidecarImagePullPolicy = corev1.PullIfNotPresent
+	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+	default:
+		errs = append(errs, fmt.Errorf("sidecar image pull policy %q (--sidecar-image-pull-policy) is not Always, IfNotPresent or Never", o.SidecarImagePullPolicy))
+	}
+	if o.SidecarPort == 0 {
+		o.SidecarPort = DefaultSidecarPort
+	}
+	if o.SidecarPort < 1 || o.SidecarPort > 65535 {
+		errs = append(errs, fmt.Errorf("sidecar port %d (--sidecar-port) is not in 1-65535", o.SidecarPort))
+	}
+	if n := o.SidecarClientCASecretName; n != "" {
+		for _, msg := range validation.IsDNS1123Subdomain(n) {
+			errs = append(errs, fmt.Errorf("sidecar client CA Secret name %q (--sidecar-client-ca-secret-name): %s", n, msg))
+		}
+	}
+	for name, list := range map[string]corev1.ResourceList{"requests": o.SidecarResources.Requests, "limits": o.SidecarResources.Limits} {
+		for r, q := range list {
+			if q.Sign() < 0 {
+				errs = append(errs, fmt.Errorf("sidecar %s %s %s (--sidecar-resources-%s-%s) is negative", r, name, q.String(), name, r))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// SetupWithManager registers both webhooks on the manager's webhook server.
+// The StatefulSet webhook reads the owner Etcd through the manager's API
+// reader, not its cache: the pod window depends on status.membership, which
+// the controller has just written when a removal frees a pod.
+func SetupWithManager(mgr ctrl.Manager, opts Options) error {
+	if err := opts.validate(); err != nil {
+		return fmt.Errorf("admission webhooks: %w", err)
+	}
+	decoder := admission.NewDecoder(mgr.GetScheme())
+	if !mgr.GetScheme().Recognizes(v1alpha1.GroupVersion.WithKind("Etcd")) {
+		return errors.New("admission webhooks: the manager's scheme lacks the extended Etcd; add api/v1alpha1.AddToScheme")
+	}
+	if !mgr.GetScheme().Recognizes(appsv1.SchemeGroupVersion.WithKind("StatefulSet")) {
+		return errors.New("admission webhooks: the manager's scheme lacks apps/v1 StatefulSet; add client-go's scheme")
+	}
+	srv := mgr.GetWebhookServer()
+	srv.Register(StatefulSetMutatorPath, &admission.Webhook{Handler: &StatefulSetMutator{
+		Reader:  mgr.GetAPIReader(),
+		Decoder: decoder,
+		Options: opts,
+	}})
+	srv.Register(EtcdValidatorPath, &admission.Webhook{Handler: &EtcdValidator{Decoder: decoder}})
+	return nil
+}

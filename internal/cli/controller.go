@@ -1,0 +1,87 @@
+package cli
+
+import (
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	membershipctrl "github.com/druid-stretch/druid-stretch/controllers/membership"
+	"github.com/druid-stretch/druid-stretch/controllers/webhook"
+	"github.com/druid-stretch/druid-stretch/sidecar"
+)
+
+// newControllerCommand runs the membership controller and, given a sidecar
+// image, the admission webhooks, in one manager.
+func newControllerCommand() *cobra.Command {
+	var (
+		mo                        membershipctrl.ManagerOptions
+		kubeconfig                string
+		caFile, certFile, keyFile string
+		sidecarPort               int32
+		wo                        webhook.Options
+		zapOpts                   ctrlzap.Options
+	)
+	cmd := &cobra.Command{
+		Use:   "controller",
+		Short: "Run the membership controller for extended Etcd objects",
+		Long: `Run the membership controller: for each Etcd it observes the etcd members
+through their sidecars, executes one safe membership step at a time, and
+reports status.membership, conditions, events and metrics. With
+--sidecar-image the same manager serves the admission webhooks.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := ctrlzap.New(ctrlzap.UseFlagOptions(&zapOpts))
+			ctrl.SetLogger(log)
+			cfg, err := ctrl.GetConfig()
+			if kubeconfig != "" {
+				cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+			}
+			if err != nil {
+				return fmt.Errorf("loading the kubeconfig: %w", err)
+			}
+			if mo.Reconciler.SidecarTLS, err = sidecar.EtcdClientTLSConfig(caFile, certFile, keyFile, false); err != nil {
+				return fmt.Errorf("sidecar client TLS: %w", err)
+			}
+			mo.Resolver = membershipctrl.DNSResolver{SidecarPort: sidecarPort}
+			mo.Logger = log
+			mgr, err := membershipctrl.NewManager(cfg, mo)
+			if err != nil {
+				return err
+			}
+			if wo.SidecarImage == "" {
+				log.Info("no --sidecar-image: the admission webhooks are not served")
+			} else {
+				wo.SidecarPort = sidecarPort
+				if err := webhook.SetupWithManager(mgr, wo); err != nil {
+					return err
+				}
+			}
+			return mgr.Start(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, $KUBECONFIG or ~/.kube/config)")
+	f.StringVar(&mo.MetricsBindAddress, "metrics-bind-address", ":8080", "address of the metrics endpoint (0 turns it off)")
+	f.StringVar(&mo.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 turns them off)")
+	f.BoolVar(&mo.LeaderElection, "leader-elect", true, "let one replica act at a time")
+	f.StringVar(&mo.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election lease (default: the controller's own)")
+	f.StringVar(&mo.Reconciler.ClusterIdentity, "cluster-identity", "", "names this controller in each etcd cluster's membership lock and retirement records; the same across restarts (default: the kube-system namespace UID)")
+	f.StringVar(&caFile, "sidecar-ca-file", "", "CA bundle verifying the sidecars' serving certificates")
+	f.StringVar(&certFile, "sidecar-cert-file", "", "client certificate presented to the sidecars (mutating calls need one)")
+	f.StringVar(&keyFile, "sidecar-key-file", "", "key of the client certificate")
+	f.Int32Var(&sidecarPort, "sidecar-port", membershipctrl.DefaultSidecarPort, "port the sidecars serve on (also injected by the webhook)")
+	f.DurationVar(&mo.Reconciler.LearnerProgressTimeout, "learner-progress-timeout", 5*time.Minute, "remove a learner again that made no progress for this long")
+	f.DurationVar(&mo.Reconciler.MinLearnerHealthy, "min-learner-healthy", 5*time.Second, "how long a learner must be healthy before it is promoted")
+	f.IntVar(&mo.WebhookPort, "webhook-port", 9443, "port of the admission webhook server")
+	f.StringVar(&mo.WebhookCertDir, "webhook-cert-dir", "", "directory with tls.crt and tls.key of the webhook server")
+	wo.AddFlags(f)
+	logFlags := flag.NewFlagSet("log", flag.ContinueOnError)
+	zapOpts.BindFlags(logFlags)
+	f.AddGoFlagSet(logFlags)
+	return cmd
+}

@@ -1,0 +1,96 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/druid-stretch/druid-stretch/internal/migration"
+)
+
+// newMigrateCommand moves an Etcd live from one Kubernetes cluster to
+// another, or aborts such a move.
+func newMigrateCommand() *cobra.Command {
+	var (
+		srcKubeconfig, dstKubeconfig string
+		namespace, name              string
+		abort                        bool
+		ordinalStart                 int32
+		memberNamePrefix             string
+		src, dst                     migration.URLTemplates
+		stepTimeout                  time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Move an etcd cluster live from one Kubernetes cluster to another",
+		Long: `Move the etcd cluster of an Etcd live from the source Kubernetes cluster to
+the destination: prepare-source, join-destination, retire-source, finish. Each
+step sets Etcd spec fields and waits for the membership controllers; running
+the command again continues an interrupted move. --abort takes a move back
+while the destination does not hold the majority of the voters.
+
+The URL templates say how the other cluster reaches each member; they take
+{pod}, {member}, {ordinal}, {name} (the Etcd) and {namespace}, e.g.
+  --destination-peer-url-template 'https://{pod}.{name}-peer.{namespace}.seed-b.example:2380'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if namespace == "" || name == "" {
+				return errors.New("--namespace and --name are required")
+			}
+			for _, t := range []struct {
+				side string
+				t    migration.URLTemplates
+			}{{"source", src}, {"destination", dst}} {
+				if err := t.t.Check(); err != nil {
+					return fmt.Errorf("--%s-*-url-template: %w", t.side, err)
+				}
+			}
+			srcClient, err := migration.NewClientFromKubeconfig(srcKubeconfig)
+			if err != nil {
+				return fmt.Errorf("--source-kubeconfig: %w", err)
+			}
+			dstClient, err := migration.NewClientFromKubeconfig(dstKubeconfig)
+			if err != nil {
+				return fmt.Errorf("--destination-kubeconfig: %w", err)
+			}
+			printer := migration.NewProgressPrinter(cmd.OutOrStdout())
+			o := migration.Options{
+				Source: srcClient, Destination: dstClient, Namespace: namespace, Name: name,
+				SourceAddresses: src.Addresses(), DestinationAddresses: dst.Addresses(),
+				StepTimeout: stepTimeout, Progress: printer.Print,
+			}
+			if cmd.Flags().Changed("destination-ordinal-start") {
+				o.DestinationOrdinalStart = &ordinalStart
+			}
+			if memberNamePrefix != "" {
+				o.DestinationMemberNamePrefix = &memberNamePrefix
+			}
+			m, err := migration.New(o)
+			if err != nil {
+				return err
+			}
+			if abort {
+				return m.Abort(cmd.Context())
+			}
+			return m.Move(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&srcKubeconfig, "source-kubeconfig", "", "kubeconfig of the source cluster")
+	f.StringVar(&dstKubeconfig, "destination-kubeconfig", "", "kubeconfig of the destination cluster")
+	f.StringVarP(&namespace, "namespace", "n", "", "namespace of the Etcd (the same in both clusters)")
+	f.StringVar(&name, "name", "", "name of the Etcd (the same in both clusters)")
+	f.BoolVar(&abort, "abort", false, "take the move back instead (refused once the destination holds the majority)")
+	f.Int32Var(&ordinalStart, "destination-ordinal-start", 0, "spec.ordinalStart of the destination Etcd when the move creates it (default: after the source's ordinals)")
+	f.StringVar(&memberNamePrefix, "destination-member-name-prefix", "", "spec.memberNamePrefix of the destination Etcd when the move creates it")
+	f.StringVar(&src.Peer, "source-peer-url-template", "", "peer URL of a source member as the destination reaches it")
+	f.StringVar(&src.Client, "source-client-url-template", "", "client URL of a source member as the destination reaches it")
+	f.StringVar(&src.Sidecar, "source-sidecar-url-template", "", "sidecar URL of a source member as the destination's controller reaches it")
+	f.StringVar(&dst.Peer, "destination-peer-url-template", "", "peer URL of a destination member as the source reaches it")
+	f.StringVar(&dst.Client, "destination-client-url-template", "", "client URL of a destination member as the source reaches it")
+	f.StringVar(&dst.Sidecar, "destination-sidecar-url-template", "", "sidecar URL of a destination member as the source's controller reaches it")
+	f.DurationVar(&stepTimeout, "step-timeout", 10*time.Minute, "time limit of one step's wait; run again to continue")
+	return cmd
+}

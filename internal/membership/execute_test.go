@@ -1,0 +1,245 @@
+package membership_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/druid-stretch/druid-stretch/internal/localetcd"
+	"github.com/druid-stretch/druid-stretch/internal/membership"
+	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/sidecar"
+)
+
+// TestRoundsReplaceTheLeader replaces member a-0, the leader, by a new member
+// b-0 in rounds of Observe, Plan and Execute on a real cluster, starting
+// b-0 once it was added as a learner. It shows the lock taken before the
+// first change (and the plan made again under it), the retirement record
+// written before the removal, the removal sent through another member, the
+// lock released at the end, and then the record deleted when the target wants
+// a-0 again.
+func TestRoundsReplaceTheLeader(t *testing.T) {
+	tc := startCluster(t, "a", 3)
+	g := NewWithT(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	const holder = "seed-b"
+	c := tc.newCluster(holder)
+	eps := tc.endpoints()
+
+	// a-0 leads, so the replacement must move leadership before removing it.
+	_, err := sidecar.NewClient(tc.members[1].SidecarURL, tc.clientTLS).MoveLeader(ctx, "a-0", sidecar.CallOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	b0, err := tc.r.NewMember("b-0", localetcd.MemberOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	eps = append(eps, membership.Endpoint{Member: "b-0", URL: b0.SidecarURL})
+	target := membership.Target{
+		Add: []planner.Want{
+			{Name: "a-1", PeerURLs: []string{tc.members[1].PeerURL}, Side: "a"},
+			{Name: "a-2", PeerURLs: []string{tc.members[2].PeerURL}, Side: "a"},
+			{Name: "b-0", PeerURLs: []string{b0.PeerURL}, Side: "a"},
+		},
+		Remove: []string{"a-0"},
+		Side:   func(string) string { return "a" },
+	}
+	progress := membership.NewProgress(nil)
+
+	var (
+		steps    []string
+		results  []membership.Result
+		lastObs  *membership.Observation
+		retiring []bool
+	)
+	g.Eventually(func(g Gomega) {
+		obs, err := c.Observe(ctx, eps, membership.Hint{Departing: []string{"a-0"}})
+		g.Expect(err).NotTo(HaveOccurred())
+		lastObs = obs
+		plan := c.Plan(obs, target, progress, nil, planner.Policy{})
+		switch plan.Step.Kind {
+		case planner.Done:
+			g.Expect(c.ReleaseLock(ctx, obs)).To(Succeed())
+			return
+		case planner.Wait:
+			g.Expect(plan.Step.Reason).To(HavePrefix("WaitingForLearner"), "the only wait in this move")
+			startJoiner(ctx, g, tc, b0)
+			g.Expect(false).To(BeTrue(), "waiting: %s", plan.Step.Reason)
+		}
+		res := c.Execute(ctx, obs, eps, plan)
+		results = append(results, res)
+		retiring = append(retiring, plan.Retiring)
+		if res.Outcome == membership.Succeeded {
+			steps = append(steps, string(plan.Step.Kind)+" "+plan.Step.Member)
+			if plan.Step.Kind == planner.AddLearner {
+				startJoiner(ctx, g, tc, b0)
+			}
+		}
+		g.Expect(false).To(BeTrue(), "executed %s: %s %v", plan.Step.Kind, res.Outcome, res.Err)
+	}).WithTimeout(90 * time.Second).WithPolling(500 * time.Millisecond).Should(Succeed())
+
+	g.Expect(steps).To(HaveLen(4))
+	g.Expect(steps[0]).To(Equal("AddLearner b-0"))
+	g.Expect(steps[1]).To(Equal("Promote b-0"))
+	g.Expect(steps[2]).To(And(HavePrefix("MoveLeader "), Not(HaveSuffix("a-0"))), "leadership leaves a-0 before its removal")
+	g.Expect(steps[3]).To(Equal("Remove a-0"))
+	g.Expect(results[0].Outcome).To(Equal(membership.Retry))
+	g.Expect(results[0].Reason).To(Equal(membership.ReasonLockAcquired), "the first change only takes the lock")
+	for i, r := range results {
+		if r.Step.Kind == planner.Remove && r.Outcome == membership.Succeeded {
+			g.Expect(r.Via.Member).NotTo(Equal("a-0"), "never through the member removed")
+			g.Expect(retiring[i]).To(BeTrue())
+		}
+	}
+	g.Expect(lastObs.List.Retired).To(Equal([]sidecar.RetiredMember{{Name: "a-0", By: holder}}))
+	final := tc.memberList(g)
+	g.Expect(final).To(HaveLen(3))
+	g.Expect(strings.Join(final, " ")).To(And(ContainSubstring(":a-1:voter"), ContainSubstring(":a-2:voter"), ContainSubstring(":b-0:voter")))
+
+	obs, err := c.Observe(ctx, eps, membership.Hint{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(obs.List.Lock).To(BeNil(), "released at Done")
+
+	// Another holder sees a-0 as retired and does not add it back.
+	other := tc.newCluster("seed-a")
+	back := target
+	back.Add = append([]planner.Want{{Name: "a-0", PeerURLs: []string{tc.members[0].PeerURL}, Side: "a"}}, target.Add...)
+	back.Remove = nil
+	plan := other.Plan(obs, back, membership.NewProgress(nil), nil, planner.Policy{})
+	g.Expect(plan.Step.Kind).To(Equal(planner.Wait))
+	g.Expect(plan.Step.Reason).To(HavePrefix("RetiredMember: a-0"))
+	g.Expect(plan.Unretire).To(BeEmpty(), "the record is not seed-a's")
+
+	// Its writer wants a-0 again (an aborted move): it deletes its record.
+	plan = c.Plan(obs, back, membership.NewProgress(nil), nil, planner.Policy{})
+	g.Expect(plan.Unretire).To(Equal([]string{"a-0"}))
+	g.Expect(c.Unretire(ctx, obs, plan)).To(Succeed())
+	obs, err = c.Observe(ctx, eps, membership.Hint{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(obs.List.Retired).To(BeEmpty())
+	plan = other.Plan(obs, back, membership.NewProgress(nil), nil, planner.Policy{})
+	g.Expect(plan.Step.Kind).To(Equal(planner.AddLearner), "now seed-a may add a-0 again: %s", plan.Step)
+}
+
+// startJoiner starts a learner that was just added, with the current
+// members plus itself as its initial cluster, as a pod would.
+func startJoiner(ctx context.Context, g Gomega, tc *testCluster, m *localetcd.Member) {
+	if m.Running() {
+		return
+	}
+	var ic []string
+	for _, o := range tc.r.Members() {
+		if o != m && o.Running() {
+			ic = append(ic, o.Name+"="+o.PeerURL)
+		}
+	}
+	ic = append(ic, m.Name+"="+m.PeerURL)
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	g.Expect(m.Start(startCtx, strings.Join(ic, ","), localetcd.ClusterStateExisting)).To(Succeed())
+}
+
+// TestExecuteOutcomes shows how each kind of failure is classified, and that
+// none of them changed the membership.
+func TestExecuteOutcomes(t *testing.T) {
+	tc := startCluster(t, "x", 3)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	const holder = "ctl"
+	before := tc.memberList(NewWithT(t))
+	newcomer := planner.Step{Kind: planner.AddLearner, Member: "x-9", PeerURLs: []string{"https://127.0.0.1:9"}}
+	promote := planner.Step{Kind: planner.Promote, Member: "x-1"}
+	remove := planner.Step{Kind: planner.Remove, Member: "x-2"}
+
+	for _, c := range []struct {
+		name       string
+		step       planner.Step
+		fault      func(w http.ResponseWriter, r *http.Request) bool
+		setup      func(g Gomega, c *membership.Cluster)
+		mutateObs  func(o *membership.Observation)
+		via        string
+		outcome    membership.Outcome
+		reason     string
+		retryAfter time.Duration
+	}{
+		{name: "5xx: outcome unknown", step: newcomer, outcome: membership.Uncertain, reason: "Internal",
+			fault: func(w http.ResponseWriter, r *http.Request) bool {
+				if r.Method == http.MethodPost && r.URL.Path == "/v1/members" {
+					answer(w, 500, `{"reason":"Internal","message":"injected"}`)
+					return true
+				}
+				return false
+			}},
+		{name: "no answer in time: outcome unknown", step: remove, outcome: membership.Uncertain, reason: membership.ReasonTransport,
+			fault: func(w http.ResponseWriter, r *http.Request) bool {
+				if r.Method == http.MethodDelete && strings.HasPrefix(r.URL.Path, "/v1/members/") {
+					time.Sleep(1500 * time.Millisecond)
+					answer(w, 200, `{}`)
+					return true
+				}
+				return false
+			}},
+		{name: "learner not ready: retry after the hint", step: promote, outcome: membership.Retry, reason: sidecar.ReasonLearnerNotReady, retryAfter: 3 * time.Second,
+			fault: func(w http.ResponseWriter, r *http.Request) bool {
+				if strings.HasSuffix(r.URL.Path, "/promote") {
+					answer(w, 409, `{"reason":"LearnerNotReady","message":"injected","retryAfterSeconds":3}`)
+					return true
+				}
+				return false
+			}},
+		{name: "quorum at risk: refused", step: remove, outcome: membership.Refused, reason: sidecar.ReasonQuorumAtRisk,
+			fault: func(w http.ResponseWriter, r *http.Request) bool {
+				if r.Method == http.MethodDelete && strings.HasPrefix(r.URL.Path, "/v1/members/") {
+					answer(w, 412, `{"reason":"QuorumAtRisk","message":"injected"}`)
+					return true
+				}
+				return false
+			}},
+		{name: "a stale plan: the real sidecar refuses, retry", step: remove, outcome: membership.Retry, reason: sidecar.ReasonMembershipChanged,
+			mutateObs: func(o *membership.Observation) { o.List.Fingerprint = "0123456789abcdef" }},
+		{name: "the lock held by another: retry when it may expire", step: remove, outcome: membership.Retry, reason: sidecar.ReasonLockHeld, retryAfter: time.Second,
+			setup: func(g Gomega, c *membership.Cluster) {
+				cl := sidecar.NewClient(tc.members[1].SidecarURL, tc.clientTLS)
+				g.Expect(cl.ReleaseLock(ctx, holder)).To(Succeed())
+				_, err := cl.AcquireLock(ctx, "someone-else", 20*time.Second)
+				g.Expect(err).NotTo(HaveOccurred())
+			}},
+		{name: "a sidecar that is down: retry, nothing was sent", step: remove, outcome: membership.Retry, reason: membership.ReasonTransport, via: "dead"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := NewWithT(t)
+			cl := tc.newCluster(holder, func(cfg *membership.Config) { cfg.CallTimeout = time.Second })
+			admin := sidecar.NewClient(tc.members[1].SidecarURL, tc.clientTLS)
+			_, err := admin.AcquireLock(ctx, holder, 30*time.Second)
+			g.Expect(err).NotTo(HaveOccurred())
+			t.Cleanup(func() {
+				tc.fault(tc.members[0], nil)
+				_ = admin.ReleaseLock(context.Background(), holder)
+				_ = admin.ReleaseLock(context.Background(), "someone-else")
+			})
+			obs, err := cl.Observe(ctx, tc.endpoints(), membership.Hint{Healthy: []string{"x-0"}})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(obs.Via.Member).To(Equal("x-0"))
+			if c.setup != nil {
+				c.setup(g, cl)
+			}
+			if c.mutateObs != nil {
+				c.mutateObs(obs)
+			}
+			if c.via == "dead" {
+				obs.Via = membership.Endpoint{Member: "x-0", URL: deadURL(t)}
+			}
+			tc.fault(tc.members[0], c.fault)
+			res := cl.Execute(ctx, obs, tc.endpoints(), membership.Plan{Step: c.step})
+			g.Expect(res.Outcome).To(Equal(c.outcome), "%v", res.Err)
+			g.Expect(res.Reason).To(Equal(c.reason))
+			g.Expect(res.RetryAfter).To(BeNumerically(">=", c.retryAfter))
+			g.Expect(res.Err).To(HaveOccurred())
+			g.Expect(res.Err.Error()).To(ContainSubstring(c.step.Member), "the error names the member")
+			g.Expect(tc.memberList(g)).To(ConsistOf(before), "nothing changed")
+		})
+	}
+}

@@ -1,0 +1,96 @@
+package membership_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/druid-stretch/druid-stretch/internal/membership"
+)
+
+// TestObserveFallsBackAndPrefers asks a dead sidecar, a hanging one and the
+// real ones: the first real answer wins, the hanging one costs the stagger
+// and not its timeout, failures are named, and the next observation starts
+// with the sidecars that answered.
+func TestObserveFallsBackAndPrefers(t *testing.T) {
+	tc := startCluster(t, "obs", 3)
+	g := NewWithT(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+
+	dead := deadURL(t)
+	hanging := hangingURL(t)
+	c := tc.newCluster("observer", func(cfg *membership.Config) {
+		cfg.ObserveStagger = 300 * time.Millisecond
+		cfg.ObserveTimeout = 20 * time.Second
+	})
+	eps := append([]membership.Endpoint{{Member: "gone", URL: dead}, {Member: "stuck", URL: hanging}}, tc.endpoints()...)
+
+	start := time.Now()
+	obs, err := c.Observe(ctx, eps, membership.Hint{Departing: []string{"obs-0"}})
+	took := time.Since(start)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(obs.Via.Member).To(Equal("obs-1"), "obs-0 is departing, so obs-1 is the first real sidecar")
+	g.Expect(took).To(BeNumerically("<", 5*time.Second), "the hanging sidecar must not hold the observation for its 20 s timeout")
+	g.Expect(obs.List.Members).To(HaveLen(3))
+	g.Expect(obs.Failures).To(HaveLen(1))
+	g.Expect(obs.Failures[0].Endpoint.Member).To(Equal("gone"))
+	g.Expect(obs.Failures[0].Error()).To(ContainSubstring("connection refused"))
+
+	// Both failed recently, so they go last now; healthy members go first.
+	obs, err = c.Observe(ctx, eps, membership.Hint{Healthy: []string{"obs-2"}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(obs.Via.Member).To(Equal("obs-2"))
+	g.Expect(obs.Failures).To(BeEmpty())
+}
+
+// TestObserveNamesEverySidecarWhenNoneAnswers checks the error of an
+// unreachable cluster: every sidecar with its cause.
+func TestObserveNamesEverySidecarWhenNoneAnswers(t *testing.T) {
+	g := NewWithT(t)
+	c, err := membership.New(membership.Config{Holder: "observer", ObserveTimeout: 300 * time.Millisecond, ObserveStagger: 100 * time.Millisecond})
+	g.Expect(err).NotTo(HaveOccurred())
+	dead, hanging := deadURL(t), hangingURL(t)
+	_, err = c.Observe(t.Context(), []membership.Endpoint{{Member: "a", URL: dead}, {Member: "b", URL: hanging}}, membership.Hint{})
+	var u *membership.UnreachableError
+	g.Expect(errors.As(err, &u)).To(BeTrue(), "got %v", err)
+	g.Expect(u.Failures).To(HaveLen(2))
+	g.Expect(err.Error()).To(And(ContainSubstring("a ("+dead+")"), ContainSubstring("connection refused"),
+		ContainSubstring("b ("+hanging+")"), ContainSubstring("deadline exceeded")))
+
+	_, err = c.Observe(t.Context(), nil, membership.Hint{})
+	g.Expect(err).To(MatchError(ContainSubstring("endpoint list is empty")))
+}
+
+func TestNewRefusesBadHolder(t *testing.T) {
+	for _, holder := range []string{"", "a/b", "seed a"} {
+		_, err := membership.New(membership.Config{Holder: holder})
+		NewWithT(t).Expect(err).To(HaveOccurred(), "holder %q", holder)
+	}
+}
+
+// deadURL is an https URL on a port nobody listens on.
+func deadURL(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return "https://" + addr
+}
+
+// hangingURL accepts connections (the kernel does) but never answers, like
+// a pod whose sidecar port is reserved but not served yet.
+func hangingURL(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return "https://" + l.Addr().String()
+}

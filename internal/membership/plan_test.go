@@ -1,0 +1,165 @@
+package membership_test
+
+import (
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/druid-stretch/druid-stretch/internal/membership"
+	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/sidecar"
+)
+
+// These are unit tests of the decision logic on hand-made observations; the
+// tests against real etcd are in execute_test.go and observe_test.go.
+
+var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+
+func voter(id, name string, leader bool) sidecar.Member {
+	return sidecar.Member{ID: id, Name: name, PeerURLs: []string{"https://" + name + ":2380"}, IsLeader: leader, Healthy: true, HealthyForSeconds: 60}
+}
+
+func observation(at time.Time, ms ...sidecar.Member) *membership.Observation {
+	return &membership.Observation{List: &sidecar.MemberList{Members: ms, Retired: []sidecar.RetiredMember{}}, At: at}
+}
+
+func want(names ...string) []planner.Want {
+	var out []planner.Want
+	for _, n := range names {
+		out = append(out, planner.Want{Name: n, PeerURLs: []string{"https://" + n + ":2380"}, Side: "local"})
+	}
+	return out
+}
+
+// TestPlanHoldsChangesWhileAnOutcomeIsUnknown: after a step whose outcome is
+// unknown, nothing else is done until an observation shows it or the settle
+// time has passed; repeating the same step is allowed (it is idempotent).
+func TestPlanHoldsChangesWhileAnOutcomeIsUnknown(t *testing.T) {
+	c, err := membership.New(membership.Config{Holder: "ctl", Settle: 10 * time.Second})
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	three := []sidecar.Member{voter("1", "m-0", true), voter("2", "m-1", false), voter("3", "m-2", false)}
+	grow := membership.Target{Add: want("m-0", "m-1", "m-2", "m-3")}
+	shrink := membership.Target{Add: want("m-0", "m-1"), Remove: []string{"m-2"}}
+	addM3 := planner.Step{Kind: planner.AddLearner, Member: "m-3", PeerURLs: []string{"https://m-3:2380"}}
+	removeM2 := planner.Step{Kind: planner.Remove, Member: "m-2", ID: "3"}
+
+	for _, tc := range []struct {
+		name     string
+		obs      *membership.Observation
+		target   membership.Target
+		pending  *membership.Pending
+		wantKind planner.StepKind
+		settled  bool
+		applied  bool
+	}{
+		{"no pending step", observation(t0, three...), grow, nil, planner.AddLearner, false, false},
+		{"an unknown add, planned again: allowed", observation(t0.Add(time.Second), three...), grow,
+			&membership.Pending{Step: addM3, At: t0}, planner.AddLearner, false, false},
+		{"an unknown removal holds an add", observation(t0.Add(time.Second), three...), membership.Target{Add: want("m-0", "m-1", "m-3"), Remove: []string{"m-2"}},
+			&membership.Pending{Step: removeM2, At: t0}, planner.Wait, false, false},
+		{"an unknown add holds a removal", observation(t0.Add(time.Second), three...), shrink,
+			&membership.Pending{Step: addM3, At: t0}, planner.Wait, false, false},
+		{"settled by time: not applied", observation(t0.Add(11*time.Second), three...), shrink,
+			&membership.Pending{Step: addM3, At: t0}, planner.Remove, true, false},
+		{"settled by its effect", observation(t0.Add(time.Second), three[:2]...), membership.Target{Add: want("m-0", "m-1")},
+			&membership.Pending{Step: removeM2, At: t0}, planner.Done, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			plan := c.Plan(tc.obs, tc.target, membership.NewProgress(nil), tc.pending, planner.Policy{})
+			g.Expect(plan.Step.Kind).To(Equal(tc.wantKind), "%s", plan.Step)
+			if tc.wantKind == planner.Wait {
+				g.Expect(plan.Step.Reason).To(HavePrefix("OutcomeUncertain"))
+			}
+			if tc.pending != nil {
+				settled, applied := c.Settled(*tc.pending, tc.obs)
+				g.Expect(settled).To(Equal(tc.settled))
+				g.Expect(applied).To(Equal(tc.applied))
+			}
+		})
+	}
+}
+
+// TestPlanAppliesRetirementRecords: records by another holder forbid adding
+// the name; this holder's own records of wanted names are to be deleted;
+// a removal of a departing member is a retirement, a stalled learner's is not.
+func TestPlanAppliesRetirementRecords(t *testing.T) {
+	g := NewWithT(t)
+	c, err := membership.New(membership.Config{Holder: "seed-b"})
+	g.Expect(err).NotTo(HaveOccurred())
+	obs := observation(t0, voter("1", "m-0", true), voter("2", "m-1", false), voter("3", "m-2", false))
+	obs.List.Retired = []sidecar.RetiredMember{{Name: "m-3", By: "seed-a"}, {Name: "m-0", By: "seed-b"}, {Name: "old", By: "seed-b"}}
+
+	plan := c.Plan(obs, membership.Target{Add: want("m-0", "m-1", "m-2", "m-3")}, membership.NewProgress(nil), nil, planner.Policy{})
+	g.Expect(plan.Desired.Retired).To(Equal([]string{"m-3"}))
+	g.Expect(plan.Step.Kind).To(Equal(planner.Wait))
+	g.Expect(plan.Step.Reason).To(HavePrefix("RetiredMember: m-3"))
+	g.Expect(plan.Unretire).To(Equal([]string{"m-0"}), "old is not wanted: its record stays")
+
+	plan = c.Plan(obs, membership.Target{Add: want("m-0", "m-1"), Remove: []string{"m-2"}}, membership.NewProgress(nil), nil, planner.Policy{})
+	g.Expect(plan.Step.Kind).To(Equal(planner.Remove))
+	g.Expect(plan.Retiring).To(BeTrue())
+
+	stalled := observation(t0, voter("1", "m-0", true), voter("2", "m-1", false), voter("3", "m-2", false),
+		sidecar.Member{ID: "4", PeerURLs: []string{"https://m-3:2380"}, IsLearner: true, Error: "not started"})
+	progress := membership.NewProgress([]membership.LearnerProgress{{ID: "4", FirstSeen: t0.Add(-10 * time.Minute), LastAdvance: t0.Add(-10 * time.Minute)}})
+	obs.List.Retired = nil
+	plan = c.Plan(stalled, membership.Target{Add: want("m-0", "m-1", "m-2", "m-3")}, progress, nil, planner.Policy{LearnerProgressTimeout: time.Minute})
+	g.Expect(plan.Step.Kind).To(Equal(planner.Remove), "%s", plan.Step)
+	g.Expect(plan.Step.Rule).To(Equal(planner.RuleStuckLearner))
+	g.Expect(plan.Step.ID).To(Equal("4"))
+	g.Expect(plan.Retiring).To(BeFalse(), "a stalled learner is added again later, not retired")
+}
+
+// TestProgressTracksLearners: an unstarted learner makes no progress from
+// the moment it is seen; a growing index or being caught up is progress; a
+// promoted learner is forgotten; progress survives a restart through the
+// remembered entries.
+func TestProgressTracksLearners(t *testing.T) {
+	g := NewWithT(t)
+	p := membership.NewProgress(nil)
+	unstarted := sidecar.Member{ID: "AB", PeerURLs: []string{"https://n:2380"}, IsLearner: true, BehindLeader: 5000}
+	p.Observe(observation(t0, unstarted), 1000)
+	g.Expect(p.NoProgressFor("ab", t0.Add(30*time.Second))).To(Equal(30 * time.Second))
+
+	started := unstarted
+	started.Name, started.Healthy, started.RaftIndex, started.BehindLeader = "n", true, 100, 4900
+	p.Observe(observation(t0.Add(40*time.Second), started), 1000)
+	g.Expect(p.NoProgressFor("ab", t0.Add(45*time.Second))).To(Equal(5 * time.Second))
+	p.Observe(observation(t0.Add(50*time.Second), started), 1000)
+	g.Expect(p.NoProgressFor("ab", t0.Add(50*time.Second))).To(Equal(10*time.Second), "same index, still behind: no progress")
+
+	restarted := membership.NewProgress(p.Learners())
+	g.Expect(restarted.NoProgressFor("ab", t0.Add(50*time.Second))).To(Equal(10 * time.Second))
+	caughtUp := started
+	caughtUp.BehindLeader = 3
+	restarted.Observe(observation(t0.Add(60*time.Second), caughtUp), 1000)
+	g.Expect(restarted.NoProgressFor("ab", t0.Add(60*time.Second))).To(BeZero())
+	l, ok := restarted.Learner("ab")
+	g.Expect(ok).To(BeTrue())
+	g.Expect(l.FirstSeen).To(Equal(t0))
+	g.Expect(l.Name).To(Equal("n"))
+
+	promoted := caughtUp
+	promoted.IsLearner = false
+	restarted.Observe(observation(t0.Add(70*time.Second), promoted), 1000)
+	g.Expect(restarted.Learners()).To(BeEmpty())
+}
+
+func TestTie(t *testing.T) {
+	m := func(side string, learner bool) planner.Member { return planner.Member{Side: side, Learner: learner} }
+	for _, c := range []struct {
+		name    string
+		members []planner.Member
+		tie     bool
+	}{
+		{"one side", []planner.Member{m("a", false), m("a", false), m("a", false)}, false},
+		{"2:2", []planner.Member{m("a", false), m("a", false), m("b", false), m("b", false)}, true},
+		{"2:1", []planner.Member{m("a", false), m("a", false), m("b", false)}, false},
+		{"learners do not vote", []planner.Member{m("a", false), m("a", false), m("b", false), m("b", true)}, false},
+		{"three sides, none above half", []planner.Member{m("a", false), m("b", false), m("c", false)}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) { NewWithT(t).Expect(membership.Tie(c.members)).To(Equal(c.tie)) })
+	}
+}

@@ -1,0 +1,416 @@
+// Package migration runs a live move of an etcd cluster between two
+// Kubernetes clusters: the steps of the gardenlet adapter
+// (api/v1alpha1/migration) in order, against the source and the destination
+// API servers, with a wait on the controllers' status after each, time
+// limits, and progress events. It keeps no state of its own: every run reads
+// the phase from the two Etcd objects and continues from there, so a move
+// interrupted anywhere (a crash, Ctrl-C, a time limit) resumes by running it
+// again.
+package migration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
+	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
+)
+
+// Options configure a Mover.
+type Options struct {
+	// Source and Destination are clients of the two API servers, with the
+	// v1alpha1 scheme. Use clients that read from the API server, not a
+	// cache: each wait must see the status the controllers just wrote.
+	Source, Destination client.Client
+	// Namespace and Name name the Etcd in both clusters.
+	Namespace, Name string
+
+	// DestinationOrdinalStart is the destination's spec.ordinalStart when the
+	// move creates the destination Etcd; default: right after the source's
+	// range, so member names stay unique.
+	DestinationOrdinalStart *int32
+	// DestinationMemberNamePrefix, when set, is the destination's
+	// spec.memberNamePrefix when the move creates it.
+	DestinationMemberNamePrefix *string
+
+	// SourceAddresses and DestinationAddresses give the URLs under which the
+	// other cluster reaches each member. Required.
+	SourceAddresses, DestinationAddresses move.Addresses
+
+	// StepTimeout bounds the wait of one step (default 10 minutes); an
+	// interrupted move continues when run again.
+	StepTimeout time.Duration
+	// PollInterval is how often the two Etcd objects are read while waiting
+	// (default 200 ms).
+	PollInterval time.Duration
+	// Progress, when set, receives every event, in order, from the
+	// goroutine that runs the move: keep it quick.
+	Progress func(Event)
+	// Logger receives the same events as log lines.
+	Logger logr.Logger
+}
+
+// EventKind says what an Event reports.
+type EventKind string
+
+// The kinds of events.
+const (
+	// StepStarted: the step's fields are about to be written.
+	StepStarted EventKind = "StepStarted"
+	// StepWaiting: the step's fields are written; the controllers work.
+	// Sent once when the wait starts and whenever the phase or the
+	// controllers' report changes.
+	StepWaiting EventKind = "StepWaiting"
+	// StepDone: the step's wait ended.
+	StepDone EventKind = "StepDone"
+)
+
+// Event is one step of progress.
+type Event struct {
+	Kind EventKind
+	Step move.Step
+	// Phase is the phase read from the two objects.
+	Phase move.MovePhase
+	// At is when the event happened; Duration is the step's, for StepDone.
+	At       time.Time
+	Duration time.Duration
+	// Source and Destination are the objects as last read (Destination nil
+	// before it exists). Do not modify them.
+	Source, Destination *v1alpha1.Etcd
+	// Message explains the phase (move.Explain).
+	Message string
+}
+
+// Mover moves one Etcd.
+type Mover struct {
+	o Options
+}
+
+// New checks the options.
+func New(o Options) (*Mover, error) {
+	var errs []error
+	if o.Source == nil || o.Destination == nil {
+		errs = append(errs, errors.New("migration: both the source and the destination client are required"))
+	}
+	if o.Namespace == "" || o.Name == "" {
+		errs = append(errs, fmt.Errorf("migration: the Etcd's namespace and name are required, got %q/%q", o.Namespace, o.Name))
+	}
+	if o.SourceAddresses == nil || o.DestinationAddresses == nil {
+		errs = append(errs, errors.New("migration: SourceAddresses and DestinationAddresses are required: the other cluster reaches each member through them"))
+	}
+	if o.DestinationOrdinalStart != nil && *o.DestinationOrdinalStart < 0 {
+		errs = append(errs, fmt.Errorf("migration: the destination ordinal start must not be negative, got %d", *o.DestinationOrdinalStart))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if o.StepTimeout <= 0 {
+		o.StepTimeout = 10 * time.Minute
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = 200 * time.Millisecond
+	}
+	if o.Logger.GetSink() == nil {
+		o.Logger = logr.Discard()
+	}
+	return &Mover{o: o}, nil
+}
+
+// Read returns the two Etcd objects (dst nil when the destination does not
+// exist) and the phase they are in.
+func (m *Mover) Read(ctx context.Context) (src, dst *v1alpha1.Etcd, p move.MovePhase, err error) {
+	key := client.ObjectKey{Namespace: m.o.Namespace, Name: m.o.Name}
+	src = &v1alpha1.Etcd{}
+	if err := m.o.Source.Get(ctx, key, src); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return nil, nil, "", fmt.Errorf("reading the source Etcd %s: %w", key, err)
+		}
+		src = nil
+	}
+	dst = &v1alpha1.Etcd{}
+	if err := m.o.Destination.Get(ctx, key, dst); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return nil, nil, "", fmt.Errorf("reading the destination Etcd %s: %w", key, err)
+		}
+		dst = nil
+	}
+	return src, dst, move.Phase(src, dst), nil
+}
+
+// Move runs the move from wherever it stands to its end.
+func (m *Mover) Move(ctx context.Context) error {
+	for {
+		src, dst, p, err := m.Read(ctx)
+		if err != nil {
+			return err
+		}
+		var step func(context.Context, *v1alpha1.Etcd, *v1alpha1.Etcd) error
+		switch p {
+		case move.PhaseCompleted:
+			return nil
+		case move.PhaseAborting, move.PhaseAborted:
+			return fmt.Errorf("migration: the move of %s/%s was aborted (%s); run the abort to its end, then delete the destination Etcd before moving again",
+				m.o.Namespace, m.o.Name, move.Explain(src, dst))
+		case move.PhaseInconsistent:
+			return fmt.Errorf("migration: refusing to change %s/%s: %s", m.o.Namespace, m.o.Name, move.Explain(src, dst))
+		case move.PhaseNotStarted, move.PhasePreparingSource:
+			step = m.prepareSource
+		case move.PhaseSourcePrepared, move.PhaseJoiningDestination:
+			step = m.joinDestination
+		case move.PhaseDestinationJoined, move.PhaseRetiringSource:
+			step = m.retireSource
+		case move.PhaseSourceRetired, move.PhaseFinishing:
+			step = m.finish
+		default:
+			return fmt.Errorf("migration: unknown phase %q", p)
+		}
+		if err := m.run(ctx, p.Step(), src, dst, step); err != nil {
+			return err
+		}
+	}
+}
+
+// Abort takes the move back: the destination's members leave, the source's
+// come back, and the source forgets the destination. It refuses once the
+// destination holds the majority of the voters.
+func (m *Mover) Abort(ctx context.Context) error {
+	src, dst, p, err := m.Read(ctx)
+	if err != nil {
+		return err
+	}
+	switch p {
+	case move.PhaseNotStarted, move.PhaseAborted:
+		return nil
+	}
+	if err := move.CanAbort(src, dst); err != nil {
+		return err
+	}
+	return m.run(ctx, move.StepAbort, src, dst, m.abort)
+}
+
+// run runs one step with its events and its time limit.
+func (m *Mover) run(ctx context.Context, s move.Step, src, dst *v1alpha1.Etcd, step func(context.Context, *v1alpha1.Etcd, *v1alpha1.Etcd) error) error {
+	start := time.Now()
+	m.emit(Event{Kind: StepStarted, Step: s, Phase: move.Phase(src, dst), At: start, Source: src, Destination: dst, Message: move.Explain(src, dst)})
+	ctx, cancel := context.WithTimeout(ctx, m.o.StepTimeout)
+	defer cancel()
+	if err := step(ctx, src, dst); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("migration: step %s did not finish within %s (run the move again to continue): %w", s, m.o.StepTimeout, err)
+		}
+		return fmt.Errorf("migration: step %s: %w", s, err)
+	}
+	src, dst, p, err := m.Read(context.WithoutCancel(ctx))
+	if err != nil {
+		return err
+	}
+	m.emit(Event{Kind: StepDone, Step: s, Phase: p, At: time.Now(), Duration: time.Since(start), Source: src, Destination: dst, Message: move.Explain(src, dst)})
+	return nil
+}
+
+func (m *Mover) emit(e Event) {
+	m.o.Logger.Info("migration "+string(e.Kind), "step", string(e.Step), "phase", string(e.Phase), "duration", e.Duration.String(), "message", e.Message)
+	if m.o.Progress != nil {
+		m.o.Progress(e)
+	}
+}
+
+// destinationTemplate is the destination as the move creates it: its final
+// replica count, its ordinal range (or member name prefix), druid's spec
+// copied from the source. An existing destination keeps its own spec.
+func (m *Mover) destinationTemplate(src, dst *v1alpha1.Etcd, replicas int32) (*v1alpha1.Etcd, error) {
+	var t *v1alpha1.Etcd
+	if dst != nil {
+		t = dst.DeepCopy()
+	} else {
+		start := int32(members.LocalOrdinals(src).End)
+		if m.o.DestinationOrdinalStart != nil {
+			start = *m.o.DestinationOrdinalStart
+		}
+		t = move.NewDestination(src, start)
+		if m.o.DestinationMemberNamePrefix != nil {
+			p := *m.o.DestinationMemberNamePrefix
+			t.Spec.MemberNamePrefix = &p
+		}
+	}
+	t.Spec.Replicas = replicas
+	if err := move.CheckNames(src, t); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func (m *Mover) prepareSource(ctx context.Context, src, dst *v1alpha1.Etcd) error {
+	if src.Spec.Replicas < 1 {
+		return fmt.Errorf("the source Etcd %s/%s has no replicas to move", src.Namespace, src.Name)
+	}
+	t, err := m.destinationTemplate(src, dst, src.Spec.Replicas)
+	if err != nil {
+		return err
+	}
+	dstMembers, err := move.ExternalMembers(t, m.o.DestinationAddresses)
+	if err != nil {
+		return err
+	}
+	if err := m.patch(ctx, m.o.Source, "source", func(e *v1alpha1.Etcd) { move.PrepareSource(e, dstMembers) }); err != nil {
+		return err
+	}
+	return m.wait(ctx, move.StepPrepareSource, func(src, _ *v1alpha1.Etcd) bool { return move.Converged(src) })
+}
+
+func (m *Mover) joinDestination(ctx context.Context, src, dst *v1alpha1.Etcd) error {
+	srcMembers, err := move.ExternalMembers(src, m.o.SourceAddresses)
+	if err != nil {
+		return err
+	}
+	if err := checkObservedPeerURLs(src, srcMembers); err != nil {
+		return err
+	}
+	if dst == nil {
+		t, err := m.destinationTemplate(src, nil, src.Spec.Replicas)
+		if err != nil {
+			return err
+		}
+		move.JoinDestination(t, srcMembers)
+		if err := m.o.Destination.Create(ctx, t); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating the destination Etcd %s/%s: %w", t.Namespace, t.Name, err)
+		}
+	}
+	if err := m.patch(ctx, m.o.Destination, "destination", func(e *v1alpha1.Etcd) { move.JoinDestination(e, srcMembers) }); err != nil {
+		return err
+	}
+	return m.wait(ctx, move.StepJoinDestination, func(_, dst *v1alpha1.Etcd) bool { return move.DestinationJoined(dst) })
+}
+
+// checkObservedPeerURLs refuses source addresses whose peer URLs are not the
+// ones etcd knows the members by: the destination would add nobody, but it
+// would not recognise the source's members either.
+func checkObservedPeerURLs(src *v1alpha1.Etcd, listed []v1alpha1.ExternalMember) error {
+	if src.Status.Membership == nil {
+		return nil
+	}
+	for _, x := range listed {
+		for _, o := range src.Status.Membership.Members {
+			if o.Name == x.Name && !slices.Equal(slices.Sorted(slices.Values(o.PeerURLs)), slices.Sorted(slices.Values(x.PeerURLs))) {
+				return fmt.Errorf("the source addresses give member %s the peer URLs %v, but etcd knows it by %v: fix the source peer URL template", x.Name, x.PeerURLs, o.PeerURLs)
+			}
+		}
+	}
+	return nil
+}
+
+func (m *Mover) retireSource(ctx context.Context, src, _ *v1alpha1.Etcd) error {
+	// The source lists every destination member: their number is the
+	// destination's final size, whatever it has now.
+	n := int32(len(src.Spec.ExternalMembers))
+	if err := m.patch(ctx, m.o.Destination, "destination", func(e *v1alpha1.Etcd) { move.RetireSource(e, n) }); err != nil {
+		return err
+	}
+	return m.wait(ctx, move.StepRetireSource, func(_, dst *v1alpha1.Etcd) bool { return move.SourceRetired(dst) })
+}
+
+func (m *Mover) finish(ctx context.Context, src, dst *v1alpha1.Etcd) error {
+	if src != nil && len(src.Spec.ExternalMembers) > 0 {
+		// The source keeps the destination's members listed until its
+		// controller saw replicas 0: it observes the cluster through them.
+		if err := m.patch(ctx, m.o.Source, "source", move.FinishSource); err != nil {
+			return err
+		}
+		if err := m.wait(ctx, move.StepFinish, func(src, _ *v1alpha1.Etcd) bool { return src == nil || move.Converged(src) }); err != nil {
+			return err
+		}
+		if err := m.patch(ctx, m.o.Source, "source", move.ForgetExternalMembers); err != nil {
+			return err
+		}
+	}
+	if err := m.patch(ctx, m.o.Destination, "destination", move.FinishDestination); err != nil {
+		return err
+	}
+	return m.wait(ctx, move.StepFinish, func(src, dst *v1alpha1.Etcd) bool { return move.Phase(src, dst) == move.PhaseCompleted })
+}
+
+func (m *Mover) abort(ctx context.Context, src, dst *v1alpha1.Etcd) error {
+	joined := dst != nil && len(dst.Spec.ExternalMembers) > 0
+	if joined {
+		if err := m.patch(ctx, m.o.Destination, "destination", move.AbortDestination); err != nil {
+			return err
+		}
+		err := m.wait(ctx, move.StepAbort, func(src, dst *v1alpha1.Etcd) bool {
+			_, d, _ := move.Voters(src, dst)
+			return d == 0 && move.Converged(dst) && move.SourceRestored(src)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if err := m.patch(ctx, m.o.Source, "source", move.ForgetExternalMembers); err != nil {
+		return err
+	}
+	return m.wait(ctx, move.StepAbort, func(src, dst *v1alpha1.Etcd) bool {
+		p := move.Phase(src, dst)
+		return p == move.PhaseAborted || (!joined && p == move.PhaseNotStarted && move.Converged(src))
+	})
+}
+
+// patch changes the spec of the Etcd in one cluster with a merge patch
+// guarded by its resourceVersion, again on conflict: a concurrent writer's
+// change is never overwritten.
+func (m *Mover) patch(ctx context.Context, c client.Client, side string, mutate func(*v1alpha1.Etcd)) error {
+	key := client.ObjectKey{Namespace: m.o.Namespace, Name: m.o.Name}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		e := &v1alpha1.Etcd{}
+		if err := c.Get(ctx, key, e); err != nil {
+			return err
+		}
+		before := e.DeepCopy()
+		mutate(e)
+		return c.Patch(ctx, e, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+	})
+	if err != nil {
+		return fmt.Errorf("patching the %s Etcd %s: %w", side, key, err)
+	}
+	return nil
+}
+
+// wait polls the two objects until done holds, emitting StepWaiting when
+// what the controllers report changes. At its time limit it fails with the
+// phase and the controllers' last report.
+func (m *Mover) wait(ctx context.Context, s move.Step, done func(src, dst *v1alpha1.Etcd) bool) error {
+	t := time.NewTicker(m.o.PollInterval)
+	defer t.Stop()
+	var last string
+	var src, dst *v1alpha1.Etcd
+	for {
+		var (
+			p   move.MovePhase
+			err error
+		)
+		src, dst, p, err = m.Read(ctx)
+		if err != nil && ctx.Err() == nil {
+			m.o.Logger.Info("reading the Etcd objects failed; trying again", "error", err.Error())
+		}
+		if err == nil {
+			if done(src, dst) {
+				return nil
+			}
+			if msg := move.Explain(src, dst); msg != last {
+				last = msg
+				m.emit(Event{Kind: StepWaiting, Step: s, Phase: p, At: time.Now(), Source: src, Destination: dst, Message: msg})
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting in %s: %w", last, ctx.Err())
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,425 @@
+package planner
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+)
+
+// Test members: healthy for a minute, one peer URL named after them.
+func voter(name, side string) Member {
+	return Member{ID: "id-" + name, Name: name, PeerURLs: urlsOf(name), Side: side, Healthy: true, HealthyFor: time.Minute}
+}
+
+func learner(name, side string) Member {
+	m := voter(name, side)
+	m.Learner, m.CaughtUp = true, true
+	return m
+}
+
+// unstarted is a learner that etcd knows only by its peer URLs.
+func unstarted(name, side string, addedAgo time.Duration) Member {
+	return Member{ID: "id-" + name, PeerURLs: urlsOf(name), Side: side, Learner: true, NoProgressFor: addedAgo}
+}
+
+func lead(m Member) Member  { m.Leader = true; return m }
+func down(m Member) Member  { m.Healthy, m.HealthyFor = false, 0; return m }
+func fresh(m Member) Member { m.HealthyFor = 2 * time.Second; return m }
+
+func want(name, side string) Want { return Want{Name: name, PeerURLs: urlsOf(name), Side: side} }
+
+func urlsOf(name string) []string { return []string{"https://" + name + ":2380"} }
+
+func obs(members ...Member) Observed { return Observed{Members: members} }
+
+// expect names the parts of a step a case cares about; empty fields are not checked.
+type expect struct {
+	kind   StepKind
+	member string
+	rule   string
+	reason string // a substring of the reason
+}
+
+func (e expect) check(g *WithT, got Step) {
+	g.Expect(got.Kind).To(Equal(e.kind), "step %s", got)
+	if e.member != "" {
+		g.Expect(got.Member).To(Equal(e.member), "step %s", got)
+	}
+	if e.rule != "" {
+		g.Expect(got.Rule).To(Equal(e.rule), "step %s", got)
+	}
+	if e.reason != "" {
+		g.Expect(got.Reason).To(ContainSubstring(e.reason), "step %s", got)
+	}
+	if got.Kind == Wait || got.Kind == Done {
+		g.Expect(got.Member).To(BeEmpty(), "a %s step acts on nobody", got.Kind)
+	}
+}
+
+type ruleCase struct {
+	name   string
+	obs    Observed
+	want   Desired
+	policy Policy
+	expect expect
+}
+
+func runCases(t *testing.T, cases []ruleCase) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			g := NewWithT(t)
+			c.expect.check(g, Next(c.obs, c.want, c.policy))
+		})
+	}
+}
+
+// A 3-member cluster on side a moving to side b, a-0 leading.
+var (
+	moveAB = Desired{Add: []Want{want("b-0", "b"), want("b-1", "b"), want("b-2", "b")}, Remove: []string{"a-0", "a-1", "a-2"}}
+)
+
+func TestRule1HealthyClusterFirst(t *testing.T) {
+	runCases(t, []ruleCase{
+		{name: "no leader", obs: obs(voter("a-0", "a"), voter("a-1", "a"), voter("a-2", "a")), want: moveAB,
+			expect: expect{kind: Wait, rule: RuleHealthyCluster, reason: "WaitingForHealthyCluster: no leader"}},
+		{name: "a voter that stays is down", obs: obs(lead(voter("a-0", "a")), down(voter("a-1", "a")), voter("a-2", "a")),
+			want:   Desired{Add: []Want{want("b-0", "b")}, Keep: []string{"a-0", "a-1", "a-2"}},
+			expect: expect{kind: Wait, rule: RuleHealthyCluster, reason: "voter a-1 is not answering"}},
+		{name: "an unmanaged voter is down", obs: obs(lead(voter("a-0", "a")), voter("a-1", "a"), down(voter("x-0", "a"))),
+			want:   Desired{Add: []Want{want("b-0", "b")}, Keep: []string{"a-0", "a-1"}},
+			expect: expect{kind: Wait, rule: RuleHealthyCluster, reason: "voter x-0 is not answering (unmanaged)"}},
+		{name: "a departing voter that is down is removed", obs: obs(lead(voter("a-0", "a")), down(voter("a-1", "a")), voter("a-2", "a")), want: moveAB,
+			expect: expect{kind: Remove, member: "a-1", rule: RuleHealthyCluster}},
+		{name: "a departing leader that is down is not removed", obs: obs(lead(down(voter("a-0", "a"))), voter("a-1", "a"), voter("a-2", "a")), want: moveAB,
+			expect: expect{kind: Wait, rule: RuleHealthyCluster, reason: "voter a-0 is not answering"}},
+		{name: "a learner that is down does not hold removals", obs: obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a"), voter("b-0", "b"), down(learner("b-1", "b"))),
+			want:   Desired{Add: []Want{want("b-0", "b"), want("b-1", "b")}, Keep: []string{"a-0", "a-1"}, Remove: []string{"a-2"}},
+			expect: expect{kind: Wait, rule: RuleReadyLearner, reason: "WaitingForLearner: b-1 is not answering"}},
+	})
+}
+
+func TestRule2OneLearnerAtATime(t *testing.T) {
+	base := []Member{lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a")}
+	with := func(extra ...Member) Observed { return obs(append(slices.Clone(base), extra...)...) }
+	runCases(t, []ruleCase{
+		{name: "a kept learner holds the slot", obs: with(learner("e-0", "e")),
+			want:   Desired{Add: []Want{want("b-0", "b")}, Keep: []string{"a-0", "a-1", "a-2", "e-0"}},
+			expect: expect{kind: Wait, rule: RuleOneLearner, reason: "WaitingForLearnerSlot: learner e-0 (kept) holds the learner slot; b-0 waits"}},
+		{name: "our learner catching up holds the slot", obs: with(learner("b-0", "b")),
+			want:   Desired{Add: []Want{want("b-0", "b"), want("b-1", "b")}, Keep: []string{"a-0", "a-1", "a-2"}},
+			expect: expect{kind: Promote, member: "b-0"}},
+		{name: "a second learner fits when etcd allows two", obs: with(learner("e-0", "e")),
+			want:   Desired{Add: []Want{want("b-0", "b")}, Keep: []string{"a-0", "a-1", "a-2", "e-0"}},
+			policy: Policy{MaxLearners: 2},
+			expect: expect{kind: AddLearner, member: "b-0"}},
+	})
+}
+
+func TestRule3PromoteReadyLearner(t *testing.T) {
+	base := []Member{lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a")}
+	with := func(extra Member) Observed { return obs(append(slices.Clone(base), extra)...) }
+	notCaughtUp := learner("b-0", "b")
+	notCaughtUp.CaughtUp = false
+	young := learner("b-0", "b")
+	young.HealthyFor = 3 * time.Second
+	ready := learner("b-0", "b")
+	ready.HealthyFor = 5 * time.Second
+	runCases(t, []ruleCase{
+		{name: "unstarted, matched by peer URL", obs: with(unstarted("b-0", "b", 10*time.Second)), want: moveAB,
+			expect: expect{kind: Wait, rule: RuleReadyLearner, reason: "WaitingForLearner: b-0 is not answering yet"}},
+		{name: "catching up", obs: with(notCaughtUp), want: moveAB,
+			expect: expect{kind: Wait, rule: RuleReadyLearner, reason: "WaitingForLearner: b-0 is catching up"}},
+		{name: "healthy for less than 5 s", obs: with(young), want: moveAB,
+			expect: expect{kind: Wait, rule: RuleReadyLearner, reason: "WaitingForLearner: b-0 healthy for 3s of 5s"}},
+		{name: "caught up and healthy for 5 s", obs: with(ready), want: moveAB,
+			expect: expect{kind: Promote, member: "b-0", rule: RuleReadyLearner}},
+		{name: "a shorter minimum from the policy", obs: with(young), want: moveAB, policy: Policy{MinHealthyFor: 2 * time.Second},
+			expect: expect{kind: Promote, member: "b-0"}},
+	})
+	t.Run("a promotion addresses the member by ID", func(t *testing.T) {
+		g := NewWithT(t)
+		s := Next(with(ready), moveAB, Policy{})
+		g.Expect(s.ID).To(Equal("id-b-0"))
+		g.Expect(s.PeerURLs).To(Equal(urlsOf("b-0")))
+	})
+}
+
+func TestRule4KeepHealthyQuorum(t *testing.T) {
+	runCases(t, []ruleCase{
+		{name: "two of three down: removing one leaves one healthy of two",
+			obs: obs(lead(voter("a-0", "a")), down(voter("a-1", "a")), down(voter("a-2", "a"))), want: moveAB,
+			expect: expect{kind: Wait, rule: RuleQuorum, reason: "removing a-1 would leave 1 of 2 voters healthy for 5s, below a quorum of 2"}},
+		{name: "two of five down: removing one leaves three healthy of four",
+			obs:    obs(lead(voter("a-0", "a")), down(voter("a-1", "a")), down(voter("a-2", "a")), voter("a-3", "a"), voter("a-4", "a")),
+			want:   Desired{Add: []Want{want("a-5", "a")}, Keep: []string{"a-0", "a-3", "a-4"}, Remove: []string{"a-1", "a-2"}},
+			expect: expect{kind: Remove, member: "a-1"}},
+		{name: "the last voter stays", obs: obs(lead(voter("a-0", "a"))), want: Desired{Remove: []string{"a-0"}},
+			expect: expect{kind: Wait, rule: RuleQuorum, reason: "WaitingForQuorum: a-0 is the last voter"}},
+		{name: "voters back for less than 5 s do not count yet, as in etcd's strict reconfiguration check",
+			obs:    obs(lead(voter("a-0", "a")), fresh(voter("a-1", "a")), voter("a-2", "a"), fresh(voter("b-0", "b"))),
+			want:   Desired{Add: []Want{want("b-0", "b")}, Keep: []string{"a-0", "a-1"}, Remove: []string{"a-2"}},
+			expect: expect{kind: Wait, rule: RuleQuorum, reason: "removing a-2 would leave 1 of 3 voters healthy for 5s, below a quorum of 2"}},
+		{name: "one of them does not stop it",
+			obs:    obs(lead(voter("a-0", "a")), fresh(voter("a-1", "a")), voter("a-2", "a"), voter("b-0", "b")),
+			want:   Desired{Add: []Want{want("b-0", "b")}, Keep: []string{"a-0", "a-1"}, Remove: []string{"a-2"}},
+			expect: expect{kind: Remove, member: "a-2"}},
+	})
+}
+
+func TestRule5NeverRemoveLeader(t *testing.T) {
+	runCases(t, []ruleCase{
+		{name: "the departing leader hands over to a member that stays on the majority side",
+			obs:    obs(lead(voter("a-0", "a")), voter("b-0", "b"), voter("b-1", "b"), voter("b-2", "b")),
+			want:   Desired{Add: []Want{want("b-0", "b"), want("b-1", "b"), want("b-2", "b")}, Remove: []string{"a-0"}},
+			expect: expect{kind: MoveLeader, member: "b-0", rule: RuleLeaderLast, reason: "leader a-0 is departing; b-0 takes over first"}},
+		{name: "once it has, it is removed",
+			obs:    obs(voter("a-0", "a"), lead(voter("b-0", "b")), voter("b-1", "b"), voter("b-2", "b")),
+			want:   Desired{Add: []Want{want("b-0", "b"), want("b-1", "b"), want("b-2", "b")}, Remove: []string{"a-0"}},
+			expect: expect{kind: Remove, member: "a-0", rule: RuleInterleave}},
+		{name: "leadership never goes to an unmanaged or departing member",
+			obs:    obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("x-0", "a")),
+			want:   Desired{Remove: []string{"a-0", "a-1"}},
+			expect: expect{kind: Remove, member: "a-1"}},
+		{name: "nobody to take over",
+			obs:    obs(lead(voter("a-0", "a")), voter("x-0", "a"), voter("x-1", "a")),
+			want:   Desired{Remove: []string{"a-0"}},
+			expect: expect{kind: Wait, rule: RuleLeaderLast, reason: "NoLeaderSuccessor: leader a-0 is departing"}},
+	})
+}
+
+// ideal executes steps on a model where every learner is ready at once, and
+// returns the steps and the voter count per side after each change.
+func ideal(t *testing.T, start Observed, want Desired) (steps []string, shapes []string) {
+	t.Helper()
+	members := slices.Clone(start.Members)
+	shape := func() string {
+		counts := map[string]int{}
+		for _, m := range members {
+			if !m.Learner {
+				counts[m.Side]++
+			}
+		}
+		return fmt.Sprintf("%d:%d", counts["a"], counts["b"])
+	}
+	shapes = append(shapes, shape())
+	for range 100 {
+		s := Next(Observed{Members: members}, want, Policy{})
+		if s.Kind == Done {
+			return steps, shapes
+		}
+		steps = append(steps, string(s.Kind)+" "+s.Member)
+		i := slices.IndexFunc(members, func(m Member) bool { return m.ID == s.ID })
+		switch s.Kind {
+		case AddLearner:
+			side := want.Add[slices.IndexFunc(want.Add, func(w Want) bool { return w.Name == s.Member })].Side
+			members = append(members, learner(s.Member, side))
+		case Promote:
+			members[i].Learner = false
+			shapes = append(shapes, shape())
+		case MoveLeader:
+			for j := range members {
+				members[j].Leader = j == i
+			}
+		case Remove:
+			members = slices.Delete(members, i, i+1)
+			shapes = append(shapes, shape())
+		default:
+			t.Fatalf("unexpected %s", s)
+		}
+	}
+	t.Fatalf("no Done after 100 steps: %v", steps)
+	return nil, nil
+}
+
+func sideMove(from, to int) (Observed, Desired) {
+	var o Observed
+	var d Desired
+	for i := range from {
+		m := voter(fmt.Sprintf("a-%d", i), "a")
+		m.Leader = i == 0
+		o.Members = append(o.Members, m)
+		d.Remove = append(d.Remove, m.Name)
+	}
+	for i := range to {
+		d.Add = append(d.Add, want(fmt.Sprintf("b-%d", i), "b"))
+	}
+	return o, d
+}
+
+func TestRule6Interleave(t *testing.T) {
+	cases := []struct {
+		name     string
+		from, to int
+		steps    string
+		shapes   string // voters a:b after each change
+	}{
+		{name: "3 to 3: one tie, the leader moves before the promotion that makes it", from: 3, to: 3,
+			steps:  "AddLearner b-0, Promote b-0, Remove a-1, AddLearner b-1, MoveLeader b-0, Promote b-1, Remove a-0, AddLearner b-2, Promote b-2, Remove a-2",
+			shapes: "3:0 3:1 2:1 2:2 1:2 1:3 0:3"},
+		{name: "1 to 1: no voter on the incoming side before the tie, so the leader moves at its removal", from: 1, to: 1,
+			steps:  "AddLearner b-0, Promote b-0, MoveLeader b-0, Remove a-0",
+			shapes: "1:0 1:1 0:1"},
+		{name: "2 to 2: grows to 4 so that a removal, not a catch-up, ends the tie", from: 2, to: 2,
+			steps:  "AddLearner b-0, Promote b-0, AddLearner b-1, MoveLeader b-0, Promote b-1, Remove a-0, Remove a-1",
+			shapes: "2:0 2:1 2:2 1:2 0:2"},
+		{name: "5 to 3: shrinks first, then interleaves", from: 5, to: 3,
+			steps:  "Remove a-1, Remove a-2, AddLearner b-0, Promote b-0, Remove a-3, AddLearner b-1, MoveLeader b-0, Promote b-1, Remove a-0, AddLearner b-2, Promote b-2, Remove a-4",
+			shapes: "5:0 4:0 3:0 3:1 2:1 2:2 1:2 1:3 0:3"},
+		{name: "3 to 5: grows by the surplus first", from: 3, to: 5,
+			steps:  "AddLearner b-0, Promote b-0, AddLearner b-1, Promote b-1, AddLearner b-2, MoveLeader b-0, Promote b-2, Remove a-0, AddLearner b-3, Promote b-3, Remove a-1, AddLearner b-4, Promote b-4, Remove a-2",
+			shapes: "3:0 3:1 3:2 3:3 2:3 2:4 1:4 1:5 0:5"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			g := NewWithT(t)
+			start, target := sideMove(c.from, c.to)
+			steps, shapes := ideal(t, start, target)
+			g.Expect(strings.Join(steps, ", ")).To(Equal(c.steps))
+			g.Expect(strings.Join(shapes, " ")).To(Equal(c.shapes))
+		})
+	}
+	t.Run("a tie is ended by a removal even when members are still to be added", func(t *testing.T) {
+		g := NewWithT(t)
+		s := Next(obs(voter("a-0", "a"), voter("a-1", "a"), lead(voter("b-0", "b")), voter("b-1", "b")),
+			Desired{Add: []Want{want("b-0", "b"), want("b-1", "b"), want("b-2", "b"), want("b-3", "b")}, Remove: []string{"a-0", "a-1"}}, Policy{})
+		expect{kind: Remove, member: "a-0", rule: RuleInterleave}.check(g, s)
+	})
+	t.Run("a target that is a tie keeps the majority where it is until the end", func(t *testing.T) {
+		g := NewWithT(t)
+		start := obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a"), voter("b-0", "b"), voter("b-1", "b"))
+		target := Desired{Add: []Want{want("a-3", "a")}, Keep: []string{"a-0", "b-0", "b-1"}, Remove: []string{"a-1", "a-2"}}
+		_, shapes := ideal(t, start, target)
+		g.Expect(strings.Join(shapes, " ")).To(Equal("3:2 4:2 3:2 2:2"))
+	})
+}
+
+func TestRule7NeverTouchUnmanaged(t *testing.T) {
+	runCases(t, []ruleCase{
+		{name: "an unmanaged voter is left in place at Done",
+			obs:    obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("x-0", "a")),
+			want:   Desired{Add: []Want{want("a-0", "a"), want("a-1", "a")}},
+			expect: expect{kind: Done, rule: RuleTargetReached, reason: "unmanaged, left alone: x-0"}},
+		{name: "an unmanaged learner holds the learner slot and is reported, not removed",
+			obs:    obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a"), learner("x-0", "a")),
+			want:   moveAB,
+			expect: expect{kind: Wait, rule: RuleUnmanaged, reason: "learner x-0 (unmanaged) holds the learner slot; b-0 waits"}},
+		{name: "an unstarted learner that is not ours is named by its peer URL",
+			obs:    obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a"), unstarted("x-9", "a", time.Hour)),
+			want:   moveAB,
+			expect: expect{kind: Wait, rule: RuleUnmanaged, reason: "learner unstarted https://x-9:2380 (unmanaged)"}},
+		{name: "a stuck unmanaged learner is not removed",
+			obs:    obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a"), down(unstarted("x-9", "a", time.Hour))),
+			want:   Desired{Add: []Want{want("a-0", "a"), want("a-1", "a"), want("a-2", "a")}},
+			expect: expect{kind: Done}},
+	})
+}
+
+func TestRule8RemoveStuckLearner(t *testing.T) {
+	base := []Member{lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a")}
+	with := func(extra Member) Observed { return obs(append(slices.Clone(base), extra)...) }
+	stuck := learner("b-0", "b")
+	stuck.CaughtUp, stuck.NoProgressFor = false, 5*time.Minute
+	slow := stuck
+	slow.NoProgressFor = 4 * time.Minute
+	idle := learner("b-0", "b") // caught up on an idle cluster: its index has no reason to move
+	idle.NoProgressFor = time.Hour
+	runCases(t, []ruleCase{
+		{name: "no progress for the timeout", obs: with(stuck), want: moveAB,
+			expect: expect{kind: Remove, member: "b-0", rule: RuleStuckLearner, reason: "learner b-0 made no progress for 5m0s (limit 5m0s)"}},
+		{name: "not yet", obs: with(slow), want: moveAB,
+			expect: expect{kind: Wait, rule: RuleReadyLearner, reason: "catching up"}},
+		{name: "never started", obs: with(unstarted("b-0", "b", 5*time.Minute)), want: moveAB,
+			expect: expect{kind: Remove, member: "b-0", rule: RuleStuckLearner}},
+		{name: "a shorter timeout from the policy", obs: with(slow), want: moveAB, policy: Policy{LearnerProgressTimeout: time.Minute},
+			expect: expect{kind: Remove, member: "b-0", rule: RuleStuckLearner}},
+		{name: "a caught-up learner is promoted however long its index stood still", obs: with(idle), want: moveAB,
+			expect: expect{kind: Promote, member: "b-0"}},
+	})
+	t.Run("an unstarted learner is removed by its ID", func(t *testing.T) {
+		g := NewWithT(t)
+		s := Next(with(unstarted("b-0", "b", 5*time.Minute)), moveAB, Policy{})
+		g.Expect(s.ID).To(Equal("id-b-0"))
+	})
+}
+
+func TestRule9Ownership(t *testing.T) {
+	runCases(t, []ruleCase{
+		{name: "a retired name in Add refuses the whole target",
+			obs:    obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a")),
+			want:   Desired{Add: moveAB.Add, Remove: moveAB.Remove, Retired: []string{"b-1"}},
+			expect: expect{kind: Wait, rule: RuleOwnership, reason: "RetiredMember: b-1 was retired and must never be added again"}},
+		{name: "a learner of ours that is not wanted any more is removed first",
+			obs:    obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a"), learner("a-3", "a")),
+			want:   Desired{Add: moveAB.Add, Remove: append(slices.Clone(moveAB.Remove), "a-3")},
+			expect: expect{kind: Remove, member: "a-3", rule: RuleOwnership}},
+		{name: "a retired name that is still a member is not ours unless listed in Remove",
+			obs:    obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a"), voter("r-0", "a")),
+			want:   Desired{Add: []Want{want("a-0", "a"), want("a-1", "a"), want("a-2", "a")}, Retired: []string{"r-0"}},
+			expect: expect{kind: Done, reason: "unmanaged, left alone: r-0"}},
+	})
+}
+
+func TestInvalidTarget(t *testing.T) {
+	start := obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a"))
+	runCases(t, []ruleCase{
+		{name: "a name in two lists", obs: start, want: Desired{Add: moveAB.Add, Keep: []string{"a-0"}, Remove: []string{"a-0"}},
+			expect: expect{kind: Wait, rule: RuleValidTarget, reason: "InvalidTarget: a-0 is listed in both Keep and Remove"}},
+		{name: "an empty name", obs: start, want: Desired{Add: []Want{{PeerURLs: urlsOf("b-0")}}},
+			expect: expect{kind: Wait, rule: RuleValidTarget, reason: "InvalidTarget: an empty name in Add"}},
+		{name: "a target without peer URLs", obs: start, want: Desired{Add: []Want{{Name: "b-0"}}},
+			expect: expect{kind: Wait, rule: RuleValidTarget, reason: "InvalidTarget: b-0 has no peer URLs"}},
+		{name: "a member whose peer URLs differ from the target's", obs: start,
+			want:   Desired{Add: []Want{{Name: "a-0", PeerURLs: urlsOf("elsewhere"), Side: "a"}}, Keep: []string{"a-1", "a-2"}},
+			expect: expect{kind: Wait, rule: RuleValidTarget, reason: "PeerURLMismatch: member a-0 has peer URLs"}},
+		{name: "a new member whose peer URL another member uses", obs: start,
+			want:   Desired{Add: []Want{{Name: "b-0", PeerURLs: urlsOf("a-2"), Side: "b"}}, Keep: []string{"a-0", "a-1", "a-2"}},
+			expect: expect{kind: Wait, rule: RuleValidTarget, reason: "PeerURLConflict: a-2 (kept) already uses a peer URL of b-0"}},
+	})
+}
+
+func TestDone(t *testing.T) {
+	g := NewWithT(t)
+	s := Next(obs(voter("b-0", "b"), lead(voter("b-1", "b")), down(voter("b-2", "b")), voter("e-0", "e")),
+		Desired{Add: moveAB.Add, Keep: []string{"e-0"}, Remove: moveAB.Remove}, Policy{})
+	g.Expect(s).To(Equal(Step{Kind: Done, Rule: RuleTargetReached,
+		Reason: "target reached: 4 voters (b: 3, e: 1, leader b-1, down b-2)"}))
+}
+
+func TestDescribe(t *testing.T) {
+	cases := []struct {
+		members []Member
+		want    string
+	}{
+		{nil, "no members"},
+		{[]Member{lead(voter("a-1", "a")), voter("a-0", "a"), voter("b-0", "b"), learner("b-3", "b")},
+			"3 voters (a: 2, b: 1, leader a-1), 1 learner (b-3)"},
+		{[]Member{voter("a-0", ""), down(voter("a-1", "")), unstarted("b-0", "b", 0), learner("b-1", "b")},
+			"2 voters (no side: 2, no leader, down a-1), 2 learners (b-1 unstarted https://b-0:2380)"},
+	}
+	for _, c := range cases {
+		NewWithT(t).Expect(Describe(c.members)).To(Equal(c.want))
+	}
+}
+
+func TestStepString(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(Step{Kind: Remove, Member: "a-1", Rule: RuleInterleave, Reason: "a-1 is departing"}.String()).
+		To(Equal("Remove a-1 [Interleave]: a-1 is departing"))
+	g.Expect(Step{Kind: Wait, Rule: RuleHealthyCluster, Reason: "WaitingForHealthyCluster: no leader"}.String()).
+		To(Equal("Wait [HealthyClusterFirst]: WaitingForHealthyCluster: no leader"))
+}
+
+// BenchmarkNext plans one step of a 7-member move with a learner catching up.
+func BenchmarkNext(b *testing.B) {
+	start, target := sideMove(7, 7)
+	start.Members = append(start.Members, voter("b-0", "b"), learner("b-1", "b"))
+	b.ReportAllocs()
+	for b.Loop() {
+		Next(start, target, Policy{})
+	}
+}
