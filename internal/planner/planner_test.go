@@ -78,10 +78,8 @@ func runCases(t *testing.T, cases []ruleCase) {
 	}
 }
 
-// A 3-member cluster on side a moving to side b, a-0 leading.
-var (
-	moveAB = Desired{Add: []Want{want("b-0", "b"), want("b-1", "b"), want("b-2", "b")}, Remove: []string{"a-0", "a-1", "a-2"}}
-)
+// moveAB moves a 3-member cluster from side a to side b.
+var moveAB = Desired{Add: []Want{want("b-0", "b"), want("b-1", "b"), want("b-2", "b")}, Remove: []string{"a-0", "a-1", "a-2"}}
 
 func TestRule1HealthyClusterFirst(t *testing.T) {
 	runCases(t, []ruleCase{

@@ -43,6 +43,7 @@ type sim struct {
 	twoSides         bool
 	targetHolder     string // the side holding the majority in the target, "" if none
 	refused          bool   // the target re-adds a retired name
+	maxVoters        int    // the most voters rule 6 allows on the way
 
 	configs  []config // one per voter configuration, in order
 	steps    []string
@@ -204,6 +205,13 @@ func newScenario(t *testing.T, rng *rand.Rand) *sim {
 		final[w.Side]++
 	}
 	s.targetHolder = holder(final)
+	finalSize := 0
+	for _, n := range final {
+		finalSize += n
+	}
+	// Rule 6: n, n+1, n, ... never n, 2n, n. An even n grows to n+2 so that a
+	// removal, not a catch-up, ends the tie.
+	s.maxVoters = max(len(s.voters()), finalSize) + 2
 	s.desc = fmt.Sprintf("start %s\nwant %+v", Describe(s.observe().Members), s.want)
 	return s
 }
@@ -235,7 +243,7 @@ func (s *sim) play() int {
 			return step + 1
 		}
 		s.apply(st)
-		s.checkQuorum(st)
+		s.checkAfter(st)
 		s.tick()
 	}
 	s.fail("no Done within %d steps", limit)
@@ -258,7 +266,8 @@ func (s *sim) apply(st Step) {
 			s.fail("%s names %q but acts on %q", st.Kind, st.Member, target.name)
 		}
 	}
-	if st.Kind == AddLearner || st.Kind == Promote || (st.Kind == Remove && target.Healthy) {
+	downVoter := st.Kind == Remove && !target.Learner && !target.Healthy
+	if st.Kind == AddLearner || st.Kind == Promote || (st.Kind == Remove && !downVoter) {
 		s.checkHealthy(st)
 	}
 	switch st.Kind {
@@ -337,9 +346,10 @@ func (s *sim) checkHealthy(st Step) {
 	}
 }
 
-// checkQuorum asserts rule 4 after every step: the model's own faults never
-// take the healthy voters below a quorum, so only a step could.
-func (s *sim) checkQuorum(st Step) {
+// checkAfter asserts rule 4 after every step (the model's own faults never take
+// the healthy voters below a quorum, so only a step could) and the size bound
+// of rule 6.
+func (s *sim) checkAfter(st Step) {
 	voters, healthy := s.voters(), 0
 	for _, m := range voters {
 		if m.Healthy {
@@ -348,6 +358,9 @@ func (s *sim) checkQuorum(st Step) {
 	}
 	if healthy < quorum(len(voters)) {
 		s.fail("rule 4: after %s, %d healthy of %d voters", st, healthy, len(voters))
+	}
+	if len(voters) > s.maxVoters {
+		s.fail("rule 6: after %s, %d voters, more than the %d allowed", st, len(voters), s.maxVoters)
 	}
 }
 
