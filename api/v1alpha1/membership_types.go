@@ -230,41 +230,41 @@ const (
 
 // Condition reasons of status.membership.conditions.
 const (
-	// ReasonConverged: the members are the desired ones.
+	// ReasonConverged means the members are the desired ones.
 	ReasonConverged = "Converged"
-	// ReasonAddingLearner: a member is being added as a learner.
+	// ReasonAddingLearner means a member is being added as a learner.
 	ReasonAddingLearner = "AddingLearner"
-	// ReasonWaitingForLearner: a learner is catching up or has not been
+	// ReasonWaitingForLearner means a learner is catching up or has not been
 	// connected long enough to be promoted.
 	ReasonWaitingForLearner = "WaitingForLearner"
-	// ReasonPromoting: a learner is being promoted to a voter.
+	// ReasonPromoting means a learner is being promoted to a voter.
 	ReasonPromoting = "Promoting"
-	// ReasonMovingLeader: leadership is being moved before a removal or at
+	// ReasonMovingLeader means leadership is being moved before a removal or at
 	// the tie of a move.
 	ReasonMovingLeader = "MovingLeader"
-	// ReasonRemovingMember: a member is being removed.
+	// ReasonRemovingMember means a member is being removed.
 	ReasonRemovingMember = "RemovingMember"
-	// ReasonWaitingForHealthyCluster: the next step waits until every voter
+	// ReasonWaitingForHealthyCluster means the next step waits until every voter
 	// is healthy again (one change in flight at a time).
 	ReasonWaitingForHealthyCluster = "WaitingForHealthyCluster"
-	// ReasonWaitingForLock: another controller holds the cluster's
+	// ReasonWaitingForLock means another controller holds the cluster's
 	// membership lock.
 	ReasonWaitingForLock = "WaitingForLock"
-	// ReasonLearnerStalled: a learner made no progress for too long and is
+	// ReasonLearnerStalled means a learner made no progress for too long and is
 	// removed again.
 	ReasonLearnerStalled = "LearnerStalled"
-	// ReasonStepFailed: the last step keeps failing; the message has the
+	// ReasonStepFailed means the last step keeps failing; the message has the
 	// sidecar's reason.
 	ReasonStepFailed = "StepFailed"
-	// ReasonQuorumAtRisk: the next removal would leave too few healthy
+	// ReasonQuorumAtRisk means the next removal would leave too few healthy
 	// voters, so it waits.
 	ReasonQuorumAtRisk = "QuorumAtRisk"
-	// ReasonUnmanagedMembers: etcd has members that are neither local nor
+	// ReasonUnmanagedMembers means etcd has members that are neither local nor
 	// external; they are left alone.
 	ReasonUnmanagedMembers = "UnmanagedMembers"
-	// ReasonRetiredMemberListed: a desired member carries the name of a
+	// ReasonRetiredMemberListed means a desired member carries the name of a
 	// retired member and is not added again.
 	ReasonRetiredMemberListed = "RetiredMemberListed"
-	// ReasonClusterUnreachable: no sidecar of the cluster answered.
+	// ReasonClusterUnreachable means no sidecar of the cluster answered.
 	ReasonClusterUnreachable = "ClusterUnreachable"
 )

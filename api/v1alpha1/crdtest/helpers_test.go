@@ -63,14 +63,13 @@ func stretchedEtcd(namespace string) *v1alpha1.Etcd {
 			ExternalMembersPolicy: ptr.To(v1alpha1.ExternalMembersPolicyKeep),
 		},
 	}
-	for i, host := range []string{"etcd-main-0", "etcd-main-1", "etcd-main-2"} {
+	for _, host := range []string{"etcd-main-0", "etcd-main-1", "etcd-main-2"} {
 		e.Spec.ExternalMembers = append(e.Spec.ExternalMembers, v1alpha1.ExternalMember{
 			Name:       "seed-a-" + host,
 			PeerURLs:   []string{"https://" + host + ".seed-a.example:2380"},
 			ClientURLs: []string{"https://" + host + ".seed-a.example:2379"},
 			SidecarURL: "https://" + host + ".seed-a.example:8080",
 		})
-		_ = i
 	}
 	return e
 }

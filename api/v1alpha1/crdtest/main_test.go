@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -75,7 +76,7 @@ func newClient(addToScheme func(*runtime.Scheme) error) (client.Client, error) {
 	if err := addToScheme(scheme); err != nil {
 		return nil, fmt.Errorf("building scheme: %w", err)
 	}
-	if err := corev1.AddToScheme(scheme); err != nil {
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, fmt.Errorf("building scheme: %w", err)
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})

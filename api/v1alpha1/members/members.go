@@ -211,8 +211,8 @@ func InClusterPeerURL(e *v1alpha1.Etcd, podName string) string {
 
 // DruidPeerURLs are the peer URLs druid makes a local member advertise: its
 // InClusterPeerURL, then the member's spec.etcd.additionalAdvertisePeerURLs
-// (looked up by member name, and by pod name as druid v0.38 writes them when
-// no prefix is set).
+// (looked up by member name, as druid's CEL rule names them, and by pod
+// name, as druid's config map generation looks them up).
 func DruidPeerURLs(e *v1alpha1.Etcd) LocalPeerURLs {
 	additional := e.Spec.Etcd.AdditionalAdvertisePeerURLs
 	return func(memberName, podName string) []string {

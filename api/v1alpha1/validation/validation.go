@@ -118,15 +118,15 @@ func validateExternalMembers(e *v1alpha1.Etcd, path *field.Path) field.ErrorList
 		mp := path.Index(i)
 		errs = append(errs, validateMemberName(m.Name, mp.Child("name"))...)
 		if first, dup := names[m.Name]; dup {
-			errs = append(errs, field.Duplicate(mp.Child("name"),
-				fmt.Sprintf("%s (also spec.externalMembers[%d].name)", m.Name, first)))
+			errs = append(errs, duplicate(mp.Child("name"), m.Name,
+				fmt.Sprintf("also the name of spec.externalMembers[%d]", first)))
 		} else {
 			names[m.Name] = i
 		}
 		if o, ok := members.Ordinal(e, m.Name); ok && local.Contains(o) {
-			errs = append(errs, field.Duplicate(mp.Child("name"), fmt.Sprintf(
-				"%s is the local member of ordinal %d (local ordinals are [%d, %d)): an external member must not take a local member's name",
-				m.Name, o, local.Start, local.End)))
+			errs = append(errs, duplicate(mp.Child("name"), m.Name, fmt.Sprintf(
+				"the name of the local member of ordinal %d (local ordinals are [%d, %d)): an external member must not take a local member's name",
+				o, local.Start, local.End)))
 		}
 
 		pp := mp.Child("peerURLs")
@@ -138,14 +138,14 @@ func validateExternalMembers(e *v1alpha1.Etcd, path *field.Path) field.ErrorList
 					"must use %s because spec.etcd.peerUrlTls %s: every member of one etcd cluster speaks the same peer protocol", wantScheme, tlsState)))
 			}
 			if owner, taken := peerOwner[u]; taken && owner != m.Name {
-				errs = append(errs, field.Duplicate(up, fmt.Sprintf(
-					"%s is also a peer URL of external member %s: a peer URL must belong to one member only", u, owner)))
+				errs = append(errs, duplicate(up, u, fmt.Sprintf(
+					"also a peer URL of external member %s: a peer URL must belong to one member only", owner)))
 			} else if !taken {
 				peerOwner[u] = m.Name
 			}
 			if lm, taken := localURLs[u]; taken {
-				errs = append(errs, field.Duplicate(up, fmt.Sprintf(
-					"%s is advertised by local member %s in spec.etcd.additionalAdvertisePeerURLs: a peer URL must belong to one member only", u, lm)))
+				errs = append(errs, duplicate(up, u, fmt.Sprintf(
+					"advertised by local member %s in spec.etcd.additionalAdvertisePeerURLs: a peer URL must belong to one member only", lm)))
 			}
 		}
 		errs = append(errs, validateURLList(m.ClientURLs, mp.Child("clientURLs"), false)...)
@@ -184,12 +184,20 @@ func validateInClusterPeerURLs(e *v1alpha1.Etcd) field.ErrorList {
 				continue
 			}
 			if o, ok := members.PodOrdinal(e, pod); ok && local.Contains(o) {
-				errs = append(errs, field.Duplicate(field.NewPath("spec", "externalMembers").Index(i).Child("peerURLs").Index(j), fmt.Sprintf(
-					"%s is the in-cluster peer URL of local pod %s: give the two clusters different ordinal ranges (spec.ordinalStart), since etcd refuses a peer URL that another member has", u, pod)))
+				errs = append(errs, duplicate(field.NewPath("spec", "externalMembers").Index(i).Child("peerURLs").Index(j), u, fmt.Sprintf(
+					"the in-cluster peer URL of local pod %s: give the two clusters different ordinal ranges (spec.ordinalStart), since etcd refuses a peer URL that another member has", pod)))
 			}
 		}
 	}
 	return errs
+}
+
+// duplicate is field.Duplicate with the reason, which field.Duplicate alone
+// does not carry.
+func duplicate(path *field.Path, value any, detail string) *field.Error {
+	err := field.Duplicate(path, value)
+	err.Detail = detail
+	return err
 }
 
 func validateMemberName(name string, path *field.Path) field.ErrorList {
@@ -218,7 +226,7 @@ func validateURLList(urls []string, path *field.Path, required bool) field.Error
 	for j, u := range urls {
 		errs = append(errs, validateURL(u, path.Index(j), memberURLRE, memberURLReason)...)
 		if seen[u] {
-			errs = append(errs, field.Duplicate(path.Index(j), u))
+			errs = append(errs, duplicate(path.Index(j), u, "listed twice"))
 		}
 		seen[u] = true
 	}

@@ -193,6 +193,9 @@ func TestValidateEtcd(t *testing.T) {
 			e := baseEtcd()
 			tc.mutate(e)
 			errs := ValidateEtcd(e)
+			if len(errs) > 0 {
+				t.Log(errs.ToAggregate())
+			}
 			g.Expect(errPaths(errs)).To(ConsistOf(wantPaths(tc.want)), "Go errors: %v", errs)
 			for _, err := range errs {
 				g.Expect(err.Error()).To(ContainSubstring(err.Field), "the message names the field")
@@ -260,6 +263,9 @@ func TestValidateEtcdUpdate(t *testing.T) {
 			e := old.DeepCopy()
 			tc.mutate(e)
 			errs := ValidateEtcdUpdate(e, old)
+			if len(errs) > 0 {
+				t.Log(errs.ToAggregate())
+			}
 			g.Expect(errPaths(errs)).To(ConsistOf(wantPaths(tc.want)), "Go errors: %v", errs)
 			crdErrs, err := crd.validate(e, old)
 			g.Expect(err).NotTo(HaveOccurred())

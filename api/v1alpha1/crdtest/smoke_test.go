@@ -1,5 +1,0 @@
-package crdtest
-
-import "testing"
-
-func TestSmoke(t *testing.T) { _ = newNamespace(t) }
