@@ -83,8 +83,8 @@ var invalidCases = []invalidCase{
 		webhookField: "spec.externalMembers[0].peerURLs",
 	},
 	{
-		name:   "changed member name prefix",
-		create: stretchedEtcd,
+		name:      "changed member name prefix",
+		create:    stretchedEtcd,
 		update:    func(e *v1alpha1.Etcd) { e.Spec.MemberNamePrefix = ptr.To("seed-c") },
 		field:     "spec.memberNamePrefix",
 		druidRule: true,

@@ -24,14 +24,14 @@ const SidecarPortName = "stretch-sidecar"
 // (etcd-druid internal/common): the sidecar mounts the volumes druid already
 // declares in the pod, so its files sit where backup-restore's do.
 const (
-	volumeEtcdCA                = "etcd-ca"
-	volumeEtcdClientTLS         = "etcd-client-tls"
-	volumeBackupRestoreCA       = "backup-restore-ca"
+	volumeEtcdCA                 = "etcd-ca"
+	volumeEtcdClientTLS          = "etcd-client-tls"
+	volumeBackupRestoreCA        = "backup-restore-ca"
 	volumeBackupRestoreServerTLS = "backup-restore-server-tls"
 
-	mountEtcdCA                = "/var/etcd/ssl/ca"
-	mountEtcdClientTLS         = "/var/etcd/ssl/client"
-	mountBackupRestoreCA       = "/var/etcdbr/ssl/ca"
+	mountEtcdCA                 = "/var/etcd/ssl/ca"
+	mountEtcdClientTLS          = "/var/etcd/ssl/client"
+	mountBackupRestoreCA        = "/var/etcdbr/ssl/ca"
 	mountBackupRestoreServerTLS = "/var/etcdbr/ssl/server"
 
 	// The client CA given by --sidecar-client-ca-secret-name is no druid

@@ -10,6 +10,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -99,9 +100,26 @@ func (m *StatefulSetMutator) owner(ctx context.Context, namespace string, sts *a
 	return nil, nil
 }
 
+// PodWindowAnnotation records on the StatefulSet the pod window the webhook
+// put it on, "[start, end)". SyncPodWindow changes it to have the window
+// recomputed when status.membership moved it.
+const PodWindowAnnotation = "druid-stretch.druid.gardener.cloud/pod-window"
+
+// podWindowValue renders a window as the annotation holds it.
+func podWindowValue(w members.Ordinals) string {
+	if w.End <= w.Start {
+		return "[]"
+	}
+	return fmt.Sprintf("[%d, %d)", w.Start, w.End)
+}
+
 // mutate puts sts on e's pod window and injects the sidecar.
 func (m *StatefulSetMutator) mutate(sts *appsv1.StatefulSet, e *v1alpha1.Etcd) error {
 	w := members.PodWindow(e)
+	if sts.Annotations == nil {
+		sts.Annotations = map[string]string{}
+	}
+	sts.Annotations[PodWindowAnnotation] = podWindowValue(w)
 	if w.End <= w.Start {
 		// Nothing runs: keep the ordinal start of the range, so scaling up
 		// again starts the pods where the Etcd says.
@@ -121,6 +139,43 @@ func (m *StatefulSetMutator) mutate(sts *appsv1.StatefulSet, e *v1alpha1.Etcd) e
 		}
 	}
 	return injectSidecar(&sts.Spec.Template.Spec, e, m.Options)
+}
+
+// SyncPodWindow makes druid's StatefulSet of e follow e's pod window when
+// status.membership moved it (a member of the old ordinal range was removed,
+// so its pod may go): it patches PodWindowAnnotation, and the admission of
+// that patch puts spec.ordinals and spec.replicas on the window. The
+// membership controller calls it after writing status.membership; druid
+// itself writes the StatefulSet only when the Etcd's spec changes. It does
+// nothing when the window is already in place, when the StatefulSet does not
+// exist yet, or when it is not e's. It needs patch on statefulsets.
+func SyncPodWindow(ctx context.Context, c client.Client, e *v1alpha1.Etcd) (changed bool, err error) {
+	if !UsesExtension(e) {
+		return false, nil
+	}
+	sts := &appsv1.StatefulSet{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: e.Namespace, Name: e.Name}, sts); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("reading the StatefulSet of Etcd %s/%s: %w", e.Namespace, e.Name, err)
+	}
+	if !metav1.IsControlledBy(sts, e) {
+		return false, nil
+	}
+	want := podWindowValue(members.PodWindow(e))
+	if sts.Annotations[PodWindowAnnotation] == want {
+		return false, nil
+	}
+	patch := client.MergeFrom(sts.DeepCopy())
+	if sts.Annotations == nil {
+		sts.Annotations = map[string]string{}
+	}
+	sts.Annotations[PodWindowAnnotation] = want
+	if err := c.Patch(ctx, sts, patch); err != nil {
+		return false, fmt.Errorf("moving the StatefulSet of Etcd %s/%s to the pod window %s: %w", e.Namespace, e.Name, want, err)
+	}
+	return true, nil
 }
 
 func ordinalStart(sts *appsv1.StatefulSet) int32 {

@@ -318,37 +318,64 @@ func TestStatefulSetFollowsThePodWindow(t *testing.T) {
 	e := etcdWithTLS(newNamespace(t))
 	e.Spec.OrdinalStart = ptr.To[int32](3)
 	e = createEtcd(t, e)
-	_, twin := createBoth(t, druidStatefulSet(e))
+	stored, twin := createBoth(t, druidStatefulSet(e))
+	g.Expect(stored.Annotations).To(HaveKeyWithValue(webhook.PodWindowAnnotation, "[3, 6)"))
 
-	// setObserved records members as the membership controller does, then
-	// lets druid apply its StatefulSet again.
-	setObserved := func(names ...string) *appsv1.StatefulSet {
+	// observe records members as the membership controller does.
+	observe := func(names ...string) {
 		t.Helper()
 		e.Status.Membership = &v1alpha1.MembershipStatus{Phase: v1alpha1.MembershipPhaseReconfiguring}
 		for i, n := range names {
 			e.Status.Membership.Members = append(e.Status.Membership.Members, v1alpha1.ObservedMember{ID: string(rune('a' + i)), Name: n, Role: v1alpha1.MemberRoleVoter})
 		}
 		g.Expect(k8s.Status().Update(t.Context(), e)).To(Succeed())
+	}
+	get := func() *appsv1.StatefulSet {
 		sts := &appsv1.StatefulSet{}
 		g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(e), sts)).To(Succeed())
-		again := druidStatefulSet(e)
-		again.ResourceVersion = sts.ResourceVersion
-		g.Expect(k8s.Update(t.Context(), again)).To(Succeed())
-		return again
+		return sts
 	}
 
 	// A move from 0-2 to 3-5 half done: members 1 and 2 are still voters,
-	// so their pods stay although the range says 3-5.
-	sts := setObserved("seed-b-etcd-main-1", "seed-b-etcd-main-2", "seed-b-etcd-main-3", "seed-b-etcd-main-4")
-	expectSpec(t, sts.Spec, withWindow(twin.Spec, 1, 5, tlsSidecar()))
+	// so their pods stay although the range says 3-5. druid applies its
+	// StatefulSet (as on every spec change) and the webhook widens it.
+	observe("seed-b-etcd-main-1", "seed-b-etcd-main-2", "seed-b-etcd-main-3", "seed-b-etcd-main-4")
+	again := druidStatefulSet(e)
+	again.ResourceVersion = get().ResourceVersion
+	g.Expect(k8s.Update(t.Context(), again)).To(Succeed())
+	expectSpec(t, again.Spec, withWindow(twin.Spec, 1, 5, tlsSidecar()))
+	g.Expect(again.Annotations).To(HaveKeyWithValue(webhook.PodWindowAnnotation, "[1, 6)"))
+	changed, err := webhook.SyncPodWindow(t.Context(), k8s, e)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(changed).To(BeFalse(), "the window is in place")
+	g.Expect(get().ResourceVersion).To(Equal(again.ResourceVersion))
 
-	// Member 1 removed: its pod may go, member 2's stays.
-	sts = setObserved("seed-b-etcd-main-2", "seed-b-etcd-main-3", "seed-b-etcd-main-4", "seed-b-etcd-main-5")
+	// Member 1 removed: its pod may go, member 2's stays. druid does not
+	// write the StatefulSet on a status change; SyncPodWindow has it
+	// admitted again.
+	observe("seed-b-etcd-main-2", "seed-b-etcd-main-3", "seed-b-etcd-main-4", "seed-b-etcd-main-5")
+	changed, err = webhook.SyncPodWindow(t.Context(), k8s, e)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(changed).To(BeTrue())
+	sts := get()
 	expectSpec(t, sts.Spec, withWindow(twin.Spec, 2, 4, tlsSidecar()))
+	g.Expect(sts.Annotations).To(HaveKeyWithValue(webhook.PodWindowAnnotation, "[2, 6)"))
 
 	// The move is done: the range alone.
-	sts = setObserved("seed-b-etcd-main-3", "seed-b-etcd-main-4", "seed-b-etcd-main-5", "seed-a-etcd-main-0")
-	expectSpec(t, sts.Spec, withWindow(twin.Spec, 3, 3, tlsSidecar()))
+	observe("seed-b-etcd-main-3", "seed-b-etcd-main-4", "seed-b-etcd-main-5", "seed-a-etcd-main-0")
+	changed, err = webhook.SyncPodWindow(t.Context(), k8s, e)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(changed).To(BeTrue())
+	expectSpec(t, get().Spec, withWindow(twin.Spec, 3, 3, tlsSidecar()))
+
+	// Not the Etcd's StatefulSet (another Etcd of the same name's UID): left alone.
+	other := e.DeepCopy()
+	other.UID = "8a1a4d58-3c55-4bf8-9d0c-2e6f1d1b7f00"
+	other.Status.Membership = nil
+	other.Spec.OrdinalStart = ptr.To[int32](9)
+	changed, err = webhook.SyncPodWindow(t.Context(), k8s, other)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(changed).To(BeFalse())
 }
 
 func TestStatefulSetsTheWebhookLeavesAlone(t *testing.T) {
@@ -378,6 +405,7 @@ func TestStatefulSetsTheWebhookLeavesAlone(t *testing.T) {
 			stored, twin := createBoth(t, tc.sts())
 			g.Expect(webhookRequests(t, webhook.StatefulSetMutatorPath)).To(Equal(before+1), "the webhook was asked")
 			expectSpec(t, stored.Spec, twin.Spec)
+			g.Expect(stored.Annotations).NotTo(HaveKey(webhook.PodWindowAnnotation))
 			g.Expect(stored.Spec.Template.Spec.Containers).To(HaveLen(2))
 			g.Expect(stored.Spec.Ordinals).To(BeNil())
 		})

@@ -1,0 +1,103 @@
+package cli
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/druid-stretch/druid-stretch/internal/rebalance"
+	"github.com/druid-stretch/druid-stretch/sidecar"
+)
+
+// newRebalanceCommand moves an etcd cluster to a target set of members
+// through the members' sidecars, one safe step at a time, without
+// Kubernetes.
+func newRebalanceCommand() *cobra.Command {
+	var (
+		file                      string
+		sidecars, targets, groups []string
+		caFile, certFile, keyFile string
+		insecureSkipVerify        bool
+		cfg                       rebalance.Config
+	)
+	cmd := &cobra.Command{
+		Use:   "rebalance",
+		Short: "Move an etcd cluster to a target set of members, one safe step at a time",
+		Long: `Move an etcd cluster to the target members through the druid-stretch
+sidecars beside its members: add one target member as a learner, promote it
+once caught up, remove one departing member, and so on, moving leadership
+before it would be removed, until the cluster is the target. Each step is
+printed with the membership it was planned from.
+
+Starting the etcd of a new member is the operator's job: once its learner is
+added, the command prints the flags to start it with and waits; a learner that
+makes no progress within --learner-progress-timeout is removed again.
+
+  druid-stretch rebalance \
+    --sidecar a-0=https://10.0.0.1:8090 --sidecar a-1=https://10.0.0.2:8090 --sidecar a-2=https://10.0.0.3:8090 \
+    --sidecar b-0=https://10.0.1.1:8090 --sidecar b-1=https://10.0.1.2:8090 --sidecar b-2=https://10.0.1.3:8090 \
+    --target b/b-0=https://10.0.1.1:2380 --target b/b-1=https://10.0.1.2:2380 --target b/b-2=https://10.0.1.3:2380 \
+    --group a=a-0,a-1,a-2 --cacert ca.crt --cert client.crt --key client.key
+
+or the same as a file (--file): sidecars [{member, url}], target [{name,
+peerURLs, group}], groups {group: [members]}.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			spec := rebalance.Spec{Groups: map[string][]string{}}
+			if file != "" {
+				var err error
+				if spec, err = rebalance.LoadSpec(file); err != nil {
+					return err
+				}
+				if spec.Groups == nil {
+					spec.Groups = map[string][]string{}
+				}
+			}
+			for _, v := range sidecars {
+				s, err := rebalance.ParseSidecar(v)
+				if err != nil {
+					return err
+				}
+				spec.Sidecars = append(spec.Sidecars, s)
+			}
+			for _, v := range targets {
+				t, err := rebalance.ParseTarget(v)
+				if err != nil {
+					return err
+				}
+				spec.Target = append(spec.Target, t)
+			}
+			for _, v := range groups {
+				if err := rebalance.ParseGroup(v, spec.Groups); err != nil {
+					return err
+				}
+			}
+			if caFile != "" || certFile != "" || keyFile != "" || insecureSkipVerify {
+				tlsConfig, err := sidecar.EtcdClientTLSConfig(caFile, certFile, keyFile, insecureSkipVerify)
+				if err != nil {
+					return fmt.Errorf("sidecar client TLS: %w", err)
+				}
+				cfg.TLS = tlsConfig
+			}
+			cfg.Spec, cfg.Out = spec, cmd.OutOrStdout()
+			_, err := rebalance.Run(cmd.Context(), cfg)
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&file, "file", "", "YAML file with sidecars, target and groups (flags add to it)")
+	f.StringArrayVar(&sidecars, "sidecar", nil, "MEMBER=URL of a member's sidecar, today's and the target's (repeat)")
+	f.StringArrayVar(&targets, "target", nil, "[GROUP/]NAME=PEERURL[,PEERURL...] of a member the cluster ends with (repeat)")
+	f.StringArrayVar(&groups, "group", nil, "GROUP=MEMBER[,MEMBER...]: host group of members, for the tie rule (repeat)")
+	f.StringVar(&caFile, "cacert", "", "CA bundle verifying the sidecars' serving certificates")
+	f.StringVar(&certFile, "cert", "", "client certificate for the sidecars (mutating calls need one)")
+	f.StringVar(&keyFile, "key", "", "key of the client certificate")
+	f.BoolVar(&insecureSkipVerify, "insecure-skip-tls-verify", false, "do not verify the sidecars' serving certificates")
+	f.StringVar(&cfg.Holder, "holder", rebalance.DefaultHolder, "name of this run in the cluster's membership lock and retirement records")
+	f.BoolVar(&cfg.DryRun, "dry-run", false, "print the next step only; change nothing")
+	f.DurationVar(&cfg.Policy.LearnerProgressTimeout, "learner-progress-timeout", 5*time.Minute, "remove a learner again that made no progress (was not started) for this long")
+	f.DurationVar(&cfg.Policy.MinHealthyFor, "min-learner-healthy", 5*time.Second, "how long a learner must be healthy before it is promoted")
+	f.DurationVar(&cfg.Interval, "interval", time.Second, "pause between observations while waiting")
+	return cmd
+}
