@@ -53,6 +53,10 @@ func BenchmarkAddedLatency(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.Cleanup(func() { conns[i].Close() })
+				// Warm up: the first bytes also wait for the proxy to dial the target.
+				if _, _, err := stampRoundTrip(conns[i], msg); err != nil {
+					b.Fatal(err)
+				}
 			}
 			if tc.bulk {
 				startBulk(b)
@@ -63,8 +67,11 @@ func BenchmarkAddedLatency(b *testing.B) {
 			b.ResetTimer()
 			for range b.N {
 				var wg sync.WaitGroup
-				for _, c := range conns {
+				for i, c := range conns {
 					wg.Go(func() {
+						// Spread the connections over a 90 ms round trip: a
+						// steady stream of messages rather than 64 in lockstep.
+						time.Sleep(time.Duration(i) * 180 * time.Millisecond / time.Duration(len(conns)))
 						local := make([]time.Duration, 0, 2*tripsPerIter)
 						for range tripsPerIter {
 							up, down, err := stampRoundTrip(c, msg)
