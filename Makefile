@@ -14,7 +14,7 @@ build: ## the druid-stretch binary
 test-binaries: ## etcd and kube-apiserver, built once per machine into bin/
 	hack/test-binaries.sh
 
-test: test-binaries lint ## every test, on real etcd and a real kube-apiserver
+test: test-binaries lint verify-generate ## every test, on real etcd and a real kube-apiserver
 	$(GO) test -count=1 -timeout 45m ./...
 
 lint: ## go vet and a gofmt check
