@@ -14,10 +14,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -170,4 +172,30 @@ func TestHelmInstallRefusesBadValues(t *testing.T) {
 	g.Expect(deps.Items).To(BeEmpty())
 	err = admin.Get(ctx, client.ObjectKey{Name: "bad-druid-stretch"}, &admissionregistrationv1.MutatingWebhookConfiguration{})
 	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "got %v", err)
+}
+
+// TestPodSecurityRestricted: a pod made from the chart's Deployment template
+// is admitted in a namespace that enforces the "restricted" Pod Security
+// Standard, where the same pod with privilege escalation allowed is refused.
+func TestPodSecurityRestricted(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "chart-restricted-", Labels: map[string]string{
+		"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}}}
+	g.Expect(admin.Create(ctx, ns)).To(Succeed())
+	r := render(t, "druid-stretch", ns.Name, values(t, ``))
+	dep := deployment(g, r)
+
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "controller", Labels: dep.Spec.Template.Labels},
+		Spec:       *dep.Spec.Template.Spec.DeepCopy(),
+	}
+	pod.Spec.ServiceAccountName = "" // the ServiceAccount is not created here; the security checks do not need it
+	loose := pod.DeepCopy()
+	loose.Name = "loose"
+	loose.Spec.Containers[0].SecurityContext.AllowPrivilegeEscalation = ptr.To(true)
+	err := admin.Create(ctx, loose)
+	g.Expect(err).To(MatchError(ContainSubstring(`violates PodSecurity "restricted:latest"`)), "the namespace enforces the restricted standard")
+
+	g.Expect(admin.Create(ctx, pod)).To(Succeed())
 }

@@ -2,7 +2,6 @@ package chart
 
 import (
 	"crypto/x509"
-	"encoding/base64"
 	"encoding/pem"
 	"strings"
 	"testing"
@@ -90,6 +89,7 @@ var chartOptions = []chartOption{
 			g.Expect(args).To(HaveKeyWithValue("--sidecar-port", "8090"))
 			g.Expect(args).To(HaveKeyWithValue("--learner-progress-timeout", "5m"))
 			g.Expect(args).To(HaveKeyWithValue("--min-learner-healthy", "5s"))
+			g.Expect(args).To(HaveKeyWithValue("--zap-log-level", "info"))
 			g.Expect(args).To(HaveKeyWithValue("--sidecar-image", c.Image), "the sidecar defaults to the controller image")
 			g.Expect(args).To(HaveKeyWithValue("--sidecar-image-pull-policy", "IfNotPresent"))
 			g.Expect(args).To(HaveKeyWithValue("--sidecar-resources-requests-cpu", "20m"))
@@ -185,7 +185,7 @@ webhook:
 			cert, err := r.One("Certificate")
 			g.Expect(err).NotTo(HaveOccurred())
 			secretName, _, _ := unstructured.NestedString(cert.Object, "spec", "secretName")
-			g.Expect(secretName).To(Equal(r.fullname()+"-webhook-tls"), "the Deployment mounts the Secret cert-manager writes")
+			g.Expect(secretName).To(Equal(r.fullname()+"-webhook-cert"), "a Secret of its own: switching modes never has Helm and cert-manager fight over one")
 			dep := deployment(g, r)
 			g.Expect(mountedFile(g, dep, controllerContainer(g, dep), "/tmp/k8s-webhook-server/serving-certs/tls.crt")).To(Equal(secretName + "/tls.crt"))
 			dnsNames, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
@@ -343,6 +343,7 @@ podAnnotations:
 controller:
   learnerProgressTimeout: 10m
   minLearnerHealthy: 7s
+logLevel: debug
 `,
 		kinds: baseKinds(map[string]int{"Secret": 1, "PodDisruptionBudget": 1}),
 		check: func(g *WithT, r *Rendered) {
@@ -364,6 +365,7 @@ controller:
 			g.Expect(args).To(HaveKeyWithValue("--sidecar-image-pull-policy", "Always"), "and the pull policy")
 			g.Expect(args).To(HaveKeyWithValue("--learner-progress-timeout", "10m"))
 			g.Expect(args).To(HaveKeyWithValue("--min-learner-healthy", "7s"))
+			g.Expect(args).To(HaveKeyWithValue("--zap-log-level", "debug"))
 		},
 	},
 }
@@ -500,5 +502,19 @@ func parseCert(g *WithT, pemBytes []byte) *x509.Certificate {
 	return cert
 }
 
-// b64 is how a Secret's data looks in a rendered manifest.
-func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+// TestControllerArgsWith: a test running the controller outside a pod
+// replaces the chart's mount paths and ports; a flag the chart does not set
+// is an error, not silently added.
+func TestControllerArgsWith(t *testing.T) {
+	g := NewWithT(t)
+	r := render(t, "stretch", "druid-stretch-system", values(t, ``))
+	args, err := r.ControllerArgsWith(map[string]string{
+		"--webhook-cert-dir":     "/tmp/certs",
+		"--metrics-bind-address": "127.0.0.1:0",
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(args).To(ContainElements("--webhook-cert-dir=/tmp/certs", "--metrics-bind-address=127.0.0.1:0", "--cluster-identity=seed-a"))
+	g.Expect(args).NotTo(ContainElement("--webhook-cert-dir=/tmp/k8s-webhook-server/serving-certs"))
+	_, err = r.ControllerArgsWith(map[string]string{"--webhook-host": "127.0.0.1"})
+	g.Expect(err).To(MatchError(ContainSubstring("the chart does not set --webhook-host")))
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
 
 	"helm.sh/helm/v3/pkg/action"
 	helmchart "helm.sh/helm/v3/pkg/chart"
@@ -257,6 +258,32 @@ func (r *Rendered) ControllerArgs() ([]string, error) {
 		return args, nil
 	}
 	return nil, fmt.Errorf("the Deployment has no container named %s", ControllerContainer)
+}
+
+// ControllerArgsWith are ControllerArgs with the values of some flags
+// replaced, for running the controller outside a pod: local certificate
+// paths instead of the Secret mounts, free 127.0.0.1 ports instead of the
+// pod's. Each flag in overrides (e.g. "--webhook-cert-dir") must be one the
+// chart sets, so a test notices when the chart stops setting it.
+func (r *Rendered) ControllerArgsWith(overrides map[string]string) ([]string, error) {
+	args, err := r.ControllerArgs()
+	if err != nil {
+		return nil, err
+	}
+	used := map[string]bool{}
+	for i, a := range args {
+		name, _, ok := strings.Cut(a, "=")
+		if v, found := overrides[name]; ok && found {
+			args[i] = name + "=" + v
+			used[name] = true
+		}
+	}
+	for name := range overrides {
+		if !used[name] {
+			return nil, fmt.Errorf("the chart does not set %s on the controller", name)
+		}
+	}
+	return args, nil
 }
 
 // Lint runs `helm lint`'s checks on the chart folder with the given values

@@ -38,6 +38,7 @@ func TestValuesRejected(t *testing.T) {
 		{"pull policy", `image: {pullPolicy: Sometimes}`, []string{"at '/image/pullPolicy'"}},
 		{"node selector value", `nodeSelector: {zone: 1}`, []string{"at '/nodeSelector/zone': got number, want string"}},
 		{"toleration key", `tolerations: [{key: a, operator: Equals}]`, []string{"at '/tolerations/0/operator'"}},
+		{"log level", `logLevel: verbose`, []string{"at '/logLevel'"}},
 		{"cluster identity with capitals", `clusterIdentity: Seed-A`, []string{"at '/clusterIdentity'", "pattern"}},
 	}
 	for _, tc := range cases {

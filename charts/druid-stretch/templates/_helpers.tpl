@@ -39,9 +39,14 @@ app.kubernetes.io/part-of: druid-stretch
 {{- printf "%s-metrics" (include "druid-stretch.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{/* webhookCertSecretName holds tls.crt, tls.key and ca.crt in both modes. */}}
+{{/*
+webhookCertSecretName holds tls.crt, tls.key and ca.crt. The two modes use
+different names, so that switching modes on upgrade never has Helm and
+cert-manager write or delete the same Secret.
+*/}}
 {{- define "druid-stretch.webhookCertSecretName" -}}
-{{- printf "%s-webhook-tls" (include "druid-stretch.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- $suffix := ternary "webhook-cert" "webhook-tls" .Values.webhook.certManager.enabled -}}
+{{- printf "%s-%s" (include "druid-stretch.fullname" .) $suffix | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
 {{- define "druid-stretch.certificateName" -}}

@@ -1,0 +1,280 @@
+package chart
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	admissionv1 "k8s.io/api/admission/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/internal/pki"
+)
+
+// admissionCall is one AdmissionReview the API server sent.
+type admissionCall struct {
+	Path, Kind, Operation, Namespace, Name string
+}
+
+// admissionRecorder is an HTTPS admission endpoint that records what the API
+// server sends and allows it unchanged. It stands where the controller's
+// webhook server will stand, to show which requests the chart's webhook
+// configurations route to druid-stretch; what the webhooks then decide is
+// the controller's to test.
+type admissionRecorder struct {
+	srv      *httptest.Server
+	caBundle []byte
+	mu       sync.Mutex
+	calls    []admissionCall
+}
+
+func newAdmissionRecorder(t *testing.T) *admissionRecorder {
+	t.Helper()
+	ca, err := pki.NewCA("chart-test-webhook-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := ca.Issue("127.0.0.1", "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(pair.CertPEM, pair.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &admissionRecorder{caBundle: ca.CertPEM()}
+	rec.srv = httptest.NewUnstartedServer(http.HandlerFunc(rec.serve))
+	rec.srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	rec.srv.StartTLS()
+	t.Cleanup(rec.srv.Close)
+	return rec
+}
+
+func (rec *admissionRecorder) serve(w http.ResponseWriter, r *http.Request) {
+	var review admissionv1.AdmissionReview
+	if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
+		http.Error(w, fmt.Sprintf("not an AdmissionReview: %v", err), http.StatusBadRequest)
+		return
+	}
+	req := review.Request
+	rec.mu.Lock()
+	rec.calls = append(rec.calls, admissionCall{
+		Path: r.URL.Path, Kind: req.Kind.Group + "/" + req.Kind.Kind, Operation: string(req.Operation),
+		Namespace: req.Namespace, Name: req.Name,
+	})
+	rec.mu.Unlock()
+	review.Response = &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
+	review.Request = nil
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(&review)
+}
+
+// callsFor returns the recorded calls about namespace/name.
+func (rec *admissionRecorder) callsFor(namespace, name string) []admissionCall {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var out []admissionCall
+	for _, c := range rec.calls {
+		if c.Namespace == namespace && c.Name == name {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// installWebhooks renders the chart with vals, points its two webhook
+// configurations at baseURL and creates them, removed again when the test
+// ends.
+func installWebhooks(t *testing.T, release string, vals map[string]any, baseURL string, caBundle []byte) {
+	t.Helper()
+	g := NewWithT(t)
+	r := render(t, release, newNamespace(t, "webhook-release"), vals)
+	var hooks []*unstructured.Unstructured
+	for _, kind := range []string{"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} {
+		hooks = append(hooks, r.OfKind(kind)...)
+	}
+	n, err := PointWebhooksAt(hooks, baseURL, caBundle)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(n).To(Equal(2))
+	ctx := context.Background()
+	t.Cleanup(func() {
+		if err := Delete(ctx, admin, hooks); err != nil {
+			t.Errorf("removing webhook configurations: %v", err)
+		}
+	})
+	g.Expect(Create(ctx, admin, hooks)).To(Succeed())
+}
+
+// druidStatefulSet is a StatefulSet labelled as etcd-druid labels the
+// StatefulSet of an Etcd.
+func druidStatefulSet(namespace, etcdName string) *appsv1.StatefulSet {
+	sts := plainStatefulSet(namespace, etcdName)
+	sts.Labels = map[string]string{
+		"app.kubernetes.io/managed-by": "etcd-druid",
+		"app.kubernetes.io/component":  "etcd-statefulset",
+		"app.kubernetes.io/part-of":    etcdName,
+		"app.kubernetes.io/name":       etcdName,
+	}
+	return sts
+}
+
+func plainStatefulSet(namespace, name string) *appsv1.StatefulSet {
+	return &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: appsv1.StatefulSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "etcd", Image: "etcd"}}},
+			},
+		},
+	}
+}
+
+// TestWebhookRouting: with the chart's webhook configurations (pointed at a
+// recording endpoint), the real kube-apiserver calls the StatefulSet mutator
+// for druid's StatefulSets only, and the Etcd validator only for Etcds that
+// use or used the extension, never for status writes.
+func TestWebhookRouting(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	rec := newAdmissionRecorder(t)
+	installWebhooks(t, "routing", values(t, ``), rec.srv.URL, rec.caBundle)
+	ns := newNamespace(t, "webhook-routing")
+
+	// The API server picks new webhook configurations up asynchronously:
+	// wait until a druid StatefulSet reaches the mutator.
+	first := druidStatefulSet(ns, "etcd-main")
+	g.Expect(admin.Create(ctx, first)).To(Succeed())
+	g.Eventually(func() error {
+		if len(rec.callsFor(ns, "etcd-main")) > 0 {
+			return nil
+		}
+		cur := &appsv1.StatefulSet{}
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(first), cur); err != nil {
+			return err
+		}
+		cur.Annotations = map[string]string{"probe": time.Now().String()}
+		if err := admin.Update(ctx, cur); err != nil {
+			return err
+		}
+		return fmt.Errorf("no admission call yet")
+	}).WithTimeout(15 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
+	g.Expect(rec.callsFor(ns, "etcd-main")).To(HaveEach(And(
+		HaveField("Path", "/mutate-apps-v1-statefulset"), HaveField("Kind", "apps/StatefulSet"))))
+
+	steps := []struct {
+		what string
+		do   func() error
+		name string
+		want []admissionCall
+	}{
+		{"druid StatefulSet created", func() error { return admin.Create(ctx, druidStatefulSet(ns, "etcd-events")) }, "etcd-events",
+			[]admissionCall{{"/mutate-apps-v1-statefulset", "apps/StatefulSet", "CREATE", ns, "etcd-events"}}},
+		{"another StatefulSet created", func() error { return admin.Create(ctx, plainStatefulSet(ns, "postgres")) }, "postgres", nil},
+		{"plain druid Etcd created", func() error { return admin.Create(ctx, newEtcd(ns, "plain")) }, "plain", nil},
+		{"plain druid Etcd updated", func() error {
+			return patchEtcd(ctx, ns, "plain", `{"metadata":{"annotations":{"druid.gardener.cloud/operation":"reconcile"}}}`)
+		}, "plain", nil},
+		{"extended Etcd created", func() error {
+			e := newEtcd(ns, "extended")
+			e.Spec.OrdinalStart = ptr.To[int32](3)
+			return admin.Create(ctx, e)
+		}, "extended", []admissionCall{{"/validate-druid-gardener-cloud-v1alpha1-etcd", "druid.gardener.cloud/Etcd", "CREATE", ns, "extended"}}},
+		{"extended Etcd status written", func() error {
+			return admin.Status().Patch(ctx, &v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "extended"}},
+				client.RawPatch("application/merge-patch+json", []byte(`{"status":{"membership":{"phase":"Pending"}}}`)))
+		}, "extended", []admissionCall{{"/validate-druid-gardener-cloud-v1alpha1-etcd", "druid.gardener.cloud/Etcd", "CREATE", ns, "extended"}}},
+		{"extension removed from the Etcd", func() error {
+			return patchEtcd(ctx, ns, "extended", `{"spec":{"ordinalStart":null}}`)
+		}, "extended", []admissionCall{
+			{"/validate-druid-gardener-cloud-v1alpha1-etcd", "druid.gardener.cloud/Etcd", "CREATE", ns, "extended"},
+			{"/validate-druid-gardener-cloud-v1alpha1-etcd", "druid.gardener.cloud/Etcd", "UPDATE", ns, "extended"}}},
+		{"now plain Etcd updated", func() error {
+			return patchEtcd(ctx, ns, "extended", `{"metadata":{"annotations":{"druid.gardener.cloud/operation":"reconcile"}}}`)
+		}, "extended", []admissionCall{
+			{"/validate-druid-gardener-cloud-v1alpha1-etcd", "druid.gardener.cloud/Etcd", "CREATE", ns, "extended"},
+			{"/validate-druid-gardener-cloud-v1alpha1-etcd", "druid.gardener.cloud/Etcd", "UPDATE", ns, "extended"}}},
+		{"external members added to a plain Etcd", func() error {
+			return patchEtcd(ctx, ns, "plain", `{"spec":{"externalMembers":[{"name":"seed-a-plain-0","peerURLs":["http://plain-0.seed-a.example:2380"]}]}}`)
+		}, "plain", []admissionCall{{"/validate-druid-gardener-cloud-v1alpha1-etcd", "druid.gardener.cloud/Etcd", "UPDATE", ns, "plain"}}},
+	}
+	for _, s := range steps {
+		g.Expect(s.do()).To(Succeed(), s.what)
+		// Admission is synchronous: the call, if any, was made before the
+		// request returned.
+		g.Expect(rec.callsFor(ns, s.name)).To(Equal(s.want), s.what)
+	}
+}
+
+func patchEtcd(ctx context.Context, namespace, name, mergePatch string) error {
+	return admin.Patch(ctx, &v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}},
+		client.RawPatch("application/merge-patch+json", []byte(mergePatch)))
+}
+
+// TestWebhookFailurePolicy: with no webhook server answering (the controller
+// is down), the default Fail refuses extended Etcds and druid's StatefulSets,
+// and admits plain Etcds and other StatefulSets; Ignore admits everything,
+// which is the trade-off docs/install.md describes.
+func TestWebhookFailurePolicy(t *testing.T) {
+	rec := newAdmissionRecorder(t)
+	downURL, caBundle := rec.srv.URL, rec.caBundle
+	rec.srv.Close() // nothing listens at downURL any more
+
+	extended := func(ns, name string) *v1alpha1.Etcd {
+		e := newEtcd(ns, name)
+		e.Spec.OrdinalStart = ptr.To[int32](3)
+		return e
+	}
+	cases := []struct {
+		name, values string
+		refused      bool
+	}{
+		{"Fail", ``, true},
+		{"Ignore", "webhook:\n  statefulSetMutator: {failurePolicy: Ignore}\n  etcdValidator: {failurePolicy: Ignore}\n", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			ctx := context.Background()
+			installWebhooks(t, "policy-"+map[bool]string{true: "fail", false: "ignore"}[tc.refused], values(t, tc.values), downURL, caBundle)
+			ns := newNamespace(t, "webhook-policy")
+
+			if tc.refused {
+				// Wait until the API server uses the new configuration.
+				g.Eventually(func() error {
+					return admin.Create(ctx, extended(ns, "probe"))
+				}).WithTimeout(15 * time.Second).WithPolling(100 * time.Millisecond).Should(MatchError(ContainSubstring("failed calling webhook")))
+				err := admin.Create(ctx, extended(ns, "etcd-main"))
+				g.Expect(err).To(MatchError(ContainSubstring(`failed calling webhook "etcds.druid-stretch.druid.gardener.cloud"`)))
+				err = admin.Create(ctx, druidStatefulSet(ns, "etcd-main"))
+				g.Expect(err).To(MatchError(ContainSubstring(`failed calling webhook "statefulsets.druid-stretch.druid.gardener.cloud"`)))
+				var etcds v1alpha1.EtcdList
+				g.Expect(admin.List(ctx, &etcds, client.InNamespace(ns))).To(Succeed())
+				g.Expect(etcds.Items).To(BeEmpty(), "nothing refused was stored")
+			} else {
+				g.Expect(admin.Create(ctx, extended(ns, "etcd-main"))).To(Succeed())
+				g.Expect(admin.Create(ctx, druidStatefulSet(ns, "etcd-main"))).To(Succeed())
+			}
+			// Independent of the policy: druid's plain Etcds and other
+			// StatefulSets never wait on druid-stretch.
+			g.Expect(admin.Create(ctx, newEtcd(ns, "etcd-events"))).To(Succeed())
+			g.Expect(patchEtcd(ctx, ns, "etcd-events", `{"metadata":{"finalizers":["druid.gardener.cloud/etcd-druid"]}}`)).To(Succeed())
+			g.Expect(patchEtcd(ctx, ns, "etcd-events", `{"metadata":{"finalizers":null}}`)).To(Succeed())
+			g.Expect(admin.Create(ctx, plainStatefulSet(ns, "postgres"))).To(Succeed())
+		})
+	}
+}
