@@ -73,8 +73,21 @@ func memberNameStem(e *v1alpha1.Etcd) string {
 // Ordinal is the ordinal of the pod that a member name of e belongs to, for
 // any ordinal, in range or not: ok is false when the name is not
 // [<memberNamePrefix>-]<etcd name>-<ordinal> with a canonical decimal ordinal
-// (no sign, no leading zero), which is how pods are named.
+// (no sign, no leading zero), which is how pods are named, and false for a
+// name listed in spec.externalMembers: the two Etcds of a live move share
+// their name, so the other cluster's members (etcd-main-3 beside
+// etcd-main-0) have names of e's form, and the list says they are not e's.
 func Ordinal(e *v1alpha1.Etcd, memberName string) (ordinal int64, ok bool) {
+	if _, external := e.Spec.ExternalMember(memberName); external {
+		return 0, false
+	}
+	return NameOrdinal(e, memberName)
+}
+
+// NameOrdinal is the ordinal in a member name of e's form, whether or not
+// spec.externalMembers lists the name: validation uses it to refuse an
+// external member that takes the name of a local one.
+func NameOrdinal(e *v1alpha1.Etcd, memberName string) (ordinal int64, ok bool) {
 	return ordinalAfter(memberName, memberNameStem(e))
 }
 

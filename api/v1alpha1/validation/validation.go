@@ -123,7 +123,7 @@ func validateExternalMembers(e *v1alpha1.Etcd, path *field.Path) field.ErrorList
 		} else {
 			names[m.Name] = i
 		}
-		if o, ok := members.Ordinal(e, m.Name); ok && local.Contains(o) {
+		if o, ok := members.NameOrdinal(e, m.Name); ok && local.Contains(o) {
 			errs = append(errs, duplicate(mp.Child("name"), m.Name, fmt.Sprintf(
 				"the name of the local member of ordinal %d (local ordinals are [%d, %d)): an external member must not take a local member's name",
 				o, local.Start, local.End)))
