@@ -73,6 +73,16 @@ func (c *Client) Promote(ctx context.Context, name string, o CallOptions) (*Chan
 	return c.change(ctx, http.MethodPost, "/v1/members/"+url.PathEscape(name)+"/promote", nil, o)
 }
 
+// PromoteThenRemove promotes the learner name and, right after, removes the
+// voter then (name or hex ID), in one call: everything the removal needs is
+// checked and prepared before the promotion, so the membership stands
+// between the two changes only for the removal's own commit. This is the
+// step through the tie of a move between two sites. A removal that fails
+// leaves the promotion standing and says why in RemoveError.
+func (c *Client) PromoteThenRemove(ctx context.Context, name, then string, o CallOptions) (*ChangeResult, error) {
+	return c.change(ctx, http.MethodPost, "/v1/members/"+url.PathEscape(name)+"/promote?thenRemove="+url.QueryEscape(then), nil, o)
+}
+
 // Remove removes the member name (or hex ID). Changed is false when it was
 // gone already.
 func (c *Client) Remove(ctx context.Context, name string, o CallOptions) (*ChangeResult, error) {

@@ -116,16 +116,115 @@ func (s *Server) promote(r *http.Request) (int, any, *Error) {
 		return 0, nil, &Error{StatusCode: http.StatusPreconditionFailed, Reason: ReasonQuorumAtRisk,
 			Message: fmt.Sprintf("after promoting %q, %d of %d voters would be healthy, fewer than a quorum of %d", name, healthy, voters, quorum(voters))}
 	}
+	var then *removal
+	if thenName := r.URL.Query().Get("thenRemove"); thenName != "" {
+		var e *Error
+		if then, e = s.prepareRemovalAfterPromotion(ctx, v, m, thenName); e != nil {
+			return 0, nil, e
+		}
+	}
 	err = s.withCluster(ctx, func(c *clientv3.Client) error {
 		_, err := c.MemberPromote(ctx, m.pb.ID)
 		return err
 	})
 	if err != nil && !isEtcdError(err, rpctypes.ErrGRPCMemberNotLearner) {
+		if then != nil {
+			then.undo()
+		}
 		return 0, nil, etcdError("promoting the learner", err)
 	}
 	out := m.api
 	out.IsLearner = false
-	return http.StatusOK, ChangeResult{Member: out, Changed: err == nil}, nil
+	res := ChangeResult{Member: out, Changed: err == nil}
+	if then != nil {
+		promoted := time.Now()
+		removed, e := s.finishRemoval(ctx, then)
+		res.GapSeconds = time.Since(promoted).Seconds()
+		if e != nil {
+			res.RemoveError = e.Error()
+		} else {
+			res.Removed = &removed
+		}
+	}
+	return http.StatusOK, res, nil
+}
+
+// removal is a removal prepared to follow a promotion at once.
+type removal struct {
+	target *memberView
+	client *clientv3.Client
+	undo   func()
+}
+
+// prepareRemovalAfterPromotion does everything the removal of name needs
+// before the promotion of learner is sent: the removal's checks on the
+// membership as it will be after the promotion, the tombstone, and the
+// grace for status polls. A move between two sites passes through one tie
+// (no site holds a majority) between the promotion and the removal, and
+// every linearizable request in a tie crosses the link; prepared so, the
+// tie lasts the removal's own commit. Nothing is changed when it refuses.
+func (s *Server) prepareRemovalAfterPromotion(ctx context.Context, v *view, learner *memberView, name string) (*removal, *Error) {
+	if e := validateName("thenRemove", name); e != nil {
+		return nil, e
+	}
+	target := v.find(name)
+	switch {
+	case target == nil:
+		return nil, memberNotFound(name)
+	case target == learner:
+		return nil, &Error{StatusCode: http.StatusBadRequest, Reason: ReasonInvalidArgument,
+			Message: fmt.Sprintf("thenRemove names %q, the learner being promoted", name)}
+	case target.pb.ID == v.leaderID:
+		return nil, &Error{StatusCode: http.StatusConflict, Reason: ReasonIsLeader,
+			Message: fmt.Sprintf("member %q (%s) is the leader; move leadership to another voter first (POST /v1/leader)", name, target.api.ID)}
+	}
+	// The voters after both changes: the promoted learner (healthy, it was
+	// checked) in, the target out.
+	var others []*memberView
+	for _, m := range v.voters() {
+		if m != target {
+			others = append(others, m)
+		}
+	}
+	if healthy := countHealthy(others) + 1; healthy < quorum(len(others)+1) {
+		return nil, &Error{StatusCode: http.StatusPreconditionFailed, Reason: ReasonQuorumAtRisk,
+			Message: fmt.Sprintf("after promoting %q and removing %q, %d of the %d voters left would be healthy, fewer than a quorum of %d",
+				learner.pb.Name, name, healthy, len(others)+1, quorum(len(others)+1))}
+	}
+	rc, e := s.removalClient(v, target)
+	if e != nil {
+		return nil, e
+	}
+	undo, e := s.writeTombstone(ctx, target.pb.ID)
+	if e != nil {
+		return nil, e
+	}
+	select {
+	case <-time.After(s.cfg.RemovalGrace):
+	case <-ctx.Done():
+		undo()
+		return nil, etcdError("waiting before the removal", ctx.Err())
+	}
+	return &removal{target: target, client: rc, undo: undo}, nil
+}
+
+// finishRemoval sends a prepared removal, as remove does.
+func (s *Server) finishRemoval(ctx context.Context, p *removal) (Member, *Error) {
+	_, err := p.client.MemberRemove(ctx, p.target.pb.ID)
+	switch {
+	case err == nil, isEtcdError(err, rpctypes.ErrGRPCMemberNotFound):
+		s.afterRemoval(p.target)
+		return p.target.api, nil
+	case isEtcdError(err, rpctypes.ErrGRPCUnhealthy), isEtcdError(err, rpctypes.ErrGRPCMemberNotEnoughStarted):
+		p.undo()
+		return Member{}, etcdError("removing the member", err)
+	}
+	list, lerr := p.client.MemberList(ctx)
+	if lerr == nil && !containsID(list.Members, p.target.pb.ID) {
+		s.afterRemoval(p.target)
+		return p.target.api, nil
+	}
+	return Member{}, etcdError("removing the member", err)
 }
 
 // learnerReady is the promotion rule: the learner answers, has been healthy

@@ -10,7 +10,7 @@
 //
 //	GET    /v1/members                 member list, health, leader, fingerprint, lock
 //	POST   /v1/members                 add a learner {"name","peerURLs","learner":true}
-//	POST   /v1/members/{name}/promote  promote a learner
+//	POST   /v1/members/{name}/promote  promote a learner; ?thenRemove={name} removes that voter right after (the tie of a move)
 //	DELETE /v1/members/{name}          remove a member
 //	POST   /v1/leader                  move leadership {"name"}
 //	POST   /v1/lock                    acquire or renew the lock {"holder","ttlSeconds"}

@@ -151,6 +151,15 @@ type LockRequest struct {
 type ChangeResult struct {
 	Member  Member `json:"member"`
 	Changed bool   `json:"changed"`
+	// Removed is the member that a promotion with thenRemove removed right
+	// after it; nil when it did not (RemoveError says why: the promotion
+	// stands, and the removal is planned again).
+	Removed     *Member `json:"removed,omitempty"`
+	RemoveError string  `json:"removeError,omitempty"`
+	// GapSeconds is, for a promotion with thenRemove, the time from etcd's
+	// answer to the promotion to its answer to the removal: how long the
+	// membership stood between the two changes.
+	GapSeconds float64 `json:"gapSeconds,omitempty"`
 }
 
 // Error is a refusal or failure answered by the sidecar; on the wire it is

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -46,6 +47,9 @@ type ManagerOptions struct {
 	// ClusterIdentity is filled with the UID of the kube-system namespace,
 	// which stays the same for the life of a Kubernetes cluster.
 	Reconciler Options
+	// Namespaces limits the controller to Etcds in these namespaces; empty
+	// for all.
+	Namespaces []string
 	// SkipNameValidation allows several managers in one process (tests).
 	SkipNameValidation bool
 	// Logger is the manager's logger.
@@ -87,6 +91,12 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (manager.Manager, error) {
 		LeaderElectionReleaseOnCancel: true,
 		WebhookServer:                 webhook.NewServer(webhook.Options{Port: o.WebhookPort, CertDir: o.WebhookCertDir}),
 	}
+	if len(o.Namespaces) > 0 {
+		mo.Cache.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range o.Namespaces {
+			mo.Cache.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
 	if o.SkipNameValidation {
 		mo.Controller = config.Controller{SkipNameValidation: ptr.To(true)}
 	}
@@ -101,6 +111,9 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (manager.Manager, error) {
 	}
 	if o.Resolver == nil {
 		o.Resolver = DNSResolver{}
+	}
+	if o.Reconciler.Membership.Logger.GetSink() == nil {
+		o.Reconciler.Membership.Logger = mgr.GetLogger().WithName("membership")
 	}
 	metrics, err := NewMetrics(crmetrics.Registry)
 	if err != nil {

@@ -12,10 +12,12 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -27,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/validation"
 	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
@@ -191,6 +194,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 		s.unreachable(err)
 		return r.backoff(key, 0), nil
 	}
+	r.nameUnstartedLearner(e, s.st.LastStep, obs)
 	t, err := r.target(e, obs)
 	if err != nil {
 		s.blocked(reasonResolverFailed, err.Error())
@@ -199,8 +203,8 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 	progress := membership.NewProgress(learnersFromStatus(s.st.Learners))
 	pending := pendingStep(s.st.LastStep, &t)
 	plan := r.cluster.Plan(obs, t, progress, pending, planner.Policy{
-		MinHealthyBeforePromote: r.opts.MinLearnerHealthy,
-		LearnerProgressTimeout:  r.opts.LearnerProgressTimeout,
+		MinHealthyFor:          r.opts.MinLearnerHealthy,
+		LearnerProgressTimeout: r.opts.LearnerProgressTimeout,
 	})
 	s.observed(obs, t, progress, plan.Input)
 	if pending != nil {
@@ -216,7 +220,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 			s.degraded(reasonRetirementRecords, fmt.Sprintf("the target wants %s again, but deleting this controller's retirement records failed: %v", strings.Join(plan.Unretire, ", "), err))
 			return r.backoff(key, 0), nil
 		}
-		r.event(e, "Normal", "RetirementWithdrawn", "Unretire", "%s may join again: %s no longer retires it", strings.Join(plan.Unretire, ", "), r.opts.ClusterIdentity)
+		r.event(e, corev1.EventTypeNormal, "RetirementWithdrawn", "Unretire", "%s may join again: %s no longer retires it", strings.Join(plan.Unretire, ", "), r.opts.ClusterIdentity)
 		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 	}
 
@@ -263,12 +267,24 @@ func (r *Reconciler) execute(ctx context.Context, s *scope, key types.Namespaced
 				r.metrics.LearnerCatchUp.Observe(end.Sub(l.FirstSeen).Seconds())
 			}
 		}
-		r.noteTie(key, membership.Tie(project(plan.Input.Members, step)), end)
+		after := project(plan.Input.Members, step)
+		if res.ThenRemoved {
+			// The promotion made a tie and the removal right after it
+			// ended it, in one sidecar call.
+			r.noteTie(key, membership.Tie(after), end.Add(-res.Gap))
+			after = project(after, *plan.ThenRemove)
+		}
+		r.noteTie(key, membership.Tie(after), end)
 		s.stepDone(step, res, stalled)
 		if stalled {
-			r.event(s.etcd, "Warning", v1alpha1.ReasonLearnerStalled, string(step.Kind), "removed learner %s: %s; it is added again after %s", stepLabel(step), step.Reason, r.opts.LearnerProgressTimeout)
+			r.event(s.etcd, corev1.EventTypeWarning, v1alpha1.ReasonLearnerStalled, string(step.Kind), "removed learner %s: %s; it is added again after %s", stepLabel(step), step.Reason, r.opts.LearnerProgressTimeout)
 		} else {
-			r.event(s.etcd, "Normal", stepEventReason(step.Kind), string(step.Kind), "%s %s: %s (through %s)", step.Kind, stepLabel(step), step.Reason, res.Via)
+			r.event(s.etcd, corev1.EventTypeNormal, stepEventReason(step.Kind), string(step.Kind), "%s %s: %s (through %s)", step.Kind, stepLabel(step), step.Reason, res.Via)
+		}
+		if res.ThenRemoved {
+			then := *plan.ThenRemove
+			r.metrics.Steps.WithLabelValues(string(then.Kind), string(res.Outcome)).Inc()
+			r.event(s.etcd, corev1.EventTypeNormal, stepEventReason(then.Kind), string(then.Kind), "%s %s right after the promotion, %.3f s later: %s (through %s)", then.Kind, stepLabel(then), res.Gap.Seconds(), then.Reason, res.Via)
 		}
 		return ctrl.Result{RequeueAfter: r.opts.ProgressInterval}, nil
 	case membership.Retry:
@@ -279,11 +295,11 @@ func (r *Reconciler) execute(ctx context.Context, s *scope, key types.Namespaced
 		return r.backoff(key, res.RetryAfter), nil
 	case membership.Uncertain:
 		s.stepUncertain(step, res, end)
-		r.event(s.etcd, "Warning", v1alpha1.ReasonStepFailed, string(step.Kind), "the outcome of %s %s is unknown; nothing else changes until it shows: %v", step.Kind, stepLabel(step), res.Err)
+		r.event(s.etcd, corev1.EventTypeWarning, v1alpha1.ReasonStepFailed, string(step.Kind), "the outcome of %s %s is unknown; nothing else changes until it shows: %v", step.Kind, stepLabel(step), res.Err)
 		return r.backoff(key, res.RetryAfter), nil
 	default:
 		s.stepRefused(step, res, true)
-		r.event(s.etcd, "Warning", v1alpha1.ReasonStepFailed, string(step.Kind), "%s %s refused: %v", step.Kind, stepLabel(step), res.Err)
+		r.event(s.etcd, corev1.EventTypeWarning, v1alpha1.ReasonStepFailed, string(step.Kind), "%s %s refused: %v", step.Kind, stepLabel(step), res.Err)
 		return r.backoff(key, res.RetryAfter), nil
 	}
 }
@@ -394,4 +410,30 @@ func stepLabel(s planner.Step) string {
 func waitWord(reason string) string {
 	word, _, _ := strings.Cut(reason, ":")
 	return word
+}
+
+// nameUnstartedLearner gives an unstarted learner (etcd names a member only
+// once it starts) the name of the member the last step acted on when their
+// peer URLs agree. A learner this controller added whose pod then left the
+// ordinal range (the Etcd scaled in, or a live move aborted, before the pod
+// started) is otherwise matched to no target, so it would stay unmanaged
+// and hold etcd's only learner slot for good; named, it is a departing
+// local member and is removed.
+func (r *Reconciler) nameUnstartedLearner(e *v1alpha1.Etcd, last *v1alpha1.MembershipStep, obs *membership.Observation) {
+	if last == nil || last.Member == "" {
+		return
+	}
+	o, ok := members.Ordinal(e, last.Member)
+	if !ok {
+		return
+	}
+	urls, err := r.resolver.PeerURLs(e, last.Member, members.PodName(e, o))
+	if err != nil {
+		return
+	}
+	for i := range obs.List.Members {
+		if m := &obs.List.Members[i]; m.Name == "" && m.IsLearner && slices.ContainsFunc(m.PeerURLs, func(u string) bool { return slices.Contains(urls, u) }) {
+			m.Name = last.Member
+		}
+	}
 }

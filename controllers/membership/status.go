@@ -189,11 +189,11 @@ func (s *scope) stepDone(step planner.Step, res membership.Result, stalled bool)
 	s.reconfiguring(progressReason(step.Kind), msg)
 }
 
-// stepRefused records a step the sidecar refused; nothing changed. A
-// refusal that will not pass by itself, or a sidecar that cannot be
-// reached, degrades.
+// stepRefused records a step that was refused or not sent; nothing
+// changed. A refusal that will not pass by itself, or a sidecar that failed,
+// degrades.
 func (s *scope) stepRefused(step planner.Step, res membership.Result, refused bool) {
-	msg := res.Err.Error()
+	msg := fmt.Sprintf("%s %s through the sidecar of %s: %v", step.Kind, stepLabel(step), res.Via, res.Err)
 	if pendingStep(s.st.LastStep, nil) == nil {
 		s.st.LastStep = &v1alpha1.MembershipStep{Kind: apiKind(step.Kind), Member: step.Member, MemberID: step.ID,
 			Time: metav1.NewTime(res.Start), Outcome: v1alpha1.StepFailed, Reason: res.Reason, Message: msg}
@@ -201,7 +201,7 @@ func (s *scope) stepRefused(step planner.Step, res membership.Result, refused bo
 	switch {
 	case refused:
 		s.blocked(v1alpha1.ReasonStepFailed, msg)
-	case res.Reason == membership.ReasonTransport || res.Reason == membership.ReasonNoSidecar:
+	case res.SidecarFailed:
 		s.reconfiguring(progressReason(step.Kind), msg)
 		s.degraded(v1alpha1.ReasonStepFailed, msg)
 	default:

@@ -37,7 +37,10 @@ func newRootCommand() *cobra.Command {
 		// subcommands are added here, one constructor per file
 		newSidecarCommand(),
 		newMigrateCommand(),
+		newDemoCommand(),
+		newBenchCommand(),
 		newControllerCommand(),
+		newRebalanceCommand(),
 	)
 	return root
 }

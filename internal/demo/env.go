@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"time"
@@ -31,6 +32,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/internal/pki"
 	"github.com/druid-stretch/druid-stretch/internal/podrunner"
 	"github.com/druid-stretch/druid-stretch/internal/testbin"
+	"github.com/druid-stretch/druid-stretch/internal/workload"
 )
 
 // Config configures an Env. Zero values take the defaults named.
@@ -130,6 +132,9 @@ type Env struct {
 	dir    string
 	ownDir bool
 	steps  *stepLog
+
+	lastFigures workload.Figures
+	lastTies    []Tie
 }
 
 // Start brings up both clusters. Close ends everything it started, also
@@ -176,6 +181,25 @@ func Start(ctx context.Context, cfg Config) (_ *Env, err error) {
 	return e, nil
 }
 
+// In returns the environment for another Etcd, name in namespace (created
+// in both clusters): the same clusters, controllers, runners and WAN, so
+// that several moves (the end-to-end tests) share one setup. Each Etcd
+// needs a name of its own, since the runners name members after it. Close
+// only the environment Start returned.
+func (e *Env) In(ctx context.Context, namespace, name string) (*Env, error) {
+	for _, c := range e.Clusters() {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
+		if err := c.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("creating namespace %s in cluster %s: %w", namespace, c.Name, err)
+		}
+	}
+	in := *e
+	in.Config.Namespace, in.Config.Name = namespace, name
+	in.ownDir = false
+	in.lastFigures, in.lastTies = workload.Figures{}, nil
+	return &in, nil
+}
+
 // Clusters are A and B.
 func (e *Env) Clusters() []*Cluster { return []*Cluster{e.A, e.B} }
 
@@ -196,6 +220,9 @@ func (e *Env) startAPIServer(c *Cluster) error {
 		CRDDirectoryPaths:     []string{filepath.Join(root, "charts", "druid-stretch", "crds")},
 		ErrorIfCRDPathMissing: true,
 	}
+	if err := e.dieWithUs(c, assets); err != nil {
+		return err
+	}
 	if c.Config, err = c.env.Start(); err != nil {
 		c.env = nil
 		return fmt.Errorf("starting the kube-apiserver of cluster %s: %w", c.Name, err)
@@ -206,6 +233,40 @@ func (e *Env) startAPIServer(c *Cluster) error {
 	return nil
 }
 
+// dieWithUs starts the cluster's kube-apiserver and its etcd through
+// setpriv, when there is one, so that the kernel kills them when this
+// process dies without its cleanup (SIGKILL, a test binary's timeout
+// panic): envtest starts them as ordinary children, which would outlive it.
+// The etcd members of the pod runners die with us on their own.
+func (e *Env) dieWithUs(c *Cluster, assets string) error {
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		return nil
+	}
+	wrap := func(binary string) (string, error) {
+		path := filepath.Join(e.dir, "bin-"+c.Site, binary)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return "", err
+		}
+		script := fmt.Sprintf("#!/bin/sh\nexec %q --pdeathsig KILL %q \"$@\"\n", setpriv, filepath.Join(assets, binary))
+		if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+			return "", fmt.Errorf("writing the %s wrapper: %w", binary, err)
+		}
+		return path, nil
+	}
+	apiserver, err := wrap("kube-apiserver")
+	if err != nil {
+		return err
+	}
+	etcd, err := wrap("etcd")
+	if err != nil {
+		return err
+	}
+	c.env.ControlPlane.APIServer = &envtest.APIServer{Path: apiserver}
+	c.env.ControlPlane.Etcd = &envtest.Etcd{Path: etcd}
+	return nil
+}
+
 func (e *Env) startCluster(ctx context.Context, c *Cluster) error {
 	cfg := e.Config
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: cfg.Namespace}}
@@ -213,9 +274,10 @@ func (e *Env) startCluster(ctx context.Context, c *Cluster) error {
 		return fmt.Errorf("creating namespace %s in cluster %s: %w", cfg.Namespace, c.Name, err)
 	}
 	c.log = cfg.Logger.WithValues("cluster", c.Name)
+	// The runner serves every namespace, so that tests can move one Etcd
+	// per namespace through the same two clusters (In).
 	r, err := podrunner.New(podrunner.Options{
 		Client:            c.Client,
-		Namespace:         cfg.Namespace,
 		Dir:               filepath.Join(e.dir, "cluster-"+c.Site),
 		CA:                e.CA,
 		WAN:               e.WAN,

@@ -95,19 +95,19 @@ func (e *Env) Steps() []StepEvent {
 func (e *Env) OnStep(f func(StepEvent)) (stop func()) { return e.steps.listen(f) }
 
 // TieTracker measures the time the voters spend in a tie: no side holds a
-// majority, so a cut between the sites would stop every write. A tie starts
-// when the step that makes it starts and ends when the step that ends it
-// returns, so the figure is an upper bound.
+// majority, so a cut between the sites would stop every write. The sidecar
+// answers a promotion or a removal once etcd has applied it, and the answer
+// is the call's last act, so a tie is timed from the return of the call
+// that makes it to the return of the call that ends it: both ends late by
+// the same few milliseconds of an answer on one machine.
 type TieTracker struct {
 	mu     sync.Mutex
 	sideOf func(name string) string
 	voters map[string]string // name -> side
-	// pending are the start times of steps under way, by member.
-	pending map[string]time.Time
-	inTie   bool
-	since   time.Time
-	total   time.Duration
-	ties    []Tie
+	inTie  bool
+	since  time.Time
+	total  time.Duration
+	ties   []Tie
 }
 
 // Tie is one stretch of time in a tie.
@@ -123,7 +123,7 @@ func (t Tie) Duration() time.Duration { return t.End.Sub(t.Start) }
 // NewTieTracker starts from the given voters; sideOf places a member name
 // on a side.
 func NewTieTracker(voters []string, sideOf func(name string) string) *TieTracker {
-	t := &TieTracker{sideOf: sideOf, voters: map[string]string{}, pending: map[string]time.Time{}}
+	t := &TieTracker{sideOf: sideOf, voters: map[string]string{}}
 	for _, v := range voters {
 		t.voters[v] = sideOf(v)
 	}
@@ -134,15 +134,6 @@ func NewTieTracker(voters []string, sideOf func(name string) string) *TieTracker
 func (t *TieTracker) Observe(ev StepEvent) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !ev.Done() {
-		t.pending[ev.Member] = ev.Start
-		return
-	}
-	start, ok := t.pending[ev.Member]
-	delete(t.pending, ev.Member)
-	if !ok {
-		start = ev.Start
-	}
 	if !ev.Applied() {
 		return
 	}
@@ -157,8 +148,8 @@ func (t *TieTracker) Observe(ev StepEvent) {
 	tie := isTie(t.voters)
 	switch {
 	case tie && !t.inTie:
-		t.inTie, t.since = true, start
-		t.ties = append(t.ties, Tie{Start: start, By: ev.String()})
+		t.inTie, t.since = true, ev.End
+		t.ties = append(t.ties, Tie{Start: ev.End, By: ev.String()})
 	case !tie && t.inTie:
 		t.inTie = false
 		t.total += ev.End.Sub(t.since)

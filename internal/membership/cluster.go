@@ -23,6 +23,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/druid-stretch/druid-stretch/internal/planner"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -63,6 +64,13 @@ type Config struct {
 	FailureMemory time.Duration
 	// Logger receives one line per call that changes something.
 	Logger logr.Logger
+	// OnStep, when set, is told about each change Execute sends through a
+	// sidecar: with a nil Result right before the call (after the lock and
+	// the retirement record), and with the call's Result right after it. It
+	// runs on the caller's goroutine, so an observer can act before the
+	// change reaches etcd (the demo drops a member from its clients'
+	// endpoints before its removal) and time each step; keep it short.
+	OnStep func(step planner.Step, res *Result)
 }
 
 func (c *Config) setDefaults() {
@@ -262,6 +270,9 @@ func (c *Cluster) Observe(ctx context.Context, endpoints []Endpoint, hint Hint) 
 			callCtx, done := context.WithTimeout(ctx, c.cfg.ObserveTimeout)
 			defer done()
 			list, err := c.client(order[i].URL).Members(callCtx)
+			if err == nil {
+				err = ownMemberListed(order[i], list)
+			}
 			answers <- answer{i: i, list: list, err: err}
 		}()
 	}
@@ -311,6 +322,21 @@ func (c *Cluster) Observe(ctx context.Context, endpoints []Endpoint, hint Hint) 
 		u.Failures = append(u.Failures, EndpointError{Endpoint: order[i], Err: failed[i]})
 	}
 	return nil, u
+}
+
+// ownMemberListed refuses the answer of a sidecar whose own member is not
+// in the list it gives: that member was removed, and what it sees of the
+// cluster is no longer to be trusted.
+func ownMemberListed(e Endpoint, list *sidecar.MemberList) error {
+	if e.Member == "" {
+		return nil
+	}
+	for _, m := range list.Members {
+		if m.Name == e.Member {
+			return nil
+		}
+	}
+	return fmt.Errorf("its own member %s is not in the member list it reports (removed?)", e.Member)
 }
 
 // order sorts the endpoints by preference, keeping the given order among

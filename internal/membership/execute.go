@@ -62,11 +62,22 @@ type Result struct {
 	Err error
 	// RetryAfter is the sidecar's hint before trying again.
 	RetryAfter time.Duration
+	// SidecarFailed is true when the sidecar itself failed: it could not be
+	// reached, did not answer in time, or answered 5xx other than etcd's
+	// own refusal. The caller reports that sidecar as degraded.
+	SidecarFailed bool
 	// Via is the sidecar the step was sent through.
 	Via Endpoint
 	// Start and Duration time the step's call.
 	Start    time.Time
 	Duration time.Duration
+	// ThenRemoved is true when a promotion with Plan.ThenRemove also
+	// removed that member; ThenRemoveErr says why it did not (the
+	// promotion stands). Gap is the time between etcd's answers to the
+	// promotion and to the removal.
+	ThenRemoved   bool
+	ThenRemoveErr string
+	Gap           time.Duration
 }
 
 // Execute carries out one planned change through a sidecar that is not the
@@ -80,17 +91,23 @@ type Result struct {
 // act, so the caller plans again under the lock. A held lock is renewed once
 // half of its lease has passed. Before removing a member it retires, Execute
 // writes the retirement record.
-func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []Endpoint, plan Plan) Result {
-	res := Result{Step: plan.Step, Start: time.Now()}
+func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []Endpoint, plan Plan) (res Result) {
+	// res is named so that the deferred Duration lands in whatever Result
+	// a return statement gives back.
+	res = Result{Step: plan.Step, Start: time.Now()}
 	defer func() { res.Duration = time.Since(res.Start) }()
 	if !plan.IsChange() {
 		res.Outcome, res.Reason = Refused, ReasonNotAChange
 		res.Err = fmt.Errorf("membership: %s is not a change", plan.Step.Kind)
 		return res
 	}
-	via, ok := c.via(obs, endpoints, plan.Step)
+	removal := plan.Step
+	if plan.ThenRemove != nil {
+		removal = *plan.ThenRemove // the same call removes this member
+	}
+	via, ok := c.via(obs, endpoints, removal)
 	if !ok {
-		res.Outcome, res.Reason, res.RetryAfter = Retry, ReasonNoSidecar, time.Second
+		res.Outcome, res.Reason, res.RetryAfter, res.SidecarFailed = Retry, ReasonNoSidecar, time.Second, true
 		res.Err = fmt.Errorf("no sidecar other than that of %s answers, and a %s is never sent through the member it removes", stepTarget(plan.Step), plan.Step.Kind)
 		return res
 	}
@@ -105,9 +122,12 @@ func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []End
 		return res
 	}
 	opts := sidecar.CallOptions{Fingerprint: obs.List.Fingerprint, LockHolder: c.cfg.Holder}
-	if plan.Retiring {
+	retire := func(member string) (Result, bool) {
+		if retiredBy(obs, member, c.cfg.Holder) {
+			return Result{}, true
+		}
 		callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
-		_, err := cl.Retire(callCtx, plan.Step.Member, c.cfg.Holder, opts)
+		_, err := cl.Retire(callCtx, member, c.cfg.Holder, opts)
 		cancel()
 		// A record by another holder retires the member just as well.
 		if err != nil && !sidecar.IsReason(err, sidecar.ReasonRetiredByOther) {
@@ -116,10 +136,41 @@ func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []End
 				r.Outcome = Retry // a record, not a membership change
 			}
 			r.Step, r.Via, r.Start = res.Step, via, res.Start
-			r.Err = fmt.Errorf("recording the retirement of %s before removing it: %w", plan.Step.Member, err)
+			r.Err = fmt.Errorf("recording the retirement of %s before removing it: %w", member, err)
 			c.noteFailure(via, r.Reason == ReasonTransport)
+			return r, false
+		}
+		return Result{}, true
+	}
+	if plan.Retiring {
+		if r, ok := retire(plan.Step.Member); !ok {
 			return r
 		}
+	}
+	then := plan.ThenRemove
+	if then != nil && plan.ThenRetiring {
+		if _, ok := retire(then.Member); !ok {
+			then = nil // the promotion alone; the removal is planned again
+		}
+	}
+	if c.cfg.OnStep != nil {
+		c.cfg.OnStep(plan.Step, nil)
+		if then != nil {
+			c.cfg.OnStep(*then, nil)
+		}
+		defer func() {
+			res.Duration = time.Since(res.Start)
+			promoted := res
+			promoted.Duration -= res.Gap
+			c.cfg.OnStep(plan.Step, &promoted)
+			if then != nil {
+				removed := Result{Step: *then, Outcome: Retry, Start: res.Start.Add(promoted.Duration), Duration: res.Gap, Via: res.Via}
+				if res.ThenRemoved {
+					removed.Outcome, removed.Changed = Succeeded, true
+				}
+				c.cfg.OnStep(*then, &removed)
+			}
+		}()
 	}
 	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 	defer cancel()
@@ -135,7 +186,15 @@ func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []End
 	case planner.AddLearner:
 		out, err = cl.AddLearner(callCtx, plan.Step.Member, plan.Step.PeerURLs, opts)
 	case planner.Promote:
-		out, err = cl.Promote(callCtx, target, opts)
+		if then != nil {
+			thenTarget := then.ID
+			if thenTarget == "" {
+				thenTarget = then.Member
+			}
+			out, err = cl.PromoteThenRemove(callCtx, target, thenTarget, opts)
+		} else {
+			out, err = cl.Promote(callCtx, target, opts)
+		}
 	case planner.MoveLeader:
 		out, err = cl.MoveLeader(callCtx, target, opts)
 	case planner.Remove:
@@ -151,6 +210,15 @@ func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []End
 	}
 	c.noteFailure(via, false)
 	res.Outcome, res.Changed = Succeeded, out.Changed
+	if then != nil {
+		res.ThenRemoved, res.ThenRemoveErr = out.Removed != nil, out.RemoveError
+		res.Gap = time.Duration(out.GapSeconds * float64(time.Second))
+		if out.Removed != nil {
+			c.cfg.Logger.Info("membership step executed", "step", string(then.Kind), "member", stepTarget(*then), "via", via.String(), "changed", true, "reason", "right after the promotion of "+stepTarget(plan.Step)+": "+then.Reason)
+		} else {
+			c.cfg.Logger.Info("the removal after the promotion did not happen; it is planned again", "member", stepTarget(*then), "error", out.RemoveError)
+		}
+	}
 	c.cfg.Logger.Info("membership step executed", "step", string(plan.Step.Kind), "member", stepTarget(plan.Step), "via", via.String(), "changed", out.Changed, "reason", plan.Step.Reason)
 	return res
 }
@@ -278,7 +346,7 @@ func (c *Cluster) classify(err error) Result {
 				r.RetryAfter = time.Second
 			}
 		case se.StatusCode >= 500:
-			r.Outcome = Uncertain
+			r.Outcome, r.SidecarFailed = Uncertain, true
 		default:
 			r.Outcome = Refused
 		}
@@ -287,9 +355,9 @@ func (c *Cluster) classify(err error) Result {
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
 		// The request never left: nothing can have changed.
-		return Result{Outcome: Retry, Reason: ReasonTransport, RetryAfter: time.Second, Err: err}
+		return Result{Outcome: Retry, Reason: ReasonTransport, RetryAfter: time.Second, Err: err, SidecarFailed: true}
 	}
-	return Result{Outcome: Uncertain, Reason: ReasonTransport, Err: err}
+	return Result{Outcome: Uncertain, Reason: ReasonTransport, Err: err, SidecarFailed: true}
 }
 
 // retryReasons are the sidecar's refusals that change nothing and pass by
@@ -302,4 +370,15 @@ var retryReasons = []string{
 	sidecar.ReasonLockNotHeld,
 	sidecar.ReasonMemberUnhealthy,
 	sidecar.ReasonNotReady,
+}
+
+// retiredBy reports whether the observation shows holder's retirement
+// record of member: the record is written once, not before every attempt.
+func retiredBy(obs *Observation, member, holder string) bool {
+	for _, r := range obs.List.Retired {
+		if r.Name == member && r.By == holder {
+			return true
+		}
+	}
+	return false
 }

@@ -38,6 +38,15 @@ type Plan struct {
 	// Retiring says the step removes a member for good (one in
 	// Target.Remove): a retirement record is written before the removal.
 	Retiring bool
+	// ThenRemove is, for a promotion that leaves the voters in a tie (no
+	// side holds a majority), the removal the planner decides right after
+	// it, from the membership as it will be. Execute sends both in one
+	// sidecar call that prepares the removal before the promotion, so the
+	// tie lasts the removal's commit instead of a round of observing and
+	// planning (rule 6: keep the tie to the time of one removal).
+	// ThenRetiring is Retiring for that removal.
+	ThenRemove   *planner.Step
+	ThenRetiring bool
 	// Unretire are members whose retirement records this holder wrote and
 	// that the target now wants (Add or Keep): the records must go so that
 	// the member may join again.
@@ -87,7 +96,27 @@ func (c *Cluster) Plan(obs *Observation, t Target, progress *Progress, pending *
 		}
 	}
 	p.Retiring = p.Step.Kind == planner.Remove && slices.Contains(t.Remove, p.Step.Member)
+	if p.Step.Kind == planner.Promote && pending == nil {
+		after := planner.Observed{Members: projectPromotion(p.Input.Members, p.Step)}
+		if Tie(after.Members) {
+			if next := planner.Next(after, p.Desired, policy); next.Kind == planner.Remove {
+				p.ThenRemove = &next
+				p.ThenRetiring = slices.Contains(t.Remove, next.Member)
+			}
+		}
+	}
 	return p
+}
+
+// projectPromotion is the membership right after the promotion s.
+func projectPromotion(ms []planner.Member, s planner.Step) []planner.Member {
+	out := slices.Clone(ms)
+	for i := range out {
+		if (s.ID != "" && strings.EqualFold(out[i].ID, s.ID)) || (s.ID == "" && out[i].Name == s.Member) {
+			out[i].Learner = false
+		}
+	}
+	return out
 }
 
 // Input turns an observation into the planner's input. A learner counts as

@@ -402,15 +402,34 @@ func (m *Mover) wait(ctx context.Context, s move.Step, done func(src, dst *v1alp
 			if done(src, dst) {
 				return nil
 			}
-			if msg := move.Explain(src, dst); msg != last {
-				last = msg
-				m.emit(Event{Kind: StepWaiting, Step: s, Phase: p, At: time.Now(), Source: src, Destination: dst, Message: msg})
+			if key := waitKey(p, src, dst); key != last {
+				last = key
+				m.emit(Event{Kind: StepWaiting, Step: s, Phase: p, At: time.Now(), Source: src, Destination: dst, Message: move.Explain(src, dst)})
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting in %s: %w", last, ctx.Err())
+			return fmt.Errorf("waiting in %s: %w", move.Explain(src, dst), ctx.Err())
 		case <-t.C:
 		}
 	}
+}
+
+// waitKey is what a StepWaiting event reports, without the parts of the
+// controllers' messages that change on every poll (how long a learner has
+// been healthy): the phase, each side's membership phase and condition
+// reasons, and the members' roles.
+func waitKey(p move.MovePhase, src, dst *v1alpha1.Etcd) string {
+	key := string(p)
+	for _, e := range []*v1alpha1.Etcd{src, dst} {
+		if e == nil || e.Status.Membership == nil {
+			key += "|-"
+			continue
+		}
+		key += "|" + string(e.Status.Membership.Phase)
+		for _, c := range e.Status.Membership.Conditions {
+			key += "," + c.Type + "=" + string(c.Status) + "/" + c.Reason
+		}
+	}
+	return key + "|" + Roles(src, dst)
 }

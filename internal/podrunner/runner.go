@@ -96,7 +96,7 @@ type Runner struct {
 
 	mu    sync.Mutex
 	pods  map[Pod]*pod
-	held  map[string]bool // namespace/pod
+	held  map[string]bool           // namespace/pod
 	etcds map[string]*v1alpha1.Etcd // by namespace/name, as last read
 	wg    sync.WaitGroup
 }
@@ -209,13 +209,15 @@ func (r *Runner) Member(e *v1alpha1.Etcd, ordinal int64) (*localetcd.Member, err
 	return p.m, nil
 }
 
-// Running reports whether the pod's etcd runs.
+// Running reports whether the pod's etcd runs and has served clients since
+// it started (a pod that is Ready): a crash-looping pod is not running,
+// even in the moments its process is up.
 func (r *Runner) Running(namespace, podName string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for k, p := range r.pods {
 		if k.Namespace == namespace && k.Name == podName {
-			return p.m.Running()
+			return !p.starting && p.m.Running()
 		}
 	}
 	return false
@@ -318,7 +320,7 @@ func (r *Runner) keepRunning(ctx context.Context, p *pod, e *v1alpha1.Etcd) {
 		p.next = time.Now().Add(backoff(p.failures))
 		r.log.Info("pod exited; restarting after backoff", "pod", p.String(), "backoff", backoff(p.failures).String())
 	}
-	p.wasRunning = running
+	p.wasRunning = running && !p.starting
 	idle := !running && !p.starting && !time.Now().Before(p.next)
 	r.mu.Unlock()
 	if !idle {
@@ -341,7 +343,7 @@ func (r *Runner) keepRunning(ctx context.Context, p *pod, e *v1alpha1.Etcd) {
 		if err != nil {
 			p.failures++
 			p.next = time.Now().Add(backoff(p.failures))
-			r.log.V(1).Info("pod did not start; retrying after backoff", "pod", p.String(), "state", string(state), "backoff", backoff(p.failures).String(), "error", err.Error())
+			r.log.V(1).Info("pod did not start; retrying after backoff", "pod", p.String(), "state", string(state), "backoff", backoff(p.failures).String(), "error", firstLine(err.Error()))
 			return
 		}
 		p.failures, p.wasRunning = 0, true
@@ -394,6 +396,12 @@ func (r *Runner) stopAll() {
 		r.stop(p)
 	}
 	r.wg.Wait()
+}
+
+// firstLine keeps a log line short: a failed start carries etcd's output.
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
 }
 
 // backoff is kubelet's crash-loop backoff, shortened for tests: 0.5 s,
@@ -502,19 +510,26 @@ func (r *Runner) newSidecar(m *localetcd.Member) (http.Handler, error) {
 			self = p
 		}
 	}
-	if self == nil {
-		r.mu.Unlock()
-		return nil, fmt.Errorf("podrunner: member %s belongs to no pod", m.Name)
-	}
 	eps := []string{m.LocalClientURL}
-	for _, p := range r.pods {
-		if p != self && p.Namespace == self.Namespace && p.Etcd == self.Etcd && p.m.Running() {
-			eps = append(eps, p.m.ClientURL)
+	if self == nil {
+		// A member a test started in the runner's runtime beside the pods
+		// (an unmanaged member): it learns the voters from the running ones.
+		self = &pod{Pod: Pod{Name: m.Name, Member: m.Name}, m: m}
+		for _, p := range r.pods {
+			if p.m.Running() {
+				eps = append(eps, p.m.ClientURL)
+			}
 		}
-	}
-	if e := r.etcds[self.Namespace+"/"+self.Etcd]; e != nil {
-		for _, x := range e.Spec.ExternalMembers {
-			eps = append(eps, x.ClientURLs...)
+	} else {
+		for _, p := range r.pods {
+			if p != self && p.Namespace == self.Namespace && p.Etcd == self.Etcd && p.m.Running() {
+				eps = append(eps, p.m.ClientURL)
+			}
+		}
+		if e := r.etcds[self.Namespace+"/"+self.Etcd]; e != nil {
+			for _, x := range e.Spec.ExternalMembers {
+				eps = append(eps, x.ClientURLs...)
+			}
 		}
 	}
 	r.mu.Unlock()

@@ -9,6 +9,12 @@ import "github.com/druid-stretch/druid-stretch/api/v1alpha1"
 // runs a contiguous range of ordinals, so the window is the smallest range
 // that covers both; the StatefulSet webhook and the test pod runner both use
 // it. The window is empty (Start == End) when there is nothing to run.
+//
+// A member observed as External or Unmanaged does not widen the window,
+// whatever its name: the two Etcds of a live move share their name, so the
+// destination's members have names of the source's form (etcd-main-3 beside
+// etcd-main-0), and the source's last observation still lists them after
+// the move forgot them.
 func PodWindow(e *v1alpha1.Etcd) Ordinals {
 	w := LocalOrdinals(e)
 	if w.End <= w.Start {
@@ -19,7 +25,7 @@ func PodWindow(e *v1alpha1.Etcd) Ordinals {
 	}
 	for _, m := range e.Status.Membership.Members {
 		o, ok := Ordinal(e, m.Name)
-		if !ok {
+		if !ok || m.Origin == v1alpha1.MemberOriginExternal || m.Origin == v1alpha1.MemberOriginUnmanaged {
 			continue
 		}
 		if w.End <= w.Start {

@@ -1,0 +1,348 @@
+package membership_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	membershipctrl "github.com/druid-stretch/druid-stretch/controllers/membership"
+	"github.com/druid-stretch/druid-stretch/internal/localetcd"
+	"github.com/druid-stretch/druid-stretch/sidecar"
+)
+
+func names(prefix string, ordinals ...int) []string {
+	out := make([]string, len(ordinals))
+	for i, o := range ordinals {
+		out[i] = fmt.Sprintf("%s-etcd-main-%d", prefix, o)
+	}
+	return out
+}
+
+// TestMoveOrdinalsLive moves a running 3-member Etcd from ordinals 0-2 to
+// 3-5: one learner at a time, each promoted before a departing member goes,
+// leadership moved once, never more than 4 members.
+func TestMoveOrdinalsLive(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t)
+	etcd := e.newEtcd("mv", 3)
+	e.startController()
+	converged(g, etcd, 1, 90*time.Second, names("mv", 0, 1, 2)...)
+	g.Expect(changes(e.calls.snapshot())).To(BeEmpty(), "a cluster bootstrapped as desired needs no change")
+
+	removes := counter(g, "druid_stretch_membership_steps_total", map[string]string{"kind": "Remove", "outcome": "Succeeded"})
+	catchUps, catchUpSum := histogram(g, "druid_stretch_membership_learner_catch_up_seconds")
+	start := time.Now()
+	gen := update(g, etcd, func(x *v1alpha1.Etcd) { x.Spec.OrdinalStart = ptr.To[int32](3) })
+	st := converged(g, etcd, gen, 3*time.Minute, names("mv", 3, 4, 5)...)
+	took := time.Since(start)
+
+	calls := e.calls.snapshot()
+	g.Expect(memberCounts(3, calls)).To(Equal([]int{3, 4, 3, 4, 3, 4, 3}), "interleaved: never 5 or 6 members")
+	g.Expect(count(calls)).To(Equal(map[string]int{"AddLearner": 3, "Promote": 3, "MoveLeader": 1, "Remove": 3}))
+	g.Expect(st.RetiredMembers).To(ConsistOf(names("mv", 0, 1, 2)))
+	g.Expect(st.LastStep).NotTo(BeNil())
+	g.Expect(st.LastStep.Kind).To(Equal(v1alpha1.StepRemoveMember))
+	for _, m := range st.Members {
+		g.Expect(m.Origin).To(Equal(v1alpha1.MemberOriginLocal))
+		g.Expect(m.Healthy).To(BeTrue())
+	}
+	g.Expect(condition(g, etcd, v1alpha1.ConditionMembershipProgressing).Status).To(Equal(metav1.ConditionFalse))
+	g.Expect(condition(g, etcd, v1alpha1.ConditionMembershipDegraded).Status).To(Equal(metav1.ConditionFalse))
+	g.Eventually(func(g Gomega) {
+		r := reasons(events(g, etcd))
+		g.Expect(r).To(HaveKeyWithValue("LearnerAdded", 3))
+		g.Expect(r).To(HaveKeyWithValue("LearnerPromoted", 3))
+		g.Expect(r).To(HaveKeyWithValue("LeaderMoved", 1))
+		g.Expect(r).To(HaveKeyWithValue("MemberRemoved", 3))
+	}).WithTimeout(10 * time.Second).Should(Succeed())
+	g.Expect(counter(g, "druid_stretch_membership_steps_total", map[string]string{"kind": "Remove", "outcome": "Succeeded"}) - removes).To(BeNumerically("==", 3))
+	n, sum := histogram(g, "druid_stretch_membership_learner_catch_up_seconds")
+	g.Expect(n - catchUps).To(BeNumerically("==", 3))
+	g.Eventually(func() bool {
+		return e.runner.Running(e.ns, "etcd-main-0") || e.runner.Running(e.ns, "etcd-main-1") || e.runner.Running(e.ns, "etcd-main-2")
+	}).WithTimeout(20*time.Second).Should(BeFalse(), "the old pods stop once their members are gone")
+	t.Logf("moved 0-2 to 3-5 in %s; learner catch-up (add to promotion) %.1fs on average", took.Round(100*time.Millisecond), (sum-catchUpSum)/3)
+}
+
+// TestRetireExternals replaces three external members (run outside the
+// runner, listed with their sidecars, policy Retire) by three local ones.
+func TestRetireExternals(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	ext, err := localetcd.New(localetcd.Options{Dir: t.TempDir(), CA: e.ca, Logger: e.log, Sidecar: func(m *localetcd.Member) (http.Handler, error) {
+		s, err := sidecar.New(sidecar.Config{Endpoints: []string{m.LocalClientURL}, EtcdTLS: m.ClientTLSConfig(), Registry: prometheus.NewRegistry()})
+		if err != nil {
+			return nil, err
+		}
+		return closingHandler{Handler: e.calls.wrap(m.Name, s), close: s.Close}, nil
+	}})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = ext.Close() })
+	externals, err := ext.StartCluster(ctx, names("ext", 0, 1, 2), localetcd.MemberOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	etcd := e.newEtcd("loc", 3, func(x *v1alpha1.Etcd) {
+		for _, m := range externals {
+			x.Spec.ExternalMembers = append(x.Spec.ExternalMembers, v1alpha1.ExternalMember{
+				Name: m.Name, PeerURLs: []string{m.PeerURL}, ClientURLs: []string{m.ClientURL}, SidecarURL: m.SidecarURL,
+			})
+		}
+		x.Spec.ExternalMembersPolicy = ptr.To(v1alpha1.ExternalMembersPolicyRetire)
+	})
+	ties, tieSum := histogram(g, "druid_stretch_membership_tie_duration_seconds")
+	start := time.Now()
+	e.startController()
+	st := converged(g, etcd, 1, 3*time.Minute, names("loc", 0, 1, 2)...)
+	took := time.Since(start)
+
+	calls := e.calls.snapshot()
+	g.Expect(memberCounts(3, calls)).To(Equal([]int{3, 4, 3, 4, 3, 4, 3}))
+	g.Expect(count(calls)).To(Equal(map[string]int{"AddLearner": 3, "Promote": 3, "MoveLeader": 1, "Remove": 3}))
+	g.Expect(st.RetiredMembers).To(ConsistOf(names("ext", 0, 1, 2)))
+	for _, m := range st.Members {
+		g.Expect(m.Origin).To(Equal(v1alpha1.MemberOriginLocal))
+	}
+	n, sum := histogram(g, "druid_stretch_membership_tie_duration_seconds")
+	g.Expect(n-ties).To(BeNumerically("==", 1), "a move of the majority between two sides passes through one tie")
+	g.Expect(sum - tieSum).To(BeNumerically("<", 10))
+	t.Logf("retired 3 external members in %s; one tie of %.2fs (from the promotion that made it to the removal that ended it)", took.Round(100*time.Millisecond), sum-tieSum)
+}
+
+type closingHandler struct {
+	http.Handler
+	close func() error
+}
+
+func (c closingHandler) Close() error { return c.close() }
+
+// TestControllerRestartMidStep kills the controller in the middle of each
+// kind of step (the call reaches etcd, the controller never hears the
+// answer), starts a new one, and shows that the move of ordinal 0 to 3 ends
+// with the same members and with exactly the changes it needs.
+func TestControllerRestartMidStep(t *testing.T) {
+	for _, kind := range []string{"AddLearner", "Promote", "MoveLeader", "Remove"} {
+		t.Run(kind, func(t *testing.T) {
+			// Each has its own namespace, runner and controller.
+			t.Parallel()
+			g := NewWithT(t)
+			e := newEnv(t)
+			prefix := strings.ToLower(kind)
+			etcd := e.newEtcd(prefix, 3)
+			first := e.startController()
+			converged(g, etcd, 1, 90*time.Second, names(prefix, 0, 1, 2)...)
+
+			// Member 0 leads, so moving it away needs a MoveLeader too.
+			m1, err := e.runner.Member(etcd, 1)
+			g.Expect(err).NotTo(HaveOccurred())
+			_, err = sidecar.NewClient(m1.SidecarURL, e.clientTLS).MoveLeader(t.Context(), names(prefix, 0)[0], sidecar.CallOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			e.calls.reset()
+
+			e.calls.armKill(kind, first.cancel)
+			gen := update(g, etcd, func(x *v1alpha1.Etcd) { x.Spec.OrdinalStart = ptr.To[int32](1) })
+			g.Eventually(e.calls.fired).WithTimeout(2 * time.Minute).Should(BeTrue())
+			first.stop()
+			e.startController()
+			converged(g, etcd, gen, 2*time.Minute, names(prefix, 1, 2, 3)...)
+
+			calls := e.calls.snapshot()
+			g.Expect(count(calls)).To(Equal(map[string]int{"AddLearner": 1, "Promote": 1, "MoveLeader": 1, "Remove": 1}),
+				"the killed %s took effect once, and the new controller repeated nothing", kind)
+			g.Expect(memberCounts(3, calls)).To(Equal([]int{3, 4, 3}))
+		})
+	}
+}
+
+// TestSidecar5xxDegradesAndChangesNothing: while every sidecar answers the
+// membership calls with 500, the controller reports MembershipDegraded
+// naming the member and the cause, retries with backoff, and changes
+// nothing; once the sidecars recover it converges.
+func TestSidecar5xxDegradesAndChangesNothing(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t)
+	etcd := e.newEtcd("five", 3)
+	e.startController()
+	converged(g, etcd, 1, 90*time.Second, names("five", 0, 1, 2)...)
+	e.calls.reset()
+	e.calls.setFault(func(r *http.Request) (int, string, bool) {
+		if stepKind(r) == "" {
+			return 0, "", false
+		}
+		return http.StatusInternalServerError, `{"reason":"InternalError","message":"injected fault"}`, true
+	})
+	gen := update(g, etcd, func(x *v1alpha1.Etcd) { x.Spec.Replicas = 4 })
+	newcomer := names("five", 3)[0]
+	g.Eventually(func(g Gomega) {
+		c := condition(g, etcd, v1alpha1.ConditionMembershipDegraded)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(c.Reason).To(Equal(v1alpha1.ReasonStepFailed))
+		g.Expect(c.Message).To(And(ContainSubstring(newcomer), ContainSubstring("500"), ContainSubstring("injected fault")))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	t.Logf("MembershipDegraded: %s", condition(g, etcd, v1alpha1.ConditionMembershipDegraded).Message)
+
+	cli := e.etcdClient(g, etcd, 0, 1, 2)
+	g.Consistently(func(g Gomega) {
+		resp, err := cli.MemberList(context.Background())
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(resp.Members).To(HaveLen(3))
+	}).WithTimeout(4 * time.Second).WithPolling(500 * time.Millisecond).Should(Succeed())
+	calls := e.calls.snapshot()
+	g.Expect(changes(calls)).To(BeEmpty())
+	attempts := 0
+	for _, c := range calls {
+		if c.Kind == "AddLearner" && c.Code == http.StatusInternalServerError {
+			attempts++
+		}
+	}
+	g.Expect(attempts).To(BeNumerically(">=", 2), "retried")
+	g.Expect(attempts).To(BeNumerically("<=", 6), "with backoff, not in a tight loop")
+	got := &v1alpha1.Etcd{}
+	g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(etcd), got)).To(Succeed())
+	g.Expect(got.Status.Membership.LastStep).NotTo(BeNil())
+	g.Expect(got.Status.Membership.LastStep.Reason).To(Equal("OutcomeUncertain"))
+
+	e.calls.setFault(nil)
+	converged(g, etcd, gen, 2*time.Minute, names("five", 0, 1, 2, 3)...)
+	g.Expect(condition(g, etcd, v1alpha1.ConditionMembershipDegraded).Status).To(Equal(metav1.ConditionFalse))
+	g.Expect(count(e.calls.snapshot())).To(Equal(map[string]int{"AddLearner": 1, "Promote": 1}))
+}
+
+// TestUnmanagedMemberIsReportedAndLeftAlone: a member that is neither local
+// nor external is reported and never touched, also while the controller
+// moves the local members around it.
+func TestUnmanagedMemberIsReportedAndLeftAlone(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t)
+	etcd := e.newEtcd("um", 3)
+	e.startController()
+	converged(g, etcd, 1, 90*time.Second, names("um", 0, 1, 2)...)
+
+	var via []*localetcd.Member
+	for o := range int64(3) {
+		m, err := e.runner.Member(etcd, o)
+		g.Expect(err).NotTo(HaveOccurred())
+		via = append(via, m)
+	}
+	var stranger *localetcd.Member
+	g.Eventually(func() (err error) {
+		// etcd refuses while the members have been connected for less than 5 s.
+		stranger, err = e.runner.Runtime().JoinAsLearner(t.Context(), "stranger", localetcd.MemberOptions{}, via...)
+		return err
+	}).WithTimeout(30 * time.Second).WithPolling(time.Second).Should(Succeed())
+	cli := e.etcdClient(g, etcd, 0, 1, 2)
+	var strangerID uint64
+	g.Eventually(func() error {
+		resp, err := cli.MemberList(context.Background())
+		if err != nil {
+			return err
+		}
+		for _, m := range resp.Members {
+			if m.Name == stranger.Name {
+				strangerID = m.ID
+			}
+		}
+		_, err = cli.MemberPromote(context.Background(), strangerID)
+		return err
+	}).WithTimeout(30 * time.Second).WithPolling(500 * time.Millisecond).Should(Succeed())
+	e.calls.reset()
+
+	g.Eventually(func(g Gomega) {
+		c := condition(g, etcd, v1alpha1.ConditionMembershipDegraded)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Reason).To(Equal(v1alpha1.ReasonUnmanagedMembers))
+		g.Expect(c.Message).To(ContainSubstring("stranger"))
+	}).WithTimeout(45 * time.Second).Should(Succeed())
+	t.Logf("MembershipDegraded: %s", condition(g, etcd, v1alpha1.ConditionMembershipDegraded).Message)
+
+	gen := update(g, etcd, func(x *v1alpha1.Etcd) { x.Spec.OrdinalStart = ptr.To[int32](1) })
+	st := converged(g, etcd, gen, 2*time.Minute, append(names("um", 1, 2, 3), "stranger")...)
+	for _, m := range st.Members {
+		if m.Name == "stranger" {
+			g.Expect(m.Origin).To(Equal(v1alpha1.MemberOriginUnmanaged))
+		}
+	}
+	calls := e.calls.snapshot()
+	made := count(calls)
+	g.Expect(made).To(HaveKeyWithValue("AddLearner", 1))
+	g.Expect(made).To(HaveKeyWithValue("Promote", 1))
+	g.Expect(made).To(HaveKeyWithValue("Remove", 1))
+	g.Expect(made["MoveLeader"]).To(BeNumerically("<=", 1))
+	for _, c := range calls {
+		g.Expect(c.Path).NotTo(Or(ContainSubstring("stranger"), ContainSubstring(fmt.Sprintf("%x", strangerID))), "the unmanaged member is never a target")
+	}
+	g.Expect(changes(calls)).NotTo(BeEmpty())
+	g.Expect(condition(g, etcd, v1alpha1.ConditionMembershipDegraded).Reason).To(Equal(v1alpha1.ReasonUnmanagedMembers))
+}
+
+// TestStuckLearnerIsRemovedAndReported: a learner whose pod never starts
+// is removed again after the progress timeout, reported as LearnerStalled
+// (condition and event), and added again once its pod can run.
+func TestStuckLearnerIsRemovedAndReported(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t)
+	etcd := e.newEtcd("stuck", 3)
+	e.startController(func(o *membershipctrl.ManagerOptions) { o.Reconciler.LearnerProgressTimeout = 3 * time.Second })
+	converged(g, etcd, 1, 90*time.Second, names("stuck", 0, 1, 2)...)
+	e.runner.Hold(e.ns, "etcd-main-3")
+	e.calls.reset()
+	gen := update(g, etcd, func(x *v1alpha1.Etcd) { x.Spec.Replicas = 4 })
+	learner := names("stuck", 3)[0]
+
+	g.Eventually(func(g Gomega) {
+		c := condition(g, etcd, v1alpha1.ConditionMembershipDegraded)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Reason).To(Equal(v1alpha1.ReasonLearnerStalled))
+		g.Expect(c.Message).To(ContainSubstring(learner))
+	}).WithTimeout(45 * time.Second).Should(Succeed())
+	t.Logf("MembershipDegraded: %s", condition(g, etcd, v1alpha1.ConditionMembershipDegraded).Message)
+	got := &v1alpha1.Etcd{}
+	g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(etcd), got)).To(Succeed())
+	last := got.Status.Membership.LastStep
+	g.Expect(last.Kind).To(Equal(v1alpha1.StepRemoveMember))
+	g.Expect(last.Member).To(Equal(learner))
+	g.Expect(last.Reason).To(Equal(v1alpha1.ReasonLearnerStalled))
+	g.Eventually(func(g Gomega) {
+		var warned bool
+		for _, ev := range events(g, etcd) {
+			if ev.Reason == v1alpha1.ReasonLearnerStalled && ev.Type == "Warning" && strings.Contains(ev.Message, learner) {
+				warned = true
+			}
+		}
+		g.Expect(warned).To(BeTrue())
+	}).WithTimeout(10 * time.Second).Should(Succeed())
+	g.Expect(memberCounts(3, e.calls.snapshot())[:3]).To(Equal([]int{3, 4, 3}))
+
+	e.runner.Release(e.ns, "etcd-main-3")
+	converged(g, etcd, gen, 2*time.Minute, names("stuck", 0, 1, 2, 3)...)
+}
+
+// etcdClient talks to the given pods' members directly, not through a
+// sidecar, to check what etcd itself says.
+func (e *env) etcdClient(g Gomega, etcd *v1alpha1.Etcd, ordinals ...int64) *clientv3.Client {
+	var eps []string
+	var m *localetcd.Member
+	for _, o := range ordinals {
+		var err error
+		m, err = e.runner.Member(etcd, o)
+		g.Expect(err).NotTo(HaveOccurred())
+		eps = append(eps, m.ClientURL)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, TLS: m.ClientTLSConfig(), DialTimeout: 5 * time.Second})
+	g.Expect(err).NotTo(HaveOccurred())
+	e.t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}

@@ -1,0 +1,46 @@
+package cli
+
+import (
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/druid-stretch/druid-stretch/internal/demo"
+)
+
+// newBenchCommand runs the demo's live move for 0, 50 and 180 ms RTT, each
+// with 1k and 100k preloaded keys, and prints the figures as a table.
+func newBenchCommand() *cobra.Command {
+	var (
+		o    demo.Options
+		rtts []time.Duration
+		keys []int
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Run the live move for several RTTs and data sizes and print the figures",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var cases []demo.BenchCase
+			for _, rtt := range rtts {
+				for _, k := range keys {
+					cases = append(cases, demo.BenchCase{RTT: rtt, PreloadKeys: k})
+				}
+			}
+			results, err := demo.Bench(cmd.Context(), cases, o, cmd.ErrOrStderr())
+			if len(results) > 0 {
+				if werr := demo.WriteBenchTable(cmd.OutOrStdout(), results); err == nil {
+					err = werr
+				}
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.DurationSliceVar(&rtts, "rtt", []time.Duration{0, 50 * time.Millisecond, 180 * time.Millisecond}, "round trip times to run")
+	f.IntSliceVar(&keys, "preload-keys", []int{1000, 100000}, "numbers of preloaded keys to run")
+	f.IntVar(&o.PreloadValueSize, "preload-value-size", 1024, "size in bytes of each preloaded value")
+	f.DurationVar(&o.Before, "before", 5*time.Second, "client traffic before each move")
+	f.DurationVar(&o.After, "after", 5*time.Second, "client traffic after each move")
+	return cmd
+}

@@ -1,0 +1,397 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
+	"github.com/druid-stretch/druid-stretch/internal/migration"
+	"github.com/druid-stretch/druid-stretch/internal/report"
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
+	"github.com/druid-stretch/druid-stretch/internal/workload"
+)
+
+// Options configure Run.
+type Options struct {
+	// Config is the environment (RTT, names, size, folder).
+	Config
+	// PreloadKeys keys of PreloadValueSize bytes are written before the
+	// traffic starts, so that joining members have data to catch up on.
+	PreloadKeys, PreloadValueSize int
+	// Before and After are how long the traffic runs before the move starts
+	// and after it ended (defaults 5 s each), the baselines of the report.
+	Before, After time.Duration
+	// ReportPath receives the report as JSON; PlotPath the write latency
+	// plot as SVG. Empty: not written.
+	ReportPath, PlotPath string
+	// Out receives the progress and the report (default os.Stdout).
+	Out io.Writer
+	// KeepDir keeps the folder with the members' data and logs after the
+	// run (a temporary folder is removed otherwise).
+	KeepDir bool
+	// Quiet prints only the report, not the progress (the benchmark).
+	Quiet bool
+}
+
+func (o *Options) setDefaults() {
+	if o.Before <= 0 {
+		o.Before = 5 * time.Second
+	}
+	if o.After <= 0 {
+		o.After = 5 * time.Second
+	}
+	if o.Out == nil {
+		o.Out = os.Stdout
+	}
+}
+
+// Run is the demo: it builds the binaries if needed, starts both clusters,
+// creates the Etcd in A, runs the client traffic, moves the Etcd to B while
+// the traffic runs, checks the recorded history, prints the report and
+// writes the files asked for. Every process it started has ended when it
+// returns, also on error and when ctx is cancelled (Ctrl-C).
+func Run(ctx context.Context, o Options) (rep report.Report, err error) {
+	o.setDefaults()
+	out := o.Out
+	if o.Quiet {
+		out = io.Discard
+	}
+	start := time.Now()
+	fmt.Fprintln(out, "druid-stretch demo: a live move of an etcd cluster from Kubernetes cluster A to cluster B")
+	if err := testbin.Ensure(ctx, out); err != nil {
+		return rep, err
+	}
+	if o.Dir == "" {
+		if o.Dir, err = os.MkdirTemp("", "druid-stretch-demo-"); err != nil {
+			return rep, err
+		}
+		if !o.KeepDir {
+			defer func() { err = errors.Join(err, os.RemoveAll(o.Dir)) }()
+		}
+	}
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return rep, err
+	}
+	logPath := filepath.Join(o.Dir, "demo.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return rep, fmt.Errorf("creating the log file: %w", err)
+	}
+	defer func() { _ = logFile.Close() }()
+	if o.Logger.GetSink() == nil {
+		o.Logger = ctrlzap.New(ctrlzap.WriteTo(logFile), ctrlzap.Level(zapcore.InfoLevel))
+		ctrl.SetLogger(o.Logger)
+	}
+	o.Config.setDefaults()
+	fmt.Fprintf(out, "  RTT %s between the clusters (etcd heartbeat %s, election timeout %s), %d preloaded keys of %d bytes\n",
+		o.RTT, o.HeartbeatInterval, o.ElectionTimeout, o.PreloadKeys, max(o.PreloadValueSize, 0))
+	fmt.Fprintf(out, "  files and logs: %s\n", o.Dir)
+
+	fmt.Fprintln(out, "starting two kube-apiservers, a membership controller and a pod runner for each cluster ...")
+	env, err := Start(ctx, o.Config)
+	if err != nil {
+		return rep, err
+	}
+	defer func() {
+		fmt.Fprintln(out, "stopping every process ...")
+		err = errors.Join(err, env.Close())
+	}()
+	fmt.Fprintf(out, "creating Etcd %s/%s in cluster A (%d members) ...\n", o.Namespace, o.Name, o.Replicas)
+	if err := env.CreateSource(ctx, 2*time.Minute); err != nil {
+		return rep, err
+	}
+	fmt.Fprintf(out, "cluster A's etcd runs (%.1f s since the start); starting the client traffic; times below are seconds on the client's clock, as in the report\n", time.Since(start).Seconds())
+
+	r, err := env.Rehearse(ctx, out, RehearsalOptions{
+		Workload: workload.Options{PreloadKeys: o.PreloadKeys, PreloadValueSize: o.PreloadValueSize, Log: o.Logger.WithName("workload")},
+		Before:   o.Before, After: o.After,
+	})
+	if err != nil {
+		return rep, err
+	}
+	rep = r
+	fmt.Fprintln(o.Out)
+	if err := rep.WriteText(o.Out); err != nil {
+		return rep, err
+	}
+	if o.ReportPath != "" {
+		if err := rep.WriteJSON(o.ReportPath); err != nil {
+			return rep, err
+		}
+		fmt.Fprintf(out, "report written to %s\n", o.ReportPath)
+	}
+	if o.PlotPath != "" {
+		if err := report.PlotSVG(o.PlotPath, env.lastFigures.Series, env.lastFigures.Marks); err != nil {
+			return rep, err
+		}
+		fmt.Fprintf(out, "plot written to %s\n", o.PlotPath)
+	}
+	return rep, nil
+}
+
+// RehearsalOptions configure Rehearse.
+type RehearsalOptions struct {
+	// Workload configures the client traffic (its endpoints and TLS are
+	// filled in).
+	Workload workload.Options
+	// Before and After are the traffic's baselines around the move.
+	Before, After time.Duration
+	// Abort aborts the move instead of finishing it, once AbortWhen holds
+	// (default: in phase DestinationJoined).
+	Abort     bool
+	AbortWhen func(src, dst *v1alpha1.Etcd) bool
+	// OnProgress sees every event of the move (fault injection in tests).
+	OnProgress func(migration.Event)
+	// OnTraffic, when set, is given the client traffic once it runs.
+	OnTraffic func(*Traffic)
+}
+
+// Rehearse runs the client traffic, moves the Etcd from A to B (or aborts
+// the move) while it runs, and returns the report of the run. The Etcd must
+// exist in A (CreateSource).
+func (e *Env) Rehearse(ctx context.Context, out io.Writer, o RehearsalOptions) (report.Report, error) {
+	var rep report.Report
+	src, _, err := e.Read(ctx)
+	if err != nil {
+		return rep, err
+	}
+	if src == nil {
+		return rep, errors.New("there is no Etcd in cluster A to move")
+	}
+	if src.Status.Membership == nil {
+		return rep, errors.New("the Etcd in cluster A has not been observed yet")
+	}
+	var voters []string
+	for _, m := range src.Status.Membership.Members {
+		if m.Role != v1alpha1.MemberRoleLearner {
+			voters = append(voters, m.Name)
+		}
+	}
+	ties := NewTieTracker(voters, e.SideOf)
+
+	traffic, err := e.StartTraffic(ctx, o.Workload)
+	if err != nil {
+		return rep, err
+	}
+	defer func() { _ = traffic.Close() }()
+	wl := traffic.Workload
+	if o.OnTraffic != nil {
+		o.OnTraffic(traffic)
+	}
+	show := newLiveView(out, e, wl)
+	defer show.stop()
+
+	if err := sleep(ctx, o.Before); err != nil {
+		return rep, err
+	}
+	stopTies := e.OnStep(ties.Observe)
+	defer stopTies()
+	var stepsMu sync.Mutex
+	var steps []report.Step
+	stopMarks := e.OnStep(func(ev StepEvent) {
+		if !ev.Done() {
+			return
+		}
+		if ev.Applied() {
+			name := fmt.Sprintf("%s: %s", ev.Cluster, ev)
+			wl.MarkAt(name, ev.Start)
+			stepsMu.Lock()
+			steps = append(steps, report.Step{Name: name, AtSeconds: wl.Since(ev.Start).Seconds(), At: ev.Start, DurationSeconds: ev.End.Sub(ev.Start).Seconds()})
+			stepsMu.Unlock()
+		}
+		show.step(ev)
+	})
+	defer stopMarks()
+
+	wl.MarkPhase("during")
+	moveStart := time.Now()
+	mover, err := e.Mover(migration.Options{Progress: func(ev migration.Event) {
+		if ev.Kind == migration.StepStarted {
+			wl.MarkAt(string(ev.Step), ev.At)
+			stepsMu.Lock()
+			steps = append(steps, report.Step{Name: string(ev.Step), AtSeconds: wl.Since(ev.At).Seconds(), At: ev.At})
+			stepsMu.Unlock()
+		}
+		show.migration(ev)
+		if o.OnProgress != nil {
+			o.OnProgress(ev)
+		}
+	}, Logger: e.Config.Logger.WithName("migration")})
+	if err != nil {
+		return rep, err
+	}
+	if o.Abort {
+		err = e.abortWhen(ctx, mover, o.AbortWhen)
+	} else {
+		err = mover.Move(ctx)
+	}
+	if err != nil {
+		return rep, err
+	}
+	moveTime := time.Since(moveStart)
+	wl.MarkPhase("after")
+	if err := sleep(ctx, o.After); err != nil {
+		return rep, err
+	}
+	show.stop()
+	traffic.Stop()
+	fmt.Fprintln(out, "checking the recorded history: reading back every acknowledged write, linearizability (porcupine) ...")
+	fig, _, err := wl.Verify(ctx, workload.VerifyOptions{LinearizabilityTimeout: 3 * time.Minute})
+	if err != nil {
+		return rep, fmt.Errorf("checking the history: %w", err)
+	}
+	e.lastFigures = fig
+	rep = report.FromFigures(fig)
+	what := "live move"
+	if o.Abort {
+		what = "aborted move"
+	}
+	rep.Title = fmt.Sprintf("druid-stretch %s of Etcd %s/%s from cluster A to cluster B", what, e.Config.Namespace, e.Config.Name)
+	rep.RTTMs = float64(e.Config.RTT) / float64(time.Millisecond)
+	rep.MigrationSeconds = moveTime.Seconds()
+	rep.TieSeconds = ties.Total().Seconds()
+	stepsMu.Lock()
+	rep.Steps = steps
+	stepsMu.Unlock()
+	e.lastTies = ties.Ties()
+	return rep, nil
+}
+
+// abortWhen runs the move until when holds, then aborts it.
+func (e *Env) abortWhen(ctx context.Context, mover *migration.Mover, when func(src, dst *v1alpha1.Etcd) bool) error {
+	if when == nil {
+		when = func(src, dst *v1alpha1.Etcd) bool { return move.Phase(src, dst) == move.PhaseDestinationJoined }
+	}
+	moveCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- mover.Move(moveCtx) }()
+	werr := e.WaitFor(ctx, 5*time.Minute, "the moment to abort", when)
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	if werr != nil {
+		return werr
+	}
+	return mover.Abort(ctx)
+}
+
+// LastTies are the ties of the last Rehearse.
+func (e *Env) LastTies() []Tie { return e.lastTies }
+
+// LastFigures are the workload figures of the last Rehearse.
+func (e *Env) LastFigures() workload.Figures { return e.lastFigures }
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// liveView prints the progress: the migration's steps, the controllers'
+// membership steps, and once a second the traffic and the members.
+type liveView struct {
+	out   io.Writer
+	env   *Env
+	wl    *workload.Workload
+	start time.Time
+
+	mu      sync.Mutex
+	phase   string // the migration step under way
+	stopped bool
+	quit    chan struct{}
+	done    chan struct{}
+}
+
+func newLiveView(out io.Writer, env *Env, wl *workload.Workload) *liveView {
+	v := &liveView{out: out, env: env, wl: wl, start: wl.StartedAt(), phase: "before the move", quit: make(chan struct{}), done: make(chan struct{})}
+	go v.run()
+	return v
+}
+
+func (v *liveView) printf(format string, args ...any) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !v.stopped {
+		fmt.Fprintf(v.out, "%7.2fs  "+format+"\n", append([]any{time.Since(v.start).Seconds()}, args...)...)
+	}
+}
+
+func (v *liveView) run() {
+	defer close(v.done)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	last := ""
+	for {
+		select {
+		case <-v.quit:
+			return
+		case <-t.C:
+		}
+		s := v.wl.Live()
+		v.mu.Lock()
+		step := v.phase
+		v.mu.Unlock()
+		v.printf("[%s] writes %d, failed %d, retries %d, last write %s (%s ago)", step, s.Writes, s.Failed, s.Retries,
+			s.LastWriteLatency.Round(100*time.Microsecond), s.SinceLastAcknowledgedWrite.Round(time.Millisecond))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		src, dst, err := v.env.Read(ctx)
+		cancel()
+		if err == nil {
+			if roles := migration.Roles(src, dst); roles != last && roles != "" {
+				last = roles
+				v.printf("members: %s", roles)
+			}
+		}
+	}
+}
+
+func (v *liveView) migration(ev migration.Event) {
+	switch ev.Kind {
+	case migration.StepStarted:
+		v.mu.Lock()
+		v.phase = string(ev.Step)
+		v.mu.Unlock()
+		v.printf("== step %s (%s)", ev.Step, ev.Phase)
+	case migration.StepDone:
+		v.printf("== step %s done in %.2fs: %s", ev.Step, ev.Duration.Seconds(), ev.Phase)
+	}
+}
+
+func (v *liveView) step(ev StepEvent) {
+	outcome := string(ev.Outcome)
+	if ev.Applied() {
+		outcome = "done"
+	}
+	v.printf("   controller %s: %s, %s in %.2fs", ev.Cluster, ev, strings.ToLower(outcome), ev.End.Sub(ev.Start).Seconds())
+}
+
+func (v *liveView) stop() {
+	v.mu.Lock()
+	if v.stopped {
+		v.mu.Unlock()
+		return
+	}
+	v.stopped = true
+	v.mu.Unlock()
+	close(v.quit)
+	<-v.done
+}

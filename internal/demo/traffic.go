@@ -1,0 +1,242 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/internal/localetcd"
+	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/internal/workload"
+)
+
+// routeInterval is how often the client's endpoints are brought in line
+// with the ready voters.
+const routeInterval = 250 * time.Millisecond
+
+// readyProbeTimeout bounds one readiness probe of a member.
+const readyProbeTimeout = 500 * time.Millisecond
+
+// Traffic is the client workload with its routing: it sends requests only
+// to voters whose readiness passes (a member that caught up by snapshot may
+// not serve for many seconds, and a learner serves no linearizable request),
+// and drops a member from its endpoints before the member's removal is sent
+// (etcd 3.6 must not serve a request while it applies its own removal).
+type Traffic struct {
+	// Workload is the client traffic and its record.
+	Workload *workload.Workload
+
+	env    *Env
+	stop   context.CancelFunc
+	done   chan struct{}
+	unhook func()
+
+	mu       sync.Mutex
+	removing map[string]bool // IDs of members whose removal was sent
+	current  []string
+}
+
+// StartTraffic starts the workload against the ready voters of the cluster
+// (o.Endpoints and o.TLS are filled in) and keeps its endpoints routed. It
+// preloads o.PreloadKeys keys first. Stop it with Stop.
+func (e *Env) StartTraffic(ctx context.Context, o workload.Options) (*Traffic, error) {
+	t := &Traffic{env: e, removing: map[string]bool{}}
+	eps, err := t.readyVoters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(eps) == 0 {
+		return nil, errors.New("no ready voter to send client traffic to")
+	}
+	o.Endpoints, o.TLS = eps, e.ClientTLS
+	t.current = eps
+	if t.Workload, err = workload.New(o); err != nil {
+		return nil, err
+	}
+	if _, err := t.Workload.Preload(ctx); err != nil {
+		_ = t.Workload.Close()
+		return nil, err
+	}
+	t.unhook = e.OnStep(t.beforeRemoval)
+	if err := t.Workload.Start(ctx); err != nil {
+		t.unhook()
+		_ = t.Workload.Close()
+		return nil, err
+	}
+	routeCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	t.stop, t.done = stop, make(chan struct{})
+	go t.route(routeCtx)
+	return t, nil
+}
+
+// Stop ends the routing and the traffic (requests in flight finish); the
+// workload's client stays open for Verify.
+func (t *Traffic) Stop() {
+	t.stop()
+	<-t.done
+	t.unhook()
+	t.Workload.Stop()
+}
+
+// Close stops the traffic and closes the workload's client.
+func (t *Traffic) Close() error {
+	t.Stop()
+	return t.Workload.Close()
+}
+
+// beforeRemoval drops a member from the endpoints as soon as its removal
+// is about to be sent, before the sidecar sends it.
+func (t *Traffic) beforeRemoval(ev StepEvent) {
+	if ev.Kind != planner.Remove || ev.Done() || ev.ID == "" {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.removing[strings.ToLower(ev.ID)] = true
+	var keep []string
+	if m := t.env.member(ev.Member); m != nil {
+		for _, ep := range t.current {
+			if ep != m.ClientURL {
+				keep = append(keep, ep)
+			}
+		}
+	}
+	if len(keep) > 0 && len(keep) < len(t.current) {
+		if err := t.Workload.SetEndpoints(keep...); err == nil {
+			t.current = keep
+		}
+	}
+}
+
+func (t *Traffic) route(ctx context.Context) {
+	defer close(t.done)
+	tick := time.NewTicker(routeInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		eps, err := t.readyVoters(ctx)
+		if err != nil || len(eps) == 0 {
+			continue // keep the endpoints we have rather than none
+		}
+		t.mu.Lock()
+		if !slices.Equal(eps, t.current) {
+			if err := t.Workload.SetEndpoints(eps...); err == nil {
+				t.current = eps
+			}
+		}
+		t.mu.Unlock()
+	}
+}
+
+// readyVoters are the client URLs of the voters in the freshest observed
+// membership whose removal was not sent and whose readiness passes, sorted.
+func (t *Traffic) readyVoters(ctx context.Context) ([]string, error) {
+	voters, err := t.env.observedVoters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	var candidates []*localetcd.Member
+	for _, v := range voters {
+		if t.removing[strings.ToLower(v.ID)] {
+			continue
+		}
+		if m := t.env.member(v.Name); m != nil {
+			candidates = append(candidates, m)
+		}
+	}
+	t.mu.Unlock()
+	ready := make([]bool, len(candidates))
+	var wg sync.WaitGroup
+	for i, m := range candidates {
+		wg.Go(func() {
+			pctx, cancel := context.WithTimeout(ctx, readyProbeTimeout)
+			defer cancel()
+			ready[i] = m.WaitReady(pctx) == nil
+		})
+	}
+	wg.Wait()
+	var eps []string
+	for i, m := range candidates {
+		if ready[i] {
+			eps = append(eps, m.ClientURL)
+		}
+	}
+	slices.Sort(eps)
+	return eps, nil
+}
+
+// member is the running local etcd member of that name, in either cluster.
+func (e *Env) member(name string) *localetcd.Member {
+	if name == "" {
+		return nil
+	}
+	for _, c := range e.Clusters() {
+		if m := c.Runner.Runtime().Member(name); m != nil && m.Running() {
+			return m
+		}
+	}
+	return nil
+}
+
+// observedVoters are the voters of the more recent observation of the two
+// controllers.
+func (e *Env) observedVoters(ctx context.Context) ([]v1alpha1.ObservedMember, error) {
+	src, dst, err := e.Read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var best *v1alpha1.Etcd
+	for _, x := range []*v1alpha1.Etcd{src, dst} {
+		if x == nil || x.Status.Membership == nil || x.Status.Membership.ObservedTime == nil {
+			continue
+		}
+		if best == nil || x.Status.Membership.ObservedTime.After(best.Status.Membership.ObservedTime.Time) {
+			best = x
+		}
+	}
+	if best == nil {
+		return nil, nil
+	}
+	var out []v1alpha1.ObservedMember
+	for _, m := range best.Status.Membership.Members {
+		if m.Role == v1alpha1.MemberRoleVoter || m.Role == v1alpha1.MemberRoleLeader {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+// Read returns the Etcd in cluster A and in cluster B (nil where it does
+// not exist).
+func (e *Env) Read(ctx context.Context) (src, dst *v1alpha1.Etcd, err error) {
+	get := func(c *Cluster) (*v1alpha1.Etcd, error) {
+		x := &v1alpha1.Etcd{}
+		err := c.Client.Get(ctx, client.ObjectKey{Namespace: e.Config.Namespace, Name: e.Config.Name}, x)
+		if client.IgnoreNotFound(err) != nil {
+			return nil, fmt.Errorf("reading the Etcd in cluster %s: %w", c.Name, err)
+		}
+		if err != nil {
+			return nil, nil
+		}
+		return x, nil
+	}
+	if src, err = get(e.A); err != nil {
+		return nil, nil, err
+	}
+	if dst, err = get(e.B); err != nil {
+		return nil, nil, err
+	}
+	return src, dst, nil
+}

@@ -1,0 +1,216 @@
+package migration_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
+	"github.com/druid-stretch/druid-stretch/internal/migration"
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
+)
+
+// Two kube-apiservers, the source and the destination cluster, without
+// controllers: these tests check what the Mover writes and refuses; the
+// moves themselves, with controllers and etcd, are in test/e2e.
+var srcClient, dstClient client.Client
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	assets, err := testbin.Dir()
+	if err == nil {
+		_, err = testbin.KubeAPIServer()
+	}
+	root, rerr := testbin.RepoRoot()
+	if err != nil || rerr != nil {
+		fmt.Fprintln(os.Stderr, err, rerr)
+		return 1
+	}
+	envs := make([]*envtest.Environment, 2)
+	clients := make([]client.Client, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i := range envs {
+		envs[i] = &envtest.Environment{
+			BinaryAssetsDirectory: assets,
+			CRDDirectoryPaths:     []string{filepath.Join(root, "charts", "druid-stretch", "crds")},
+			ErrorIfCRDPathMissing: true,
+		}
+		wg.Go(func() {
+			cfg, err := envs[i].Start()
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			clients[i], errs[i] = migration.NewClient(cfg)
+		})
+	}
+	wg.Wait()
+	defer func() {
+		for _, e := range envs {
+			_ = e.Stop()
+		}
+	}()
+	for _, err := range errs {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "starting envtest:", err)
+			return 1
+		}
+	}
+	srcClient, dstClient = clients[0], clients[1]
+	return m.Run()
+}
+
+// setup creates a namespace in both clusters and the source Etcd in it.
+func setup(t *testing.T) (namespace string, src *v1alpha1.Etcd) {
+	t.Helper()
+	g := NewWithT(t)
+	namespace = fmt.Sprintf("mover-%d", time.Now().UnixNano())
+	for _, c := range []client.Client{srcClient, dstClient} {
+		g.Expect(c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}})).To(Succeed())
+	}
+	src = &v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Name: "etcd-main", Namespace: namespace}}
+	src.Spec.Replicas = 3
+	src.Spec.Labels = map[string]string{"app": "etcd-statefulset"}
+	g.Expect(srcClient.Create(t.Context(), src)).To(Succeed())
+	return namespace, src
+}
+
+func mover(t *testing.T, namespace string, events *[]migration.Event) *migration.Mover {
+	t.Helper()
+	tmpl := func(site string) migration.URLTemplates {
+		return migration.URLTemplates{
+			Peer:    "http://{pod}." + site + ".example:2380",
+			Client:  "http://{pod}." + site + ".example:2379",
+			Sidecar: "https://{pod}." + site + ".example:8090",
+		}
+	}
+	var mu sync.Mutex
+	m, err := migration.New(migration.Options{
+		Source: srcClient, Destination: dstClient, Namespace: namespace, Name: "etcd-main",
+		SourceAddresses: tmpl("seed-a").Addresses(), DestinationAddresses: tmpl("seed-b").Addresses(),
+		StepTimeout: 2 * time.Second, PollInterval: 50 * time.Millisecond,
+		Progress: func(e migration.Event) {
+			mu.Lock()
+			defer mu.Unlock()
+			if events != nil {
+				*events = append(*events, e)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func get(t *testing.T, c client.Client, namespace string) *v1alpha1.Etcd {
+	t.Helper()
+	e := &v1alpha1.Etcd{}
+	if err := c.Get(t.Context(), client.ObjectKey{Namespace: namespace, Name: "etcd-main"}, e); err != nil {
+		return nil
+	}
+	return e
+}
+
+func TestNewRefusesMissingOptions(t *testing.T) {
+	g := NewWithT(t)
+	_, err := migration.New(migration.Options{Namespace: "ns"})
+	g.Expect(err).To(MatchError(ContainSubstring("both the source and the destination client are required")))
+	g.Expect(err).To(MatchError(ContainSubstring(`namespace and name are required, got "ns"/""`)))
+	g.Expect(err).To(MatchError(ContainSubstring("SourceAddresses and DestinationAddresses are required")))
+}
+
+// Without controllers nothing converges: the first step writes the
+// destination's members into the source, waits its time limit, and says so;
+// the destination is not created before the source is prepared.
+func TestPrepareSourceWritesTheDestinationMembersAndWaits(t *testing.T) {
+	g := NewWithT(t)
+	ns, _ := setup(t)
+	var events []migration.Event
+	err := mover(t, ns, &events).Move(context.Background())
+	g.Expect(err).To(MatchError(ContainSubstring("step prepare-source did not finish within 2s (run the move again to continue)")))
+
+	src := get(t, srcClient, ns)
+	g.Expect(src.Spec.GetExternalMembersPolicy()).To(Equal(v1alpha1.ExternalMembersPolicyKeep))
+	g.Expect(src.Spec.ExternalMembers).To(Equal([]v1alpha1.ExternalMember{
+		{Name: "etcd-main-3", PeerURLs: []string{"http://etcd-main-3.seed-b.example:2380"}, ClientURLs: []string{"http://etcd-main-3.seed-b.example:2379"}, SidecarURL: "https://etcd-main-3.seed-b.example:8090"},
+		{Name: "etcd-main-4", PeerURLs: []string{"http://etcd-main-4.seed-b.example:2380"}, ClientURLs: []string{"http://etcd-main-4.seed-b.example:2379"}, SidecarURL: "https://etcd-main-4.seed-b.example:8090"},
+		{Name: "etcd-main-5", PeerURLs: []string{"http://etcd-main-5.seed-b.example:2380"}, ClientURLs: []string{"http://etcd-main-5.seed-b.example:2379"}, SidecarURL: "https://etcd-main-5.seed-b.example:8090"},
+	}))
+	g.Expect(get(t, dstClient, ns)).To(BeNil(), "the destination is created by the next step only")
+	g.Expect(events).NotTo(BeEmpty())
+	g.Expect(events[0].Kind).To(Equal(migration.StepStarted))
+	g.Expect(events[0].Step).To(Equal(move.StepPrepareSource))
+	g.Expect(events[len(events)-1].Kind).To(Equal(migration.StepWaiting))
+	g.Expect(events[len(events)-1].Phase).To(Equal(move.PhasePreparingSource))
+
+	// Running it again writes the same, and an abort before the join only
+	// takes the external members back (and waits for the controller).
+	err = mover(t, ns, nil).Abort(context.Background())
+	g.Expect(err).To(MatchError(ContainSubstring("step abort did not finish")))
+	g.Expect(get(t, srcClient, ns).Spec.ExternalMembers).To(BeEmpty())
+}
+
+// A destination Etcd with replicas and no external members is a separate
+// etcd cluster: the move refuses it and changes neither object.
+func TestMoveRefusesASeparateDestinationCluster(t *testing.T) {
+	g := NewWithT(t)
+	ns, _ := setup(t)
+	dst := move.NewDestination(get(t, srcClient, ns), 3)
+	dst.ResourceVersion = ""
+	g.Expect(dstClient.Create(t.Context(), dst)).To(Succeed())
+	srcBefore, dstBefore := get(t, srcClient, ns), get(t, dstClient, ns)
+
+	err := mover(t, ns, nil).Move(context.Background())
+	g.Expect(err).To(MatchError(ContainSubstring("refusing to change")))
+	g.Expect(err).To(MatchError(ContainSubstring("it is a separate etcd cluster")))
+	g.Expect(get(t, srcClient, ns)).To(Equal(srcBefore))
+	g.Expect(get(t, dstClient, ns)).To(Equal(dstBefore))
+}
+
+// Once the destination's controller reports the majority on its side, an
+// abort is refused with the voter counts and changes nothing.
+func TestAbortRefusedOnceTheDestinationHoldsTheMajority(t *testing.T) {
+	g := NewWithT(t)
+	ns, src := setup(t)
+	dstMembers, err := move.ExternalMembers(move.NewDestination(src, 3), migration.URLTemplates{Peer: "http://{pod}.b:2380"}.Addresses())
+	g.Expect(err).NotTo(HaveOccurred())
+	srcMembers, err := move.ExternalMembers(src, migration.URLTemplates{Peer: "http://{pod}.a:2380"}.Addresses())
+	g.Expect(err).NotTo(HaveOccurred())
+	before := src.DeepCopy()
+	move.PrepareSource(src, dstMembers)
+	g.Expect(srcClient.Patch(t.Context(), src, client.MergeFrom(before))).To(Succeed())
+	dst := move.NewDestination(src, 3)
+	move.JoinDestination(dst, srcMembers)
+	move.RetireSource(dst, 3)
+	dst.ResourceVersion, dst.Spec.ExternalMembers = "", srcMembers
+	g.Expect(dstClient.Create(t.Context(), dst)).To(Succeed())
+	// What the destination's controller would report: one source voter
+	// left, two of its own.
+	now := metav1.Now()
+	dst.Status.Membership = &v1alpha1.MembershipStatus{ObservedGeneration: dst.Generation, ObservedTime: &now, Members: []v1alpha1.ObservedMember{
+		{ID: "1", Name: "etcd-main-2", Role: v1alpha1.MemberRoleVoter, Origin: v1alpha1.MemberOriginExternal, Healthy: true},
+		{ID: "2", Name: "etcd-main-3", Role: v1alpha1.MemberRoleLeader, Origin: v1alpha1.MemberOriginLocal, Healthy: true},
+		{ID: "3", Name: "etcd-main-4", Role: v1alpha1.MemberRoleVoter, Origin: v1alpha1.MemberOriginLocal, Healthy: true},
+	}}
+	g.Expect(dstClient.Status().Update(t.Context(), dst)).To(Succeed())
+	srcBefore, dstBefore := get(t, srcClient, ns), get(t, dstClient, ns)
+
+	err = mover(t, ns, nil).Abort(context.Background())
+	g.Expect(err).To(MatchError(ContainSubstring("the destination holds the majority (2 of 3 voters; the source has 1)")))
+	g.Expect(get(t, srcClient, ns)).To(Equal(srcBefore))
+	g.Expect(get(t, dstClient, ns)).To(Equal(dstBefore))
+}

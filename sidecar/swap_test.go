@@ -1,0 +1,101 @@
+package sidecar_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/druid-stretch/druid-stretch/internal/localetcd"
+	"github.com/druid-stretch/druid-stretch/sidecar"
+)
+
+// TestPromoteThenRemove promotes a learner and removes an old voter in one
+// call, the step through the tie of a move, after showing that the refusals
+// (the leader as target, the learner itself, a stranger) change nothing.
+func TestPromoteThenRemove(t *testing.T) {
+	g := NewWithT(t)
+	tc := startCluster(t, 3, clusterOptions{})
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	via := tc.members[0]
+	c := tc.client(via)
+	const holder = "swap-test"
+	_, err := c.AcquireLock(ctx, holder, time.Minute)
+	g.Expect(err).NotTo(HaveOccurred())
+	fresh := func() sidecar.CallOptions {
+		l, err := c.Members(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		return sidecar.CallOptions{LockHolder: holder, Fingerprint: l.Fingerprint}
+	}
+
+	nm, err := tc.r.NewMember("etcd-new", localetcd.MemberOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	opts := fresh()
+	retryWhile(g, sidecar.ReasonUnhealthyCluster, 30*time.Second, func() error {
+		_, err := c.AddLearner(ctx, nm.Name, []string{nm.PeerURL}, opts)
+		return err
+	})
+	g.Expect(nm.Start(ctx, localetcd.InitialCluster(append(tc.members, nm)...), localetcd.ClusterStateExisting)).To(Succeed())
+
+	list, err := c.Members(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	leader := leaderName(list)
+	var target string
+	for _, m := range tc.members[1:] {
+		if m.Name != leader {
+			target = m.Name
+			break
+		}
+	}
+	before := tc.membership(g, via)
+	for _, bad := range []struct{ then, reason string }{
+		{leader, sidecar.ReasonIsLeader},
+		{nm.Name, sidecar.ReasonInvalidArgument},
+		{"stranger", sidecar.ReasonMemberNotFound},
+	} {
+		// The learner may not be ready yet: that refusal comes first and
+		// changes nothing either; wait for the one under test.
+		g.Eventually(func() string {
+			_, err := c.PromoteThenRemove(ctx, nm.Name, bad.then, fresh())
+			var reason string
+			if se := asSidecarError(err); se != nil {
+				reason = se.Reason
+			}
+			return reason
+		}).WithTimeout(30*time.Second).WithPolling(250*time.Millisecond).Should(Equal(bad.reason), "thenRemove=%s", bad.then)
+		g.Expect(tc.membership(g, via)).To(Equal(before), "a refused call changes nothing (thenRemove=%s)", bad.then)
+	}
+
+	var res *sidecar.ChangeResult
+	start := time.Now()
+	g.Eventually(func() error {
+		var err error
+		res, err = c.PromoteThenRemove(ctx, nm.Name, target, fresh())
+		return err
+	}).WithTimeout(30 * time.Second).WithPolling(250 * time.Millisecond).Should(Succeed())
+	t.Logf("promoted %s and removed %s in %s; %.3f s between the two answers", nm.Name, target, time.Since(start), res.GapSeconds)
+	g.Expect(res.Changed).To(BeTrue())
+	g.Expect(res.Member.IsLearner).To(BeFalse())
+	g.Expect(res.RemoveError).To(BeEmpty())
+	g.Expect(res.Removed).NotTo(BeNil())
+	g.Expect(res.Removed.Name).To(Equal(target))
+	g.Expect(res.GapSeconds).To(BeNumerically(">", 0))
+	after := tc.membership(g, via)
+	g.Expect(after).To(HaveLen(3))
+	g.Expect(after).To(ContainElement(ContainSubstring("name=etcd-new learner=false")))
+	g.Expect(after).NotTo(ContainElement(ContainSubstring("name=" + target + " ")))
+
+	// A repeat finds the promotion in place and changes nothing.
+	again, err := c.PromoteThenRemove(ctx, nm.Name, target, fresh())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(again.Changed).To(BeFalse())
+	g.Expect(again.Removed).To(BeNil())
+	g.Expect(tc.membership(g, via)).To(Equal(after))
+}
+
+func asSidecarError(err error) *sidecar.Error {
+	se, _ := err.(*sidecar.Error)
+	return se
+}

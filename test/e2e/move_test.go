@@ -1,0 +1,282 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
+	"github.com/druid-stretch/druid-stretch/internal/demo"
+	"github.com/druid-stretch/druid-stretch/internal/migration"
+	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/internal/report"
+	"github.com/druid-stretch/druid-stretch/internal/workload"
+)
+
+// traffic is the client load of every test: a little preloaded data, so
+// that joining members have something to catch up on, and short baselines.
+func rehearsal() demo.RehearsalOptions {
+	return demo.RehearsalOptions{
+		Workload: workload.Options{PreloadKeys: 1000},
+		Before:   2 * time.Second,
+		After:    2 * time.Second,
+	}
+}
+
+// newMove gives the test its own Etcd, running in cluster A with three
+// members, and deletes it (stopping its pods) when the test ends.
+func newMove(t *testing.T, name string) *demo.Env {
+	t.Helper()
+	e, err := env.In(t.Context(), "e2e-"+name, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.CreateSource(t.Context(), 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := e.Delete(context.Background(), 2*time.Minute); err != nil {
+			t.Errorf("cleaning up: %v", err)
+		}
+	})
+	return e
+}
+
+// expectClientsSawNothing asserts the clients' verdict: every request
+// answered, every acknowledged write held, the history linearizable.
+func expectClientsSawNothing(t *testing.T, rep report.Report) {
+	t.Helper()
+	g := NewWithT(t)
+	t.Log("\n" + rep.String())
+	g.Expect(rep.Writes).To(BeNumerically(">", 100), "the workload wrote throughout")
+	g.Expect(rep.FailedRequests).To(BeZero(), "failed requests after the client's retries")
+	g.Expect(rep.LostAcknowledgedWrites).To(BeZero(), "lost acknowledged writes")
+	g.Expect(rep.FinalReadMismatches).To(BeZero(), "keys whose final value is not the last acknowledged write")
+	g.Expect(rep.Linearizable).To(BeTrue(), "porcupine's verdict: %s", rep.LinearizabilityResult)
+}
+
+func names(e *demo.Env, ordinals ...int) []demo.EtcdMember {
+	var out []demo.EtcdMember
+	for _, o := range ordinals {
+		out = append(out, demo.EtcdMember{Name: fmt.Sprintf("%s-%d", e.Config.Name, o)})
+	}
+	return out
+}
+
+// expectMovedToB checks the end state in etcd and in both clusters: the
+// destination's three members are etcd's only members, all voters; the
+// source has no replicas, forgot the destination and runs no pod.
+func expectMovedToB(t *testing.T, e *demo.Env) {
+	t.Helper()
+	g := NewWithT(t)
+	src, dst, err := e.Read(t.Context())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(move.Phase(src, dst)).To(Equal(move.PhaseCompleted), move.Explain(src, dst))
+	g.Expect(src.Spec.Replicas).To(BeZero())
+	g.Expect(src.Spec.ExternalMembers).To(BeEmpty())
+	g.Expect(dst.Spec.ExternalMembers).To(BeEmpty())
+	g.Expect(dst.Spec.GetOrdinalStart()).To(Equal(int32(3)))
+	g.Expect(e.EtcdMembers(t.Context())).To(Equal(names(e, 3, 4, 5)))
+	for o := range 3 {
+		g.Expect(e.A.Runner.Running(e.Config.Namespace, fmt.Sprintf("%s-%d", e.Config.Name, o))).To(BeFalse(), "pod %d of cluster A", o)
+	}
+}
+
+func TestLiveMoveAt180msRTT(t *testing.T) {
+	g := NewWithT(t)
+	e := newMove(t, "etcd-move")
+	rep, err := e.Rehearse(t.Context(), t.Output(), rehearsal())
+	g.Expect(err).NotTo(HaveOccurred())
+	expectClientsSawNothing(t, rep)
+	expectMovedToB(t, e)
+
+	ties := e.LastTies()
+	g.Expect(ties).To(HaveLen(1), "the majority crosses over through exactly one tie: %v", ties)
+	t.Logf("tie: %s, made by %q, ended by %q", ties[0].Duration(), ties[0].By, ties[0].EndedBy)
+	g.Expect(rep.TieSeconds).To(BeNumerically("<", 1.0), "time in tie")
+	g.Expect(rep.MigrationSeconds).To(BeNumerically(">", 0))
+}
+
+// The leader is killed (SIGKILL, its pod restarts it) as the votes start to
+// move: a new leader is elected, the dead member is the first one removed,
+// and the move completes without losing a write.
+func TestMoveSurvivesTheSourceLeaderKilled(t *testing.T) {
+	g := NewWithT(t)
+	e := newMove(t, "etcd-killed")
+	var (
+		once   sync.Once
+		killed string
+		kerr   error
+	)
+	o := rehearsal()
+	o.OnProgress = func(ev migration.Event) {
+		if ev.Kind != migration.StepStarted || ev.Step != move.StepRetireSource {
+			return
+		}
+		once.Do(func() {
+			killed = leader(ev.Destination)
+			m := e.A.Runner.Runtime().Member(killed)
+			if m == nil {
+				kerr = fmt.Errorf("leader %q is not a member of cluster A", killed)
+				return
+			}
+			kerr = m.Kill()
+		})
+	}
+	rep, err := e.Rehearse(t.Context(), t.Output(), o)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(kerr).NotTo(HaveOccurred())
+	g.Expect(killed).NotTo(BeEmpty(), "the source leader was killed")
+	t.Logf("killed the leader %s", killed)
+	expectClientsSawNothing(t, rep)
+	expectMovedToB(t, e)
+}
+
+// leader is the leader in e's last observation.
+func leader(e *v1alpha1.Etcd) string {
+	if e == nil || e.Status.Membership == nil {
+		return ""
+	}
+	for _, m := range e.Status.Membership.Members {
+		if m.Role == v1alpha1.MemberRoleLeader {
+			return m.Name
+		}
+	}
+	return ""
+}
+
+// The destination's controller is restarted while its promotion of a
+// destination member is on the wire: the call's outcome is unknown to the
+// controller that sent it, and the new controller (same identity, same
+// lock) resumes from what it observes.
+func TestMoveSurvivesTheDestinationControllerRestartedMidStep(t *testing.T) {
+	g := NewWithT(t)
+	e := newMove(t, "etcd-restart")
+	target := e.Config.Name + "-4"
+	restarted := make(chan error, 1)
+	var once sync.Once
+	stop := e.OnStep(func(ev demo.StepEvent) {
+		if ev.Cluster == "B" && ev.Kind == planner.Promote && ev.Member == target && !ev.Done() {
+			// Not on the executor's goroutine: stopping the manager waits
+			// for this very reconcile.
+			once.Do(func() { go func() { restarted <- e.B.RestartController() }() })
+		}
+	})
+	defer stop()
+	rep, err := e.Rehearse(t.Context(), t.Output(), rehearsal())
+	g.Expect(err).NotTo(HaveOccurred())
+	select {
+	case err := <-restarted:
+		g.Expect(err).NotTo(HaveOccurred())
+	default:
+		t.Fatalf("the controller of B was not restarted: no promotion of %s was seen", target)
+	}
+	expectClientsSawNothing(t, rep)
+	expectMovedToB(t, e)
+}
+
+// The clusters are cut apart while the first destination member joins: the
+// source keeps its majority (three voters of three) and serves; the
+// learner cannot catch up, so nothing is promoted; after the heal the move
+// resumes and completes.
+func TestPartitionDuringTheJoin(t *testing.T) {
+	g := NewWithT(t)
+	e := newMove(t, "etcd-partition")
+	joiner := e.Config.Name + "-3"
+	var (
+		traffic             *demo.Traffic
+		partitioned, healed time.Time
+		writesDuring        int64
+		perr                error
+		once                sync.Once
+		done                = make(chan struct{})
+	)
+	o := rehearsal()
+	o.OnTraffic = func(tr *demo.Traffic) { traffic = tr }
+	stop := e.OnStep(func(ev demo.StepEvent) {
+		if ev.Cluster != "B" || ev.Kind != planner.AddLearner || ev.Member != joiner || !ev.Applied() {
+			return
+		}
+		once.Do(func() {
+			go func() {
+				defer close(done)
+				e.WAN.Partition(demo.SiteA, demo.SiteB)
+				partitioned = time.Now()
+				before := traffic.Workload.Live().Writes
+				// The cut lasts well past an election timeout (2 s), and until
+				// the majority side has shown that it keeps serving.
+				deadline := time.Now().Add(time.Minute)
+				for time.Now().Before(deadline) {
+					writesDuring = traffic.Workload.Live().Writes - before
+					if time.Since(partitioned) > 6*time.Second && writesDuring >= 100 {
+						break
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+				if writesDuring < 100 {
+					perr = fmt.Errorf("only %d writes acknowledged during the partition", writesDuring)
+				}
+				e.WAN.Heal(demo.SiteA, demo.SiteB)
+				healed = time.Now()
+			}()
+		})
+	})
+	defer stop()
+	rep, err := e.Rehearse(t.Context(), t.Output(), o)
+	g.Expect(err).NotTo(HaveOccurred())
+	<-done
+	g.Expect(perr).NotTo(HaveOccurred())
+	t.Logf("partitioned for %s; %d writes acknowledged meanwhile", healed.Sub(partitioned).Round(time.Millisecond), writesDuring)
+	for _, s := range e.Steps() {
+		if s.Cluster == "B" && s.Kind == planner.Promote && s.Member == joiner && s.Applied() {
+			g.Expect(s.Start).To(BeTemporally(">", healed), "the learner was promoted only after the heal")
+		}
+	}
+	expectClientsSawNothing(t, rep)
+	expectMovedToB(t, e)
+}
+
+// The move is aborted after the first source member was removed (two
+// source voters, one destination voter): the destination's controller
+// removes its member and withdraws its retirement record, the source's
+// controller adds the retired member back, and the source ends as it began.
+func TestAbortRestoresTheSource(t *testing.T) {
+	g := NewWithT(t)
+	e := newMove(t, "etcd-abort")
+	o := rehearsal()
+	o.Abort = true
+	o.AbortWhen = func(src, dst *v1alpha1.Etcd) bool {
+		s, d, ok := move.Voters(src, dst)
+		return ok && s == 2 && d == 1
+	}
+	rep, err := e.Rehearse(t.Context(), t.Output(), o)
+	g.Expect(err).NotTo(HaveOccurred())
+	expectClientsSawNothing(t, rep)
+
+	src, dst, err := e.Read(t.Context())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(move.Phase(src, dst)).To(Equal(move.PhaseAborted), move.Explain(src, dst))
+	g.Expect(src.Spec.Replicas).To(Equal(int32(3)))
+	g.Expect(src.Spec.ExternalMembers).To(BeEmpty())
+	g.Expect(dst.Spec.Replicas).To(BeZero())
+	g.Expect(e.EtcdMembers(t.Context())).To(Equal(names(e, 0, 1, 2)), "the source's three members, all voters, and nothing else")
+	for o := 3; o < 6; o++ {
+		g.Expect(e.B.Runner.Running(e.Config.Namespace, fmt.Sprintf("%s-%d", e.Config.Name, o))).To(BeFalse(), "pod %d of cluster B", o)
+	}
+	var removed, readded []string
+	for _, s := range e.Steps() {
+		switch {
+		case s.Cluster == "B" && s.Kind == planner.Remove && s.Applied() && e.SideOf(s.Member) == "A":
+			removed = append(removed, s.Member)
+		case s.Cluster == "A" && s.Kind == planner.AddLearner && s.Applied():
+			readded = append(readded, s.Member)
+		}
+	}
+	g.Expect(removed).To(HaveLen(1), "one source member was retired before the abort")
+	g.Expect(readded).To(ContainElement(removed[0]), "the source's controller added the retired member back")
+}
