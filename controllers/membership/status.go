@@ -193,7 +193,7 @@ func (s *scope) stepDone(step planner.Step, res membership.Result, stalled bool)
 // changed. A refusal that will not pass by itself, or a sidecar that failed,
 // degrades.
 func (s *scope) stepRefused(step planner.Step, res membership.Result, refused bool) {
-	msg := fmt.Sprintf("%s %s through the sidecar of %s: %v", step.Kind, stepLabel(step), res.Via, res.Err)
+	msg := stepError(step, res)
 	if pendingStep(s.st.LastStep, nil) == nil {
 		s.st.LastStep = &v1alpha1.MembershipStep{Kind: apiKind(step.Kind), Member: step.Member, MemberID: step.ID,
 			Time: metav1.NewTime(res.Start), Outcome: v1alpha1.StepFailed, Reason: res.Reason, Message: msg}
@@ -209,10 +209,19 @@ func (s *scope) stepRefused(step planner.Step, res membership.Result, refused bo
 	}
 }
 
+// stepError names the step, its member, the sidecar and the cause once.
+func stepError(step planner.Step, res membership.Result) string {
+	msg := res.Err.Error()
+	if strings.HasPrefix(msg, string(step.Kind)+" ") {
+		return msg
+	}
+	return fmt.Sprintf("%s %s through the sidecar of %s: %s", step.Kind, stepLabel(step), res.Via, msg)
+}
+
 // stepUncertain records a step whose outcome is unknown: lastStep keeps it
 // until an observation settles it, and nothing else is done meanwhile.
 func (s *scope) stepUncertain(step planner.Step, res membership.Result, end time.Time) {
-	msg := fmt.Sprintf("the outcome of %s %s through the sidecar of %s is unknown: %v", step.Kind, stepLabel(step), res.Via, res.Err)
+	msg := "outcome unknown: " + stepError(step, res)
 	s.st.LastStep = &v1alpha1.MembershipStep{Kind: apiKind(step.Kind), Member: step.Member, MemberID: step.ID,
 		Time: metav1.NewTime(end), Outcome: v1alpha1.StepFailed, Reason: reasonOutcomeUncertain, Message: msg}
 	s.reconfiguring(progressReason(step.Kind), msg)

@@ -1,0 +1,98 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/internal/migration"
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
+)
+
+// TestMigrateCommand runs `druid-stretch migrate` against two real
+// kube-apiservers without controllers: the flags reach the move, which
+// writes the destination's members from the URL templates into the source
+// and then waits, up to --step-timeout, for a controller that never comes.
+func TestMigrateCommand(t *testing.T) {
+	g := NewWithT(t)
+	assets, err := testbin.Dir()
+	g.Expect(err).NotTo(HaveOccurred())
+	root, err := testbin.RepoRoot()
+	g.Expect(err).NotTo(HaveOccurred())
+	dir := t.TempDir()
+	kubeconfigs := make([]string, 2)
+	clients := make([]client.Client, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i, name := range []string{"source", "destination"} {
+		env := &envtest.Environment{
+			BinaryAssetsDirectory: assets,
+			CRDDirectoryPaths:     []string{filepath.Join(root, "charts", "druid-stretch", "crds")},
+			ErrorIfCRDPathMissing: true,
+		}
+		t.Cleanup(func() { _ = env.Stop() })
+		wg.Go(func() {
+			cfg, err := env.Start()
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			kubeconfigs[i] = filepath.Join(dir, name+".kubeconfig")
+			if errs[i] = os.WriteFile(kubeconfigs[i], env.KubeConfig, 0o600); errs[i] != nil {
+				return
+			}
+			clients[i], errs[i] = migration.NewClient(cfg)
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	ctx := context.Background()
+	for _, c := range clients {
+		g.Expect(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shoot--p--s"}})).To(Succeed())
+	}
+	src := &v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Name: "etcd-main", Namespace: "shoot--p--s"}}
+	src.Spec.Replicas = 3
+	src.Spec.Labels = map[string]string{"app": "etcd-statefulset"}
+	g.Expect(clients[0].Create(ctx, src)).To(Succeed())
+
+	run := func(args ...string) (string, error) {
+		cmd := newRootCommand()
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		cmd.SetArgs(args)
+		err := cmd.ExecuteContext(ctx)
+		return out.String(), err
+	}
+	_, err = run("migrate", "--source-kubeconfig", kubeconfigs[0], "--destination-kubeconfig", kubeconfigs[1], "--namespace", "shoot--p--s", "--name", "etcd-main",
+		"--source-peer-url-template", "http://{pod}.seed-a.example:2380", "--destination-peer-url-template", "http://{pod}.{name}.seed-b.example:{port}")
+	g.Expect(err).To(MatchError(ContainSubstring("unknown placeholder {port}")))
+
+	out, err := run("migrate", "--source-kubeconfig", kubeconfigs[0], "--destination-kubeconfig", kubeconfigs[1], "--namespace", "shoot--p--s", "--name", "etcd-main",
+		"--source-peer-url-template", "http://{pod}.seed-a.example:2380",
+		"--destination-peer-url-template", "http://{pod}.seed-b.example:2380",
+		"--destination-sidecar-url-template", "https://{pod}.seed-b.example:8090",
+		"--destination-ordinal-start", "10", "--step-timeout", "1s")
+	g.Expect(err).To(MatchError(ContainSubstring("step prepare-source did not finish within 1s")))
+	g.Expect(out).To(ContainSubstring("step prepare-source: starting (NotStarted)"))
+
+	got := &v1alpha1.Etcd{}
+	g.Expect(clients[0].Get(ctx, client.ObjectKeyFromObject(src), got)).To(Succeed())
+	g.Expect(got.Spec.ExternalMembers).To(HaveLen(3))
+	g.Expect(got.Spec.ExternalMembers[0]).To(Equal(v1alpha1.ExternalMember{
+		Name: "etcd-main-10", PeerURLs: []string{"http://etcd-main-10.seed-b.example:2380"}, SidecarURL: "https://etcd-main-10.seed-b.example:8090",
+	}))
+	g.Expect(got.Spec.GetExternalMembersPolicy()).To(Equal(v1alpha1.ExternalMembersPolicyKeep))
+}
