@@ -265,6 +265,10 @@ func (r *runner) round(ctx context.Context) (done bool, err error) {
 func (r *runner) execute(ctx context.Context, obs *membership.Observation, plan membership.Plan, from string) error {
 	if r.cfg.BeforeChange != nil {
 		r.cfg.BeforeChange(ctx, plan.Step)
+		if plan.ThenRemove != nil {
+			// The same call removes this member right after the promotion.
+			r.cfg.BeforeChange(ctx, *plan.ThenRemove)
+		}
 	}
 	sent := time.Now()
 	res := r.c.Execute(ctx, obs, r.eps, plan)
@@ -291,6 +295,15 @@ func (r *runner) execute(ctx context.Context, obs *membership.Observation, plan 
 		r.print("  -> %s via %s in %s", res.Outcome, rec.Via, took.Round(time.Millisecond))
 		if plan.Step.Kind == planner.Remove {
 			r.forget(plan.Step.Member)
+		}
+		if then := plan.ThenRemove; then != nil {
+			if res.ThenRemoved {
+				r.res.Steps = append(r.res.Steps, StepRecord{Step: *then, From: from, Outcome: membership.Succeeded, Via: rec.Via, Duration: res.Gap})
+				r.print("step %d: %s, in the same call, %s after the promotion", len(r.res.Steps), *then, res.Gap.Round(time.Millisecond))
+				r.forget(then.Member)
+			} else {
+				r.print("  the removal of %s in the same call did not happen (%s); planning again", label(*then), res.ThenRemoveErr)
+			}
 		}
 		if plan.Step.Rule == planner.RuleStuckLearner {
 			return fmt.Errorf("%w: %s was removed again after %s without progress (%s); start its etcd when it is added and run rebalance again",
