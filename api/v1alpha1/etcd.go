@@ -45,3 +45,10 @@ func (e *Etcd) DruidEtcd() *druidv1alpha1.Etcd {
 	}
 	return out
 }
+
+// UsesExtension reports whether e uses a druid-stretch extension field:
+// ordinalStart, externalMembers or externalMembersPolicy. An Etcd that uses
+// none is druid's alone: no sidecar is injected and no membership is managed.
+func (e *Etcd) UsesExtension() bool {
+	return e.Spec.OrdinalStart != nil || len(e.Spec.ExternalMembers) > 0 || e.Spec.ExternalMembersPolicy != nil
+}

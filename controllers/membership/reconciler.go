@@ -165,6 +165,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		// would only slow that down.
 		return ctrl.Result{}, nil
 	}
+	if !e.UsesExtension() && e.Status.Membership == nil {
+		// A plain Etcd is druid's alone: it has no sidecars to ask. One that
+		// used the extension before keeps being observed.
+		return ctrl.Result{}, nil
+	}
 	s := newScope(e, r.opts.ClusterIdentity)
 	defer func() {
 		s.finish()

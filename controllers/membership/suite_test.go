@@ -178,11 +178,13 @@ func (e *env) startController(mutate ...func(*membershipctrl.ManagerOptions)) *c
 }
 
 // newEtcd creates an Etcd of the given replicas with member name prefix
-// prefix and peer TLS on.
+// prefix and peer TLS on. Its ordinalStart is set (to 0): the controller
+// manages only Etcds that use the extension.
 func (e *env) newEtcd(prefix string, replicas int32, mutate ...func(*v1alpha1.Etcd)) *v1alpha1.Etcd {
 	e.t.Helper()
 	etcd := &v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Name: "etcd-main", Namespace: e.ns}}
 	etcd.Spec.Replicas = replicas
+	etcd.Spec.OrdinalStart = ptr.To[int32](0)
 	etcd.Spec.MemberNamePrefix = ptr.To(prefix)
 	etcd.Spec.Labels = map[string]string{"app": "etcd"}
 	etcd.Spec.Etcd.PeerUrlTLS = &druidv1alpha1.PeerTLSConfig{TLSConfig: druidv1alpha1.TLSConfig{

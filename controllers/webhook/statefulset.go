@@ -53,7 +53,7 @@ func (m *StatefulSetMutator) Handle(ctx context.Context, req admission.Request) 
 	if e == nil {
 		return admission.Allowed("not owned by an Etcd")
 	}
-	if !UsesExtension(e) {
+	if !e.UsesExtension() {
 		return admission.Allowed(fmt.Sprintf("Etcd %s uses no druid-stretch extension field", e.Name))
 	}
 	mutated := sts.DeepCopy()
@@ -67,13 +67,6 @@ func (m *StatefulSetMutator) Handle(ctx context.Context, req admission.Request) 
 	logf.FromContext(ctx).V(1).Info("StatefulSet put on the Etcd's pod window with the sidecar",
 		"statefulSet", req.Name, "etcd", e.Name, "replicas", *mutated.Spec.Replicas, "ordinalStart", ordinalStart(mutated))
 	return admission.PatchResponseFromRaw(req.Object.Raw, raw)
-}
-
-// UsesExtension reports whether e uses a druid-stretch extension field:
-// ordinalStart set, external members listed, or an external members policy
-// set. The chart's Etcd validator selects Etcds by the same fields.
-func UsesExtension(e *v1alpha1.Etcd) bool {
-	return e.Spec.OrdinalStart != nil || len(e.Spec.ExternalMembers) > 0 || e.Spec.ExternalMembersPolicy != nil
 }
 
 // owner returns the Etcd that owns sts, nil when it has none (or the owner
@@ -150,7 +143,7 @@ func (m *StatefulSetMutator) mutate(sts *appsv1.StatefulSet, e *v1alpha1.Etcd) e
 // nothing when the window is already in place, when the StatefulSet does not
 // exist yet, or when it is not e's. It needs patch on statefulsets.
 func SyncPodWindow(ctx context.Context, c client.Client, e *v1alpha1.Etcd) (changed bool, err error) {
-	if !UsesExtension(e) {
+	if !e.UsesExtension() {
 		return false, nil
 	}
 	sts := &appsv1.StatefulSet{}
