@@ -33,17 +33,11 @@ func (s *Server) addLearner(r *http.Request) (int, any, *Error) {
 		return 0, nil, badRequest(ReasonInvalidArgument,
 			`only learners can be added ("learner": true); a voter joins as a learner and is promoted once it caught up, so quorum never depends on a member that has not synced`)
 	}
-	s.mutations.Lock()
-	defer s.mutations.Unlock()
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
-	defer cancel()
-	v, err := s.observe(ctx, observeOptions{health: false})
-	if err != nil {
-		return 0, nil, etcdError("reading the membership", err)
-	}
-	if e := s.checkLock(ctx, r, v); e != nil {
+	ctx, v, done, e := s.beginChange(r, false)
+	if e != nil {
 		return 0, nil, e
 	}
+	defer done()
 	for _, m := range v.members {
 		sameURLs := sameSet(m.pb.PeerURLs, req.PeerURLs)
 		switch {
@@ -66,7 +60,7 @@ func (s *Server) addLearner(r *http.Request) (int, any, *Error) {
 		return 0, nil, e
 	}
 	var resp *clientv3.MemberAddResponse
-	err = s.withCluster(ctx, func(c *clientv3.Client) (err error) {
+	err := s.withCluster(ctx, func(c *clientv3.Client) (err error) {
 		resp, err = c.MemberAddAsLearner(ctx, req.PeerURLs)
 		return err
 	})
@@ -85,17 +79,11 @@ func (s *Server) promote(r *http.Request) (int, any, *Error) {
 	if e := validateName("member name", name); e != nil {
 		return 0, nil, e
 	}
-	s.mutations.Lock()
-	defer s.mutations.Unlock()
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
-	defer cancel()
-	v, err := s.observe(ctx, observeOptions{health: true})
-	if err != nil {
-		return 0, nil, etcdError("reading the membership", err)
-	}
-	if e := s.checkLock(ctx, r, v); e != nil {
+	ctx, v, done, e := s.beginChange(r, true)
+	if e != nil {
 		return 0, nil, e
 	}
+	defer done()
 	m := v.find(name)
 	if m == nil {
 		return 0, nil, memberNotFound(name)
@@ -123,7 +111,7 @@ func (s *Server) promote(r *http.Request) (int, any, *Error) {
 			return 0, nil, e
 		}
 	}
-	err = s.withCluster(ctx, func(c *clientv3.Client) error {
+	err := s.withCluster(ctx, func(c *clientv3.Client) error {
 		_, err := c.MemberPromote(ctx, m.pb.ID)
 		return err
 	})
@@ -255,17 +243,11 @@ func (s *Server) remove(r *http.Request) (int, any, *Error) {
 	if e := validateName("member name", name); e != nil {
 		return 0, nil, e
 	}
-	s.mutations.Lock()
-	defer s.mutations.Unlock()
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
-	defer cancel()
-	v, err := s.observe(ctx, observeOptions{health: true})
-	if err != nil {
-		return 0, nil, etcdError("reading the membership", err)
-	}
-	if e := s.checkLock(ctx, r, v); e != nil {
+	ctx, v, done, e := s.beginChange(r, true)
+	if e != nil {
 		return 0, nil, e
 	}
+	defer done()
 	target := v.find(name)
 	if target == nil {
 		return http.StatusOK, ChangeResult{Member: Member{Name: name, PeerURLs: []string{}, ClientURLs: []string{}}}, nil
@@ -307,7 +289,7 @@ func (s *Server) remove(r *http.Request) (int, any, *Error) {
 		undo()
 		return 0, nil, etcdError("waiting before the removal", ctx.Err())
 	}
-	_, err = rc.MemberRemove(ctx, target.pb.ID)
+	_, err := rc.MemberRemove(ctx, target.pb.ID)
 	switch {
 	case err == nil:
 		s.afterRemoval(target)
@@ -461,17 +443,11 @@ func (s *Server) moveLeader(r *http.Request) (int, any, *Error) {
 		return 0, nil, e
 	}
 	setTarget(r, req.Name)
-	s.mutations.Lock()
-	defer s.mutations.Unlock()
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
-	defer cancel()
-	v, err := s.observe(ctx, observeOptions{health: true})
-	if err != nil {
-		return 0, nil, etcdError("reading the membership", err)
-	}
-	if e := s.checkLock(ctx, r, v); e != nil {
+	ctx, v, done, e := s.beginChange(r, true)
+	if e != nil {
 		return 0, nil, e
 	}
+	defer done()
 	target := v.find(req.Name)
 	switch {
 	case target == nil:
@@ -595,4 +571,24 @@ func etcdError(doing string, err error) *Error {
 	}
 	// Timeouts, lost connections and anything unforeseen.
 	return mk(http.StatusServiceUnavailable, ReasonEtcdUnavailable, time.Second)
+}
+
+// beginChange serializes this sidecar's mutating calls and reads the
+// membership the change is decided on, refusing a caller that names itself
+// but does not hold the membership lock. The caller calls done when the
+// change is over.
+func (s *Server) beginChange(r *http.Request, health bool) (ctx context.Context, v *view, done func(), e *Error) {
+	s.mutations.Lock()
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+	done = func() { cancel(); s.mutations.Unlock() }
+	v, err := s.observe(ctx, observeOptions{health: health})
+	if err != nil {
+		done()
+		return nil, nil, nil, etcdError("reading the membership", err)
+	}
+	if e := s.checkLock(ctx, r, v); e != nil {
+		done()
+		return nil, nil, nil, e
+	}
+	return ctx, v, done, nil
 }
