@@ -8,6 +8,7 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
+	"github.com/druid-stretch/druid-stretch/controllers/webhook"
 	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
 )
@@ -22,9 +23,6 @@ type Resolver interface {
 	// SidecarURL is the base URL of that member's sidecar.
 	SidecarURL(e *v1alpha1.Etcd, memberName, podName string) (string, error)
 }
-
-// DefaultSidecarPort is the port the injected sidecar serves on.
-const DefaultSidecarPort int32 = 8090
 
 // DNSResolver follows druid's DNS conventions: a pod is
 // <pod>.<etcd>-peer.<namespace>.svc behind druid's headless peer service.
@@ -45,7 +43,7 @@ func (d DNSResolver) PeerURLs(e *v1alpha1.Etcd, memberName, podName string) ([]s
 func (d DNSResolver) SidecarURL(e *v1alpha1.Etcd, _, podName string) (string, error) {
 	port, scheme := d.SidecarPort, d.SidecarScheme
 	if port == 0 {
-		port = DefaultSidecarPort
+		port = webhook.DefaultSidecarPort
 	}
 	if scheme == "" {
 		scheme = "https"

@@ -41,7 +41,7 @@ type ManagerOptions struct {
 	WebhookPort    int
 	WebhookCertDir string
 	// Resolver reaches the local members (default DNSResolver on
-	// DefaultSidecarPort).
+	// webhook.DefaultSidecarPort).
 	Resolver Resolver
 	// Reconciler configures the membership controller. An empty
 	// ClusterIdentity is filled with the UID of the kube-system namespace,

@@ -74,7 +74,7 @@ reports status.membership, conditions, events and metrics. With
 	f.StringVar(&caFile, "sidecar-ca-file", "", "CA bundle verifying the sidecars' serving certificates")
 	f.StringVar(&certFile, "sidecar-cert-file", "", "client certificate presented to the sidecars (mutating calls need one)")
 	f.StringVar(&keyFile, "sidecar-key-file", "", "key of the client certificate")
-	f.Int32Var(&sidecarPort, "sidecar-port", membershipctrl.DefaultSidecarPort, "port the sidecars serve on (also injected by the webhook)")
+	f.Int32Var(&sidecarPort, "sidecar-port", webhook.DefaultSidecarPort, "port the sidecars serve on (also injected by the webhook)")
 	f.DurationVar(&mo.Reconciler.LearnerProgressTimeout, "learner-progress-timeout", 5*time.Minute, "remove a learner again that made no progress for this long")
 	f.DurationVar(&mo.Reconciler.MinLearnerHealthy, "min-learner-healthy", 5*time.Second, "how long a learner must be healthy before it is promoted")
 	f.IntVar(&mo.WebhookPort, "webhook-port", 9443, "port of the admission webhook server")
