@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -26,7 +25,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -46,26 +44,16 @@ var (
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
-	assets, err := testbin.Dir()
+	env, err := testbin.Environment()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
-	}
-	root, err := testbin.RepoRoot()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths:     []string{filepath.Join(root, "charts", "druid-stretch", "crds")},
-		ErrorIfCRDPathMissing: true,
 	}
 	// The manager gets the test's logger; the global one only catches
 	// library chatter.
 	logf.SetLogger(logr.Discard())
 	if restConfig, err = env.Start(); err != nil {
-		fmt.Fprintf(os.Stderr, "starting envtest (binaries in %s): %v\n", assets, err)
+		fmt.Fprintf(os.Stderr, "starting envtest (binaries in %s): %v\n", env.BinaryAssetsDirectory, err)
 		return 1
 	}
 	defer func() { _ = env.Stop() }()

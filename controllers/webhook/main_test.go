@@ -57,28 +57,18 @@ func run(m *testing.M) int {
 		level = zapcore.DebugLevel
 	}
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(level)))
-	assets, err := testbin.Dir()
+	_, err := testbin.KubeAPIServer()
 	if err == nil {
-		_, err = testbin.KubeAPIServer()
+		env, err = testbin.Environment()
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	root, err := testbin.RepoRoot()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	env = &envtest.Environment{
-		BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths:     []string{filepath.Join(root, "charts", "druid-stretch", "crds")},
-		ErrorIfCRDPathMissing: true,
-		WebhookInstallOptions: envtest.WebhookInstallOptions{Paths: []string{filepath.Join("testdata", "webhooks.yaml")}},
-	}
+	env.WebhookInstallOptions = envtest.WebhookInstallOptions{Paths: []string{filepath.Join("testdata", "webhooks.yaml")}}
 	cfg, err := env.Start()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "starting envtest (kube-apiserver from %s): %v\n", assets, err)
+		fmt.Fprintf(os.Stderr, "starting envtest (kube-apiserver from %s): %v\n", env.BinaryAssetsDirectory, err)
 		return 1
 	}
 	defer func() {

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/internal/migration"
@@ -25,21 +24,14 @@ import (
 // and then waits, up to --step-timeout, for a controller that never comes.
 func TestMigrateCommand(t *testing.T) {
 	g := NewWithT(t)
-	assets, err := testbin.Dir()
-	g.Expect(err).NotTo(HaveOccurred())
-	root, err := testbin.RepoRoot()
-	g.Expect(err).NotTo(HaveOccurred())
 	dir := t.TempDir()
 	kubeconfigs := make([]string, 2)
 	clients := make([]client.Client, 2)
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for i, name := range []string{"source", "destination"} {
-		env := &envtest.Environment{
-			BinaryAssetsDirectory: assets,
-			CRDDirectoryPaths:     []string{filepath.Join(root, "charts", "druid-stretch", "crds")},
-			ErrorIfCRDPathMissing: true,
-		}
+		env, err := testbin.Environment()
+		g.Expect(err).NotTo(HaveOccurred())
 		t.Cleanup(func() { _ = env.Stop() })
 		wg.Go(func() {
 			cfg, err := env.Start()
@@ -76,7 +68,7 @@ func TestMigrateCommand(t *testing.T) {
 		err := cmd.ExecuteContext(ctx)
 		return out.String(), err
 	}
-	_, err = run("migrate", "--source-kubeconfig", kubeconfigs[0], "--destination-kubeconfig", kubeconfigs[1], "--namespace", "shoot--p--s", "--name", "etcd-main",
+	_, err := run("migrate", "--source-kubeconfig", kubeconfigs[0], "--destination-kubeconfig", kubeconfigs[1], "--namespace", "shoot--p--s", "--name", "etcd-main",
 		"--source-peer-url-template", "http://{pod}.seed-a.example:2380", "--destination-peer-url-template", "http://{pod}.{name}.seed-b.example:{port}")
 	g.Expect(err).To(MatchError(ContainSubstring("unknown placeholder {port}")))
 

@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"time"
@@ -207,22 +206,11 @@ func (e *Env) Clusters() []*Cluster { return []*Cluster{e.A, e.B} }
 func (e *Env) Dir() string { return e.dir }
 
 func (e *Env) startAPIServer(c *Cluster) error {
-	assets, err := testbin.Dir()
+	env, err := testbin.Environment()
 	if err != nil {
 		return err
 	}
-	root, err := testbin.RepoRoot()
-	if err != nil {
-		return err
-	}
-	c.env = &envtest.Environment{
-		BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths:     []string{filepath.Join(root, "charts", "druid-stretch", "crds")},
-		ErrorIfCRDPathMissing: true,
-	}
-	if err := e.dieWithUs(c, assets); err != nil {
-		return err
-	}
+	c.env = env
 	if c.Config, err = c.env.Start(); err != nil {
 		c.env = nil
 		return fmt.Errorf("starting the kube-apiserver of cluster %s: %w", c.Name, err)
@@ -230,40 +218,6 @@ func (e *Env) startAPIServer(c *Cluster) error {
 	if c.Client, err = migration.NewClient(c.Config); err != nil {
 		return err
 	}
-	return nil
-}
-
-// dieWithUs starts the cluster's kube-apiserver and its etcd through
-// setpriv, when there is one, so that the kernel kills them when this
-// process dies without its cleanup (SIGKILL, a test binary's timeout
-// panic): envtest starts them as ordinary children, which would outlive it.
-// The etcd members of the pod runners die with us on their own.
-func (e *Env) dieWithUs(c *Cluster, assets string) error {
-	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
-		return nil
-	}
-	wrap := func(binary string) (string, error) {
-		path := filepath.Join(e.dir, "bin-"+c.Site, binary)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			return "", err
-		}
-		script := fmt.Sprintf("#!/bin/sh\nexec %q --pdeathsig KILL %q \"$@\"\n", setpriv, filepath.Join(assets, binary))
-		if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
-			return "", fmt.Errorf("writing the %s wrapper: %w", binary, err)
-		}
-		return path, nil
-	}
-	apiserver, err := wrap("kube-apiserver")
-	if err != nil {
-		return err
-	}
-	etcd, err := wrap("etcd")
-	if err != nil {
-		return err
-	}
-	c.env.ControlPlane.APIServer = &envtest.APIServer{Path: apiserver}
-	c.env.ControlPlane.Etcd = &envtest.Etcd{Path: etcd}
 	return nil
 }
 

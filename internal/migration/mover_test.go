@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -29,13 +28,8 @@ var srcClient, dstClient client.Client
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
-	assets, err := testbin.Dir()
-	if err == nil {
-		_, err = testbin.KubeAPIServer()
-	}
-	root, rerr := testbin.RepoRoot()
-	if err != nil || rerr != nil {
-		fmt.Fprintln(os.Stderr, err, rerr)
+	if _, err := testbin.KubeAPIServer(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	envs := make([]*envtest.Environment, 2)
@@ -43,11 +37,12 @@ func run(m *testing.M) int {
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for i := range envs {
-		envs[i] = &envtest.Environment{
-			BinaryAssetsDirectory: assets,
-			CRDDirectoryPaths:     []string{filepath.Join(root, "charts", "druid-stretch", "crds")},
-			ErrorIfCRDPathMissing: true,
+		env, err := testbin.Environment()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
 		}
+		envs[i] = env
 		wg.Go(func() {
 			cfg, err := envs[i].Start()
 			if err != nil {

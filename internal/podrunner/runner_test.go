@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -18,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/internal/pki"
@@ -31,31 +29,25 @@ var k8s client.Client
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
-	assets, err := testbin.Dir()
-	if err == nil {
-		var root string
-		if root, err = testbin.RepoRoot(); err == nil {
-			env := &envtest.Environment{
-				BinaryAssetsDirectory: assets,
-				CRDDirectoryPaths:     []string{filepath.Join(root, "charts", "druid-stretch", "crds")},
-				ErrorIfCRDPathMissing: true,
-			}
-			cfg, startErr := env.Start()
-			if startErr != nil {
-				fmt.Fprintf(os.Stderr, "starting envtest (binaries in %s): %v\n", assets, startErr)
-				return 1
-			}
-			defer func() { _ = env.Stop() }()
-			scheme := runtime.NewScheme()
-			_ = corev1.AddToScheme(scheme)
-			_ = v1alpha1.AddToScheme(scheme)
-			if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err == nil {
-				return m.Run()
-			}
-		}
+	env, err := testbin.Environment()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
-	fmt.Fprintln(os.Stderr, err)
-	return 1
+	cfg, err := env.Start()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "starting envtest (binaries in %s): %v\n", env.BinaryAssetsDirectory, err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	scheme := runtime.NewScheme()
+	_ = corev1.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
 }
 
 // TestRunnerPlaysKubelet bootstraps a new Etcd, holds and releases a pod,

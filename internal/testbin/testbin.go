@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
 // hint tells a reader how to get a missing binary.
@@ -96,4 +98,68 @@ func Ensure(ctx context.Context, out io.Writer) error {
 		return fmt.Errorf("building the test binaries with hack/test-binaries.sh: %w", err)
 	}
 	return nil
+}
+
+// Environment is an envtest environment on the real binaries, with the
+// extended Etcd CRD of charts/druid-stretch/crds installed. Where setpriv
+// exists, kube-apiserver and its etcd are started through it with a parent
+// death signal, so that they die with the test binary even when it ends
+// without its cleanup (SIGKILL, the panic of a test timeout): envtest starts
+// them as ordinary children, which would outlive it.
+func Environment() (*envtest.Environment, error) {
+	assets, err := Dir()
+	if err != nil {
+		return nil, err
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: assets,
+		CRDDirectoryPaths:     []string{filepath.Join(root, "charts", "druid-stretch", "crds")},
+		ErrorIfCRDPathMissing: true,
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		return env, nil
+	}
+	wrapped := filepath.Join(root, "bin", "pdeathsig")
+	apiserver, err := wrap(wrapped, setpriv, filepath.Join(assets, "kube-apiserver"))
+	if err != nil {
+		return nil, err
+	}
+	etcd, err := wrap(wrapped, setpriv, filepath.Join(assets, "etcd"))
+	if err != nil {
+		return nil, err
+	}
+	env.ControlPlane.APIServer = &envtest.APIServer{Path: apiserver}
+	env.ControlPlane.Etcd = &envtest.Etcd{Path: etcd}
+	return env, nil
+}
+
+// wrap writes a script into dir that execs binary through setpriv with a
+// parent death signal. Several test binaries may write it at once, so it is
+// written aside and renamed into place.
+func wrap(dir, setpriv, binary string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, filepath.Base(binary))
+	script := fmt.Sprintf("#!/bin/sh\nexec %q --pdeathsig KILL %q \"$@\"\n", setpriv, binary)
+	tmp, err := os.CreateTemp(dir, filepath.Base(binary)+".*")
+	if err != nil {
+		return "", err
+	}
+	_, werr := tmp.WriteString(script)
+	cerr := tmp.Close()
+	if err := errors.Join(werr, cerr, os.Chmod(tmp.Name(), 0o755)); err != nil {
+		_ = os.Remove(tmp.Name())
+		return "", fmt.Errorf("writing the %s wrapper: %w", filepath.Base(binary), err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		_ = os.Remove(tmp.Name())
+		return "", err
+	}
+	return path, nil
 }

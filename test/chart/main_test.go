@@ -48,15 +48,16 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	// The webhook server logs through controller-runtime; errors only.
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
-	assets, err := testbin.Dir()
+	env, err := testbin.Environment()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	env := &envtest.Environment{BinaryAssetsDirectory: assets}
+	// The tests install the CRDs from the rendered chart themselves.
+	env.CRDDirectoryPaths, env.ErrorIfCRDPathMissing = nil, false
 	adminCfg, err = env.Start()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "starting envtest (kube-apiserver from %s): %v\n", assets, err)
+		fmt.Fprintf(os.Stderr, "starting envtest (kube-apiserver from %s): %v\n", env.BinaryAssetsDirectory, err)
 		return 1
 	}
 	defer func() {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 
 	druidv1alpha1 "github.com/gardener/etcd-druid/api/core/v1alpha1"
@@ -14,7 +13,6 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/internal/testbin"
@@ -34,24 +32,14 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	assets, err := testbin.Dir()
+	env, err := testbin.Environment()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
-	}
-	root, err := testbin.RepoRoot()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths:     []string{filepath.Join(root, "charts", "druid-stretch", "crds")},
-		ErrorIfCRDPathMissing: true,
 	}
 	cfg, err = env.Start()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "starting envtest (kube-apiserver from %s): %v\n", assets, err)
+		fmt.Fprintf(os.Stderr, "starting envtest (kube-apiserver from %s): %v\n", env.BinaryAssetsDirectory, err)
 		return 1
 	}
 	defer func() {
