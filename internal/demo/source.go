@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
@@ -27,6 +28,10 @@ import (
 func (e *Env) SourceEtcd() *v1alpha1.Etcd {
 	x := &v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Name: e.Config.Name, Namespace: e.Config.Namespace}}
 	x.Spec.Replicas = e.Config.Replicas
+	// ordinalStart 0 changes nothing for druid but opts the Etcd in: the
+	// membership controller manages only Etcds that use an extension field,
+	// and the move waits for the source to be observed converged.
+	x.Spec.OrdinalStart = ptr.To[int32](0)
 	x.Spec.Labels = map[string]string{"app": "etcd-statefulset", "role": "main"}
 	tls := druidv1alpha1.TLSConfig{
 		TLSCASecretRef:     druidv1alpha1.SecretReference{SecretReference: corev1.SecretReference{Name: "ca-etcd"}},
