@@ -18,14 +18,14 @@ import (
 // directly on the same 3-member TLS cluster.
 func BenchmarkSidecarOverhead(b *testing.B) {
 	tc := startCluster(b, 3, clusterOptions{logger: logr.Discard()})
-	m := tc.members[0]
+	m := tc.Members[0]
 	direct, err := clientv3.New(clientv3.Config{Endpoints: []string{m.LocalClientURL}, TLS: m.ClientTLSConfig(), DialTimeout: 5 * time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { direct.Close() })
 	var statusClients []*clientv3.Client
-	for _, o := range tc.members {
+	for _, o := range tc.Members {
 		sc, err := clientv3.New(clientv3.Config{Endpoints: []string{o.ClientURL}, TLS: o.ClientTLSConfig(), DialTimeout: 5 * time.Second})
 		if err != nil {
 			b.Fatal(err)
@@ -57,7 +57,7 @@ func BenchmarkSidecarOverhead(b *testing.B) {
 			var wg sync.WaitGroup
 			for i, sc := range statusClients {
 				wg.Go(func() {
-					if _, err := sc.Status(ctx, tc.members[i].ClientURL); err != nil {
+					if _, err := sc.Status(ctx, tc.Members[i].ClientURL); err != nil {
 						b.Error(err)
 					}
 				})

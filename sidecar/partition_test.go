@@ -21,10 +21,10 @@ func TestPartitionedMemberAndQuorum(t *testing.T) {
 	g := NewWithT(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	cut := tc.members[2]
+	cut := tc.Members[2]
 
-	tc.wan.Partition(sites[2], sites[0])
-	tc.wan.Partition(sites[2], sites[1])
+	tc.WAN.Partition(sites[2], sites[0])
+	tc.WAN.Partition(sites[2], sites[1])
 	partitioned := time.Now()
 
 	// The leader is one of the two connected members once the cut member
@@ -32,20 +32,20 @@ func TestPartitionedMemberAndQuorum(t *testing.T) {
 	var list *sidecar.MemberList
 	g.Eventually(func(g Gomega) {
 		var err error
-		list, err = tc.client(tc.members[0]).Members(ctx)
+		list, err = tc.client(tc.Members[0]).Members(ctx)
 		g.Expect(err).NotTo(HaveOccurred())
 		m := memberByName(list, cut.Name)
 		g.Expect(m.Healthy).To(BeFalse())
 		g.Expect(m.Error).NotTo(BeEmpty())
-		g.Expect(leaderName(list)).To(BeElementOf(tc.members[0].Name, tc.members[1].Name))
-		for _, o := range tc.members[:2] {
+		g.Expect(leaderName(list)).To(BeElementOf(tc.Members[0].Name, tc.Members[1].Name))
+		for _, o := range tc.Members[:2] {
 			g.Expect(memberByName(list, o.Name).Healthy).To(BeTrue())
 		}
 	}).WithTimeout(30 * time.Second).WithPolling(250 * time.Millisecond).Should(Succeed())
 	t.Logf("cut member unhealthy after %s: %q", time.Since(partitioned), memberByName(list, cut.Name).Error)
 
 	// Remove the connected follower through the leader's sidecar.
-	leader, target := tc.members[0], tc.members[1]
+	leader, target := tc.Members[0], tc.Members[1]
 	if leaderName(list) == target.Name {
 		leader, target = target, leader
 	}
@@ -59,8 +59,8 @@ func TestPartitionedMemberAndQuorum(t *testing.T) {
 	t.Logf("refused: %v", err)
 	g.Expect(tc.membership(g, leader)).To(Equal(before))
 
-	tc.wan.Heal(sites[2], sites[0])
-	tc.wan.Heal(sites[2], sites[1])
+	tc.WAN.Heal(sites[2], sites[0])
+	tc.WAN.Heal(sites[2], sites[1])
 	healed := time.Now()
 	g.Eventually(func(g Gomega) {
 		l, err := c.Members(ctx)

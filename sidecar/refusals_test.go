@@ -26,7 +26,7 @@ func TestRefusalsChangeNothing(t *testing.T) {
 	g := NewWithT(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	via := tc.members[0]
+	via := tc.Members[0]
 	c := tc.client(via)
 	list, err := c.Members(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -49,12 +49,12 @@ func TestRefusalsChangeNothing(t *testing.T) {
 	// Forced on the server: Go's client would otherwise send no certificate
 	// that the server's list of acceptable CAs does not name.
 	foreign := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
-		RootCAs: tc.ca.Pool(), MinVersion: tls.VersionTLS12,
+		RootCAs: tc.CA.Pool(), MinVersion: tls.VersionTLS12,
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &foreignCert, nil },
 	}}}
 
 	// Another controller holds the membership lock during the table.
-	_, err = tc.client(tc.members[1]).AcquireLock(ctx, "other-controller", time.Minute)
+	_, err = tc.client(tc.Members[1]).AcquireLock(ctx, "other-controller", time.Minute)
 	g.Expect(err).NotTo(HaveOccurred())
 
 	addBody := func(name, peer string) string {
@@ -139,7 +139,7 @@ func TestRefusalsChangeNothing(t *testing.T) {
 
 	t.Run("lock expired or released", func(t *testing.T) {
 		g := NewWithT(t)
-		g.Expect(tc.client(tc.members[1]).ReleaseLock(ctx, "other-controller")).To(Succeed())
+		g.Expect(tc.client(tc.Members[1]).ReleaseLock(ctx, "other-controller")).To(Succeed())
 		before := tc.membership(g, via)
 		_, err := c.Remove(ctx, follower.Name, sidecar.CallOptions{LockHolder: "me"})
 		g.Expect(sidecar.IsReason(err, sidecar.ReasonLockNotHeld)).To(BeTrue(), "%v", err)

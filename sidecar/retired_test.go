@@ -22,7 +22,7 @@ func TestRetirementRecords(t *testing.T) {
 	g := NewWithT(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	a, b := tc.client(tc.members[0]), tc.client(tc.members[1])
+	a, b := tc.client(tc.Members[0]), tc.client(tc.Members[1])
 
 	list, err := a.Members(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -39,7 +39,7 @@ func TestRetirementRecords(t *testing.T) {
 
 	_, err = b.Retire(ctx, "seed-a-etcd-0", "seed-a", sidecar.CallOptions{})
 	g.Expect(sidecar.IsReason(err, sidecar.ReasonRetiredByOther)).To(BeTrue(), "got %v", err)
-	g.Expect(rawKeys(g, tc.members[2])).To(Equal(map[string]string{"/druid-stretch/retired/seed-a-etcd-0": "seed-b"}))
+	g.Expect(rawKeys(g, tc.Members[2])).To(Equal(map[string]string{"/druid-stretch/retired/seed-a-etcd-0": "seed-b"}))
 
 	// A holder that names itself must hold the lock.
 	_, err = a.Retire(ctx, "seed-a-etcd-1", "seed-b", sidecar.CallOptions{LockHolder: "seed-b"})
@@ -68,7 +68,7 @@ func TestRetirementRecords(t *testing.T) {
 	res, err = b.Unretire(ctx, "seed-a-etcd-0", sidecar.CallOptions{LockHolder: "seed-b"})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(res.Changed).To(BeFalse(), "deleting a missing record is a no-op")
-	g.Expect(rawKeys(g, tc.members[0])).To(Equal(map[string]string{"/druid-stretch/retired/seed-a-etcd-1": "seed-b"}))
+	g.Expect(rawKeys(g, tc.Members[0])).To(Equal(map[string]string{"/druid-stretch/retired/seed-a-etcd-1": "seed-b"}))
 }
 
 // TestRetirementRecordsRefuseBadInput shows that bad names, bodies and
@@ -76,7 +76,7 @@ func TestRetirementRecords(t *testing.T) {
 func TestRetirementRecordsRefuseBadInput(t *testing.T) {
 	tc := startCluster(t, 1, clusterOptions{})
 	g := NewWithT(t)
-	m := tc.members[0]
+	m := tc.Members[0]
 	base := m.SidecarURL + "/v1/retired/"
 	for _, c := range []struct {
 		name, method, url, body string

@@ -37,7 +37,7 @@ func runSequence(t *testing.T, tc *testCluster, newSite string) {
 	g := NewWithT(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	via := tc.members[0]
+	via := tc.Members[0]
 	c := tc.client(via)
 
 	const holder = "sequence-test"
@@ -55,7 +55,7 @@ func runSequence(t *testing.T, tc *testCluster, newSite string) {
 	opts := sidecar.CallOptions{LockHolder: holder, Fingerprint: list.Fingerprint}
 
 	// Add a learner; a repeat finds it there and changes nothing.
-	nm, err := tc.r.NewMember("etcd-new", localetcd.MemberOptions{Site: newSite})
+	nm, err := tc.Runtime.NewMember("etcd-new", localetcd.MemberOptions{Site: newSite})
 	g.Expect(err).NotTo(HaveOccurred())
 	// etcd refuses reconfigurations until its members have been connected
 	// for 5 s (a fresh cluster): UnhealthyCluster, retried.
@@ -91,7 +91,7 @@ func runSequence(t *testing.T, tc *testCluster, newSite string) {
 	g.Expect(tc.membership(g, via)).To(Equal(withLearner))
 
 	started := time.Now()
-	g.Expect(nm.Start(ctx, localetcd.InitialCluster(append(tc.members, nm)...), localetcd.ClusterStateExisting)).To(Succeed())
+	g.Expect(nm.Start(ctx, localetcd.InitialCluster(append(tc.Members, nm)...), localetcd.ClusterStateExisting)).To(Succeed())
 	t.Logf("learner started in %s", time.Since(started))
 
 	// The learner's own sidecar cannot list members through its learner
@@ -128,7 +128,7 @@ func runSequence(t *testing.T, tc *testCluster, newSite string) {
 	g.Expect(err).NotTo(HaveOccurred())
 	opts.Fingerprint = list.Fingerprint
 	var target string
-	for _, m := range tc.members[1:] {
+	for _, m := range tc.Members[1:] {
 		if !memberByName(list, m.Name).IsLeader {
 			target = m.Name
 			break
@@ -150,7 +150,7 @@ func runSequence(t *testing.T, tc *testCluster, newSite string) {
 
 	// The removed member's etcd exits; its sidecar turns unready but still
 	// answers reads from the voters it knew.
-	gone := tc.client(tc.r.Member(target))
+	gone := tc.client(tc.Runtime.Member(target))
 	g.Eventually(func(g Gomega) {
 		g.Expect(gone.Ready(ctx)).NotTo(Succeed())
 		l, err := gone.Members(ctx)

@@ -19,7 +19,7 @@ func TestPromoteThenRemove(t *testing.T) {
 	tc := startCluster(t, 3, clusterOptions{})
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	via := tc.members[0]
+	via := tc.Members[0]
 	c := tc.client(via)
 	const holder = "swap-test"
 	_, err := c.AcquireLock(ctx, holder, time.Minute)
@@ -30,20 +30,20 @@ func TestPromoteThenRemove(t *testing.T) {
 		return sidecar.CallOptions{LockHolder: holder, Fingerprint: l.Fingerprint}
 	}
 
-	nm, err := tc.r.NewMember("etcd-new", localetcd.MemberOptions{})
+	nm, err := tc.Runtime.NewMember("etcd-new", localetcd.MemberOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	opts := fresh()
 	retryWhile(g, sidecar.ReasonUnhealthyCluster, 30*time.Second, func() error {
 		_, err := c.AddLearner(ctx, nm.Name, []string{nm.PeerURL}, opts)
 		return err
 	})
-	g.Expect(nm.Start(ctx, localetcd.InitialCluster(append(tc.members, nm)...), localetcd.ClusterStateExisting)).To(Succeed())
+	g.Expect(nm.Start(ctx, localetcd.InitialCluster(append(tc.Members, nm)...), localetcd.ClusterStateExisting)).To(Succeed())
 
 	list, err := c.Members(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	leader := leaderName(list)
 	var target string
-	for _, m := range tc.members[1:] {
+	for _, m := range tc.Members[1:] {
 		if m.Name != leader {
 			target = m.Name
 			break

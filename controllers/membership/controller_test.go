@@ -11,12 +11,16 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	membershipctrl "github.com/druid-stretch/druid-stretch/controllers/membership"
+	"github.com/druid-stretch/druid-stretch/controllers/webhook"
 	"github.com/druid-stretch/druid-stretch/internal/localetcd"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
@@ -36,8 +40,10 @@ func TestMoveOrdinalsLive(t *testing.T) {
 	g := NewWithT(t)
 	e := newEnv(t)
 	etcd := e.newEtcd("mv", 3)
+	sts := druidStatefulSet(g, etcd)
 	e.startController()
 	converged(g, etcd, 1, 90*time.Second, names("mv", 0, 1, 2)...)
+	g.Eventually(podWindow(sts)).WithTimeout(10*time.Second).Should(Equal("[0, 3)"), "the StatefulSet follows the pod window")
 	g.Expect(changes(e.calls.snapshot())).To(BeEmpty(), "a cluster bootstrapped as desired needs no change")
 
 	removes := counter(g, "druid_stretch_membership_steps_total", map[string]string{"kind": "Remove", "outcome": "Succeeded"})
@@ -65,10 +71,13 @@ func TestMoveOrdinalsLive(t *testing.T) {
 		g.Expect(r).To(HaveKeyWithValue("LearnerPromoted", 3))
 		g.Expect(r).To(HaveKeyWithValue("LeaderMoved", 1))
 		g.Expect(r).To(HaveKeyWithValue("MemberRemoved", 3))
+		g.Expect(r).To(HaveKey("PodWindowMoved"))
 	}).WithTimeout(10 * time.Second).Should(Succeed())
 	g.Expect(counter(g, "druid_stretch_membership_steps_total", map[string]string{"kind": "Remove", "outcome": "Succeeded"}) - removes).To(BeNumerically("==", 3))
 	n, sum := histogram(g, "druid_stretch_membership_learner_catch_up_seconds")
 	g.Expect(n - catchUps).To(BeNumerically("==", 3))
+	g.Eventually(podWindow(sts)).WithTimeout(10*time.Second).Should(Equal("[3, 6)"),
+		"druid does not write its StatefulSet on a status change, so the controller has the webhook shrink the window")
 	g.Eventually(func() bool {
 		return e.runner.Running(e.ns, "etcd-main-0") || e.runner.Running(e.ns, "etcd-main-1") || e.runner.Running(e.ns, "etcd-main-2")
 	}).WithTimeout(20*time.Second).Should(BeFalse(), "the old pods stop once their members are gone")
@@ -345,4 +354,36 @@ func (e *env) etcdClient(g Gomega, etcd *v1alpha1.Etcd, ordinals ...int64) *clie
 	g.Expect(err).NotTo(HaveOccurred())
 	e.t.Cleanup(func() { _ = cli.Close() })
 	return cli
+}
+
+// druidStatefulSet stands in for the StatefulSet druid creates for etcd:
+// owned by it, of the same name. No admission webhook runs here, so only
+// its pod-window annotation moves.
+func druidStatefulSet(g Gomega, etcd *v1alpha1.Etcd) *appsv1.StatefulSet {
+	labels := map[string]string{"app": "etcd", "instance": etcd.Name}
+	sts := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: etcd.Name, Namespace: etcd.Namespace},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas: ptr.To(etcd.Spec.Replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "etcd", Image: "etcd"}}},
+			},
+		},
+	}
+	scheme, err := membershipctrl.Scheme()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(controllerutil.SetControllerReference(etcd, sts, scheme)).To(Succeed())
+	g.Expect(k8s.Create(context.Background(), sts)).To(Succeed())
+	return sts
+}
+
+// podWindow polls the pod-window annotation of sts.
+func podWindow(sts *appsv1.StatefulSet) func(Gomega) string {
+	return func(g Gomega) string {
+		got := &appsv1.StatefulSet{}
+		g.Expect(k8s.Get(context.Background(), client.ObjectKeyFromObject(sts), got)).To(Succeed())
+		return got.Annotations[webhook.PodWindowAnnotation]
+	}
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/validation"
+	"github.com/druid-stretch/druid-stretch/controllers/webhook"
 	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
 	"github.com/druid-stretch/druid-stretch/sidecar"
@@ -173,9 +174,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	s := newScope(e, r.opts.ClusterIdentity)
 	defer func() {
 		s.finish()
-		if err := r.client.Status().Patch(ctx, s.etcd, client.MergeFrom(s.before)); err != nil && !apierrors.IsNotFound(err) {
-			retErr = errors.Join(retErr, fmt.Errorf("writing status.membership: %w", err))
+		if err := r.client.Status().Patch(ctx, s.etcd, client.MergeFrom(s.before)); err != nil {
+			if !apierrors.IsNotFound(err) {
+				retErr = errors.Join(retErr, fmt.Errorf("writing status.membership: %w", err))
+			}
+			return
 		}
+		retErr = errors.Join(retErr, r.syncPodWindow(ctx, s.etcd))
 	}()
 	return r.reconcile(logf.IntoContext(ctx, logf.FromContext(ctx).WithValues("etcd", req.NamespacedName)), s)
 }
@@ -307,6 +312,21 @@ func (r *Reconciler) execute(ctx context.Context, s *scope, key types.Namespaced
 		r.event(s.etcd, corev1.EventTypeWarning, v1alpha1.ReasonStepFailed, string(step.Kind), "%s %s refused: %v", step.Kind, stepLabel(step), res.Err)
 		return r.backoff(key, res.RetryAfter), nil
 	}
+}
+
+// syncPodWindow lets druid's StatefulSet follow the pod window of the
+// status just written: druid rewrites its StatefulSet only on spec changes,
+// so without this the pod of a removed member would run (and crash-loop)
+// until the next one.
+func (r *Reconciler) syncPodWindow(ctx context.Context, e *v1alpha1.Etcd) error {
+	changed, err := webhook.SyncPodWindow(ctx, r.client, e)
+	if err != nil {
+		return err
+	}
+	if changed {
+		r.event(e, corev1.EventTypeNormal, "PodWindowMoved", "SyncPodWindow", "the StatefulSet keeps the pods of ordinals %s", members.PodWindow(e))
+	}
+	return nil
 }
 
 // holdStalledLearner keeps a learner that was removed for making no

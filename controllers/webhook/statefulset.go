@@ -98,21 +98,13 @@ func (m *StatefulSetMutator) owner(ctx context.Context, namespace string, sts *a
 // recomputed when status.membership moved it.
 const PodWindowAnnotation = "druid-stretch.druid.gardener.cloud/pod-window"
 
-// podWindowValue renders a window as the annotation holds it.
-func podWindowValue(w members.Ordinals) string {
-	if w.End <= w.Start {
-		return "[]"
-	}
-	return fmt.Sprintf("[%d, %d)", w.Start, w.End)
-}
-
 // mutate puts sts on e's pod window and injects the sidecar.
 func (m *StatefulSetMutator) mutate(sts *appsv1.StatefulSet, e *v1alpha1.Etcd) error {
 	w := members.PodWindow(e)
 	if sts.Annotations == nil {
 		sts.Annotations = map[string]string{}
 	}
-	sts.Annotations[PodWindowAnnotation] = podWindowValue(w)
+	sts.Annotations[PodWindowAnnotation] = w.String()
 	if w.End <= w.Start {
 		// Nothing runs: keep the ordinal start of the range, so scaling up
 		// again starts the pods where the Etcd says.
@@ -156,7 +148,7 @@ func SyncPodWindow(ctx context.Context, c client.Client, e *v1alpha1.Etcd) (chan
 	if !metav1.IsControlledBy(sts, e) {
 		return false, nil
 	}
-	want := podWindowValue(members.PodWindow(e))
+	want := members.PodWindow(e).String()
 	if sts.Annotations[PodWindowAnnotation] == want {
 		return false, nil
 	}

@@ -162,5 +162,10 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		Options: opts,
 	}})
 	srv.Register(EtcdValidatorPath, &admission.Webhook{Handler: &EtcdValidator{Decoder: decoder}})
+	// The kube-apiserver calls the webhooks as soon as a Service endpoint is
+	// ready: not ready until the server answers TLS handshakes.
+	if err := mgr.AddReadyzCheck("webhook-server", srv.StartedChecker()); err != nil {
+		return fmt.Errorf("admission webhooks: adding the readiness check: %w", err)
+	}
 	return nil
 }

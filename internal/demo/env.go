@@ -131,6 +131,9 @@ type Env struct {
 	dir    string
 	ownDir bool
 	steps  *stepLog
+	// stepsSince scopes Steps to the events of this Env's Etcd (In): the
+	// step log is shared by every Etcd the two controllers manage.
+	stepsSince time.Time
 
 	lastFigures workload.Figures
 	lastTies    []Tie
@@ -196,6 +199,7 @@ func (e *Env) In(ctx context.Context, namespace, name string) (*Env, error) {
 	in.Config.Namespace, in.Config.Name = namespace, name
 	in.ownDir = false
 	in.lastFigures, in.lastTies = workload.Figures{}, nil
+	in.stepsSince = time.Now()
 	return &in, nil
 }
 

@@ -82,11 +82,18 @@ func (l *stepLog) add(ev StepEvent) {
 	}
 }
 
-// Steps are the steps that ended so far, in order.
+// Steps are the steps that ended so far, in order: since the Env was
+// made, so those of an Etcd that In scoped it to.
 func (e *Env) Steps() []StepEvent {
 	e.steps.mu.Lock()
 	defer e.steps.mu.Unlock()
-	return slices.Clone(e.steps.events)
+	var out []StepEvent
+	for _, ev := range e.steps.events {
+		if !ev.Start.Before(e.stepsSince) {
+			out = append(out, ev)
+		}
+	}
+	return out
 }
 
 // OnStep calls f for every step event of both controllers, at the start and

@@ -38,8 +38,10 @@ type Traffic struct {
 	done   chan struct{}
 	unhook func()
 
-	mu       sync.Mutex
-	removing map[string]bool // IDs of members whose removal was sent
+	mu sync.Mutex
+	// removing are the IDs and client URLs of members whose removal is
+	// about to be sent or was sent: never routed to again.
+	removing map[string]bool
 	current  []string
 }
 
@@ -56,6 +58,9 @@ func (e *Env) StartTraffic(ctx context.Context, o workload.Options) (*Traffic, e
 		return nil, errors.New("no ready voter to send client traffic to")
 	}
 	o.Endpoints, o.TLS = eps, e.ClientTLS
+	if o.Log.GetSink() == nil {
+		o.Log = e.Config.Logger.WithName("workload")
+	}
 	t.current = eps
 	if t.Workload, err = workload.New(o); err != nil {
 		return nil, err
@@ -100,18 +105,21 @@ func (t *Traffic) beforeRemoval(ev StepEvent) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.removing[strings.ToLower(ev.ID)] = true
-	var keep []string
 	if m := t.env.member(ev.Member); m != nil {
-		for _, ep := range t.current {
-			if ep != m.ClientURL {
-				keep = append(keep, ep)
-			}
-		}
+		t.removing[m.ClientURL] = true
 	}
-	if len(keep) > 0 && len(keep) < len(t.current) {
-		if err := t.Workload.SetEndpoints(keep...); err == nil {
-			t.current = keep
-		}
+	t.setEndpoints(t.current)
+}
+
+// setEndpoints routes the client to eps without the members being removed,
+// unless that leaves none. The caller holds t.mu.
+func (t *Traffic) setEndpoints(eps []string) {
+	keep := slices.DeleteFunc(slices.Clone(eps), func(ep string) bool { return t.removing[ep] })
+	if len(keep) == 0 || slices.Equal(keep, t.current) {
+		return
+	}
+	if err := t.Workload.SetEndpoints(keep...); err == nil {
+		t.current = keep
 	}
 }
 
@@ -129,12 +137,11 @@ func (t *Traffic) route(ctx context.Context) {
 		if err != nil || len(eps) == 0 {
 			continue // keep the endpoints we have rather than none
 		}
+		// A removal may have been announced while the probes ran: filter
+		// again under the lock, or a member about to apply its own removal
+		// would be routed to again.
 		t.mu.Lock()
-		if !slices.Equal(eps, t.current) {
-			if err := t.Workload.SetEndpoints(eps...); err == nil {
-				t.current = eps
-			}
-		}
+		t.setEndpoints(eps)
 		t.mu.Unlock()
 	}
 }

@@ -107,6 +107,10 @@ func TestClusterLifecycle(t *testing.T) {
 	g.Expect(processGone(pidB)).To(BeTrue())
 	g.Expect(ms[1].Stop(ctx)).To(Succeed(), "stopping a stopped member does nothing")
 	g.Expect(ms[1].DataDir + "/member/wal").To(BeADirectory())
+	// A sidecar lists its own member first, running or not, and leaves the
+	// stopped ones out of the others.
+	g.Expect(SidecarEndpoints(ms[1], r.Members())).To(Equal([]string{ms[1].LocalClientURL, ms[0].ClientURL, ms[2].ClientURL}))
+	g.Expect(SidecarEndpoints(ms[0], r.Members())).To(Equal([]string{ms[0].LocalClientURL, ms[2].ClientURL}))
 	_, err = ca.Put(ctx, "k2", "v2")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(ms[1].Restart(ctx)).To(Succeed())

@@ -13,6 +13,21 @@ import (
 	"github.com/go-logr/logr"
 )
 
+// SidecarEndpoints is the etcd endpoint list a member's sidecar runs with,
+// as its pod would: m's own client port first (same pod, so no WAN between
+// them), then the advertised client URLs of the running members of peers
+// other than m. The sidecar needs the others while m is a learner, which
+// cannot serve membership calls.
+func SidecarEndpoints(m *Member, peers []*Member) []string {
+	eps := []string{m.LocalClientURL}
+	for _, o := range peers {
+		if o != m && o.Running() {
+			eps = append(eps, o.ClientURL)
+		}
+	}
+	return eps
+}
+
 // startSidecar serves Options.Sidecar's handler on the member's reserved
 // sidecar port, once: later restarts of etcd keep the same sidecar.
 func (m *Member) startSidecar() error {

@@ -32,16 +32,16 @@ func TestRoundsReplaceTheLeader(t *testing.T) {
 	eps := tc.endpoints()
 
 	// a-0 leads, so the replacement must move leadership before removing it.
-	_, err := sidecar.NewClient(tc.members[1].SidecarURL, tc.clientTLS).MoveLeader(ctx, "a-0", sidecar.CallOptions{})
+	_, err := sidecar.NewClient(tc.Members[1].SidecarURL, tc.ClientTLS).MoveLeader(ctx, "a-0", sidecar.CallOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 
-	b0, err := tc.r.NewMember("b-0", localetcd.MemberOptions{})
+	b0, err := tc.Runtime.NewMember("b-0", localetcd.MemberOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	eps = append(eps, membership.Endpoint{Member: "b-0", URL: b0.SidecarURL})
 	target := membership.Target{
 		Add: []planner.Want{
-			{Name: "a-1", PeerURLs: []string{tc.members[1].PeerURL}, Side: "a"},
-			{Name: "a-2", PeerURLs: []string{tc.members[2].PeerURL}, Side: "a"},
+			{Name: "a-1", PeerURLs: []string{tc.Members[1].PeerURL}, Side: "a"},
+			{Name: "a-2", PeerURLs: []string{tc.Members[2].PeerURL}, Side: "a"},
 			{Name: "b-0", PeerURLs: []string{b0.PeerURL}, Side: "a"},
 		},
 		Remove: []string{"a-0"},
@@ -106,7 +106,7 @@ func TestRoundsReplaceTheLeader(t *testing.T) {
 	// Another holder sees a-0 as retired and does not add it back.
 	other := tc.newCluster("seed-a")
 	back := target
-	back.Add = append([]planner.Want{{Name: "a-0", PeerURLs: []string{tc.members[0].PeerURL}, Side: "a"}}, target.Add...)
+	back.Add = append([]planner.Want{{Name: "a-0", PeerURLs: []string{tc.Members[0].PeerURL}, Side: "a"}}, target.Add...)
 	back.Remove = nil
 	plan := other.Plan(obs, back, membership.NewProgress(nil), nil, planner.Policy{})
 	g.Expect(plan.Step.Kind).To(Equal(planner.Wait))
@@ -131,7 +131,7 @@ func startJoiner(ctx context.Context, g Gomega, tc *testCluster, m *localetcd.Me
 		return
 	}
 	var ic []string
-	for _, o := range tc.r.Members() {
+	for _, o := range tc.Runtime.Members() {
 		if o != m && o.Running() {
 			ic = append(ic, o.Name+"="+o.PeerURL)
 		}
@@ -202,7 +202,7 @@ func TestExecuteOutcomes(t *testing.T) {
 			mutateObs: func(o *membership.Observation) { o.List.Fingerprint = "0123456789abcdef" }},
 		{name: "the lock held by another: retry when it may expire", step: remove, outcome: membership.Retry, reason: sidecar.ReasonLockHeld, retryAfter: time.Second,
 			setup: func(g Gomega, c *membership.Cluster) {
-				cl := sidecar.NewClient(tc.members[1].SidecarURL, tc.clientTLS)
+				cl := sidecar.NewClient(tc.Members[1].SidecarURL, tc.ClientTLS)
 				g.Expect(cl.ReleaseLock(ctx, holder)).To(Succeed())
 				_, err := cl.AcquireLock(ctx, "someone-else", 20*time.Second)
 				g.Expect(err).NotTo(HaveOccurred())
@@ -212,11 +212,11 @@ func TestExecuteOutcomes(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			g := NewWithT(t)
 			cl := tc.newCluster(holder, func(cfg *membership.Config) { cfg.CallTimeout = time.Second })
-			admin := sidecar.NewClient(tc.members[1].SidecarURL, tc.clientTLS)
+			admin := sidecar.NewClient(tc.Members[1].SidecarURL, tc.ClientTLS)
 			_, err := admin.AcquireLock(ctx, holder, 30*time.Second)
 			g.Expect(err).NotTo(HaveOccurred())
 			t.Cleanup(func() {
-				tc.fault(tc.members[0], nil)
+				tc.fault(tc.Members[0], nil)
 				_ = admin.ReleaseLock(context.Background(), holder)
 				_ = admin.ReleaseLock(context.Background(), "someone-else")
 			})
@@ -232,7 +232,7 @@ func TestExecuteOutcomes(t *testing.T) {
 			if c.via == "dead" {
 				obs.Via = membership.Endpoint{Member: "x-0", URL: deadURL(t)}
 			}
-			tc.fault(tc.members[0], c.fault)
+			tc.fault(tc.Members[0], c.fault)
 			res := cl.Execute(ctx, obs, tc.endpoints(), membership.Plan{Step: c.step})
 			g.Expect(res.Outcome).To(Equal(c.outcome), "%v", res.Err)
 			g.Expect(res.Reason).To(Equal(c.reason))

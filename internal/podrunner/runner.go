@@ -510,28 +510,28 @@ func (r *Runner) newSidecar(m *localetcd.Member) (http.Handler, error) {
 			self = p
 		}
 	}
-	eps := []string{m.LocalClientURL}
+	var peers []*localetcd.Member
+	var external []string
 	if self == nil {
 		// A member a test started in the runner's runtime beside the pods
 		// (an unmanaged member): it learns the voters from the running ones.
 		self = &pod{Pod: Pod{Name: m.Name, Member: m.Name}, m: m}
 		for _, p := range r.pods {
-			if p.m.Running() {
-				eps = append(eps, p.m.ClientURL)
-			}
+			peers = append(peers, p.m)
 		}
 	} else {
 		for _, p := range r.pods {
-			if p != self && p.Namespace == self.Namespace && p.Etcd == self.Etcd && p.m.Running() {
-				eps = append(eps, p.m.ClientURL)
+			if p.Namespace == self.Namespace && p.Etcd == self.Etcd {
+				peers = append(peers, p.m)
 			}
 		}
 		if e := r.etcds[self.Namespace+"/"+self.Etcd]; e != nil {
 			for _, x := range e.Spec.ExternalMembers {
-				eps = append(eps, x.ClientURLs...)
+				external = append(external, x.ClientURLs...)
 			}
 		}
 	}
+	eps := append(localetcd.SidecarEndpoints(m, peers), external...)
 	r.mu.Unlock()
 	srv, err := sidecar.New(sidecar.Config{
 		Endpoints:         eps,

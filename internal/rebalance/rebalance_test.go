@@ -3,22 +3,17 @@ package rebalance_test
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
 	. "github.com/onsi/gomega"
-	"github.com/prometheus/client_golang/prometheus"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/druid-stretch/druid-stretch/internal/localetcd"
-	"github.com/druid-stretch/druid-stretch/internal/pki"
+	"github.com/druid-stretch/druid-stretch/internal/localetcd/etcdtest"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
 	"github.com/druid-stretch/druid-stretch/internal/rebalance"
 	"github.com/druid-stretch/druid-stretch/internal/workload"
@@ -29,68 +24,23 @@ import (
 // in-process sidecar per member, and three more members b-0..b-2 reserved
 // (ports, certificates, sidecar port) but not started: the target.
 type testCluster struct {
-	t         *testing.T
-	r         *localetcd.Runtime
-	old, new  []*localetcd.Member
-	clientTLS *tls.Config
+	*etcdtest.Cluster
+	t        *testing.T
+	old, new []*localetcd.Member
 }
 
 func startCluster(t *testing.T) *testCluster {
 	t.Helper()
-	ca, err := pki.NewCA("rebalance-test-ca")
-	if err != nil {
-		t.Fatalf("creating the CA: %v", err)
-	}
-	tc := &testCluster{t: t}
-	tc.r, err = localetcd.New(localetcd.Options{
-		Dir: t.TempDir(), CA: ca, Sidecar: tc.newSidecar,
-		Logger: testr.NewWithOptions(t, testr.Options{LogTimestamp: true}),
-	})
-	if err != nil {
-		t.Fatalf("localetcd.New: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, m := range tc.r.Members() {
-				t.Logf("log tail of %s:\n%s", m.Name, m.LogTail(15))
-			}
-		}
-		if err := tc.r.Close(); err != nil {
-			t.Errorf("closing the runtime: %v", err)
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if tc.old, err = tc.r.StartCluster(ctx, []string{"a-0", "a-1", "a-2"}, localetcd.MemberOptions{}); err != nil {
-		t.Fatalf("starting the cluster: %v", err)
-	}
-	for _, name := range []string{"b-0", "b-1", "b-2"} {
-		m, err := tc.r.NewMember(name, localetcd.MemberOptions{})
+	tc := &testCluster{t: t, Cluster: etcdtest.Start(t, etcdtest.Options{Names: etcdtest.Numbered("a", 3), ClientName: "rebalance-operator"})}
+	tc.old = tc.Members
+	for _, name := range etcdtest.Numbered("b", 3) {
+		m, err := tc.Runtime.NewMember(name, localetcd.MemberOptions{})
 		if err != nil {
 			t.Fatalf("reserving %s: %v", name, err)
 		}
 		tc.new = append(tc.new, m)
 	}
-	pair, err := ca.Issue("rebalance-operator", "localhost")
-	if err != nil {
-		t.Fatalf("issuing the client certificate: %v", err)
-	}
-	if tc.clientTLS, err = ca.ClientConfig(&pair); err != nil {
-		t.Fatalf("client TLS: %v", err)
-	}
 	return tc
-}
-
-// newSidecar is the real sidecar beside member m, served by localetcd over
-// HTTPS with client certificates verified.
-func (tc *testCluster) newSidecar(m *localetcd.Member) (http.Handler, error) {
-	eps := []string{m.LocalClientURL}
-	for _, o := range tc.r.Members() {
-		if o != m && o.Running() {
-			eps = append(eps, o.ClientURL)
-		}
-	}
-	return sidecar.New(sidecar.Config{Endpoints: eps, EtcdTLS: m.ClientTLSConfig(), Registry: prometheus.NewRegistry()})
 }
 
 // spec is the move a-0..a-2 (group a) to b-0..b-2 (group b).
@@ -108,21 +58,8 @@ func (tc *testCluster) spec() rebalance.Spec {
 // memberList is etcd's member list read directly, "id:name:role" sorted,
 // to compare before and after.
 func (tc *testCluster) memberList(g Gomega) []string {
-	var eps []string
-	for _, m := range tc.r.Members() {
-		if m.Running() {
-			eps = append(eps, m.ClientURL)
-		}
-	}
-	c, err := clientv3.New(clientv3.Config{Endpoints: eps, TLS: tc.old[0].ClientTLSConfig(), DialTimeout: 5 * time.Second})
-	g.Expect(err).NotTo(HaveOccurred())
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := c.MemberList(ctx)
-	g.Expect(err).NotTo(HaveOccurred())
 	var out []string
-	for _, m := range resp.Members {
+	for _, m := range tc.MemberList(g) {
 		role := "voter"
 		if m.IsLearner {
 			role = "learner"
@@ -136,12 +73,12 @@ func (tc *testCluster) memberList(g Gomega) []string {
 // members lists the cluster through any running member's sidecar.
 func (tc *testCluster) members(ctx context.Context) (*sidecar.MemberList, error) {
 	var last error
-	for _, m := range tc.r.Members() {
+	for _, m := range tc.Runtime.Members() {
 		if !m.Running() {
 			continue
 		}
 		callCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		list, err := sidecar.NewClient(m.SidecarURL, tc.clientTLS).Members(callCtx)
+		list, err := sidecar.NewClient(m.SidecarURL, tc.ClientTLS).Members(callCtx)
 		cancel()
 		if err == nil {
 			return list, nil
@@ -227,7 +164,7 @@ func TestRebalanceMovesClusterToNewMembers(t *testing.T) {
 	var out bytes.Buffer
 	res, err := rebalance.Run(ctx, rebalance.Config{
 		Spec:   tc.spec(),
-		TLS:    tc.clientTLS,
+		TLS:    tc.ClientTLS,
 		Policy: planner.Policy{LearnerProgressTimeout: time.Minute},
 		Out:    &out,
 		BeforeChange: func(ctx context.Context, s planner.Step) {
@@ -335,7 +272,7 @@ func TestRebalanceMovesClusterToNewMembers(t *testing.T) {
 
 	// Run again: the target is there, nothing to do.
 	out.Reset()
-	again, err := rebalance.Run(ctx, rebalance.Config{Spec: tc.spec(), TLS: tc.clientTLS, Out: &out})
+	again, err := rebalance.Run(ctx, rebalance.Config{Spec: tc.spec(), TLS: tc.ClientTLS, Out: &out})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(again.Done).To(BeTrue())
 	g.Expect(again.Steps).To(BeEmpty())
@@ -365,7 +302,7 @@ func TestRebalanceChangesNothingItShouldNot(t *testing.T) {
 		g := NewWithT(t)
 		var out bytes.Buffer
 		called := false
-		res, err := rebalance.Run(ctx, rebalance.Config{Spec: tc.spec(), TLS: tc.clientTLS, DryRun: true, Out: &out,
+		res, err := rebalance.Run(ctx, rebalance.Config{Spec: tc.spec(), TLS: tc.ClientTLS, DryRun: true, Out: &out,
 			BeforeChange: func(context.Context, planner.Step) { called = true }})
 		g.Expect(err).NotTo(HaveOccurred())
 		t.Logf("output:\n%s", out.String())
@@ -380,7 +317,7 @@ func TestRebalanceChangesNothingItShouldNot(t *testing.T) {
 	t.Run("a learner never started is removed again", func(t *testing.T) {
 		g := NewWithT(t)
 		var out bytes.Buffer
-		res, err := rebalance.Run(ctx, rebalance.Config{Spec: tc.spec(), TLS: tc.clientTLS, Out: &out,
+		res, err := rebalance.Run(ctx, rebalance.Config{Spec: tc.spec(), TLS: tc.ClientTLS, Out: &out,
 			Policy: planner.Policy{LearnerProgressTimeout: 2 * time.Second}, Interval: 200 * time.Millisecond})
 		t.Logf("output:\n%s", out.String())
 		g.Expect(err).To(MatchError(rebalance.ErrLearnerStalled))
@@ -400,7 +337,7 @@ func TestRebalanceChangesNothingItShouldNot(t *testing.T) {
 		spec := tc.spec()
 		spec.Target[0].Name, spec.Target[0].Group = "a-0", "" // a-0 runs with its own peer URL, not b-0's
 		var out bytes.Buffer
-		_, err := rebalance.Run(ctx, rebalance.Config{Spec: spec, TLS: tc.clientTLS, Out: &out})
+		_, err := rebalance.Run(ctx, rebalance.Config{Spec: spec, TLS: tc.ClientTLS, Out: &out})
 		g.Expect(err).To(MatchError(ContainSubstring("PeerURLMismatch: member a-0")))
 		g.Expect(tc.memberList(g)).To(Equal(before))
 	})
@@ -411,7 +348,7 @@ func TestRebalanceChangesNothingItShouldNot(t *testing.T) {
 		for i := range spec.Sidecars {
 			spec.Sidecars[i].URL = "https://127.0.0.1:1"
 		}
-		_, err := rebalance.Run(ctx, rebalance.Config{Spec: spec, TLS: tc.clientTLS, DryRun: true})
+		_, err := rebalance.Run(ctx, rebalance.Config{Spec: spec, TLS: tc.ClientTLS, DryRun: true})
 		g.Expect(err).To(MatchError(ContainSubstring("no sidecar answered")))
 		g.Expect(tc.memberList(g)).To(Equal(before))
 	})

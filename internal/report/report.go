@@ -36,14 +36,15 @@ type Report struct {
 	// TieSeconds is the time no side held a majority (a partition between
 	// the clusters would have stalled writes).
 	TieSeconds float64 `json:"tieSeconds"`
-	// NoLeaderSeconds is the time the cluster had no leader, when measured.
-	NoLeaderSeconds float64 `json:"noLeaderSeconds,omitempty"`
 
 	// FailedRequests are client requests without an answer after the
 	// client's own retries (FailedWrites + FailedReads).
 	FailedRequests int `json:"failedRequests"`
 	FailedWrites   int `json:"failedWrites"`
 	FailedReads    int `json:"failedReads"`
+	// FailedRequestErrors are the errors the failed requests ended on, with
+	// how many ended on each.
+	FailedRequestErrors []ErrorCount `json:"failedRequestErrors,omitempty"`
 	// LostAcknowledgedWrites are acknowledged writes the store does not hold.
 	LostAcknowledgedWrites int `json:"lostAcknowledgedWrites"`
 	// FinalReadMismatches are keys whose final value is not the last
@@ -101,6 +102,12 @@ type Phase struct {
 	MaxWriteGapMs float64 `json:"maxWriteGapMs"`
 }
 
+// ErrorCount is how many failed requests ended on one error message.
+type ErrorCount struct {
+	Message string `json:"message"`
+	Count   int    `json:"count"`
+}
+
 // Step is one named event on the run's clock (seconds since the workload
 // started), such as "promote seed-b-etcd-main-3".
 type Step struct {
@@ -144,6 +151,9 @@ func FromFigures(f workload.Figures) Report {
 		Retries:                f.Retries,
 		DurationSeconds:        seconds(f.Duration),
 		Steps:                  []Step{},
+	}
+	for _, e := range f.FailedErrors {
+		r.FailedRequestErrors = append(r.FailedRequestErrors, ErrorCount{Message: e.Message, Count: e.Count})
 	}
 	for _, p := range f.Phases {
 		r.Phases = append(r.Phases, Phase{
@@ -211,10 +221,10 @@ func (r Report) WriteText(out io.Writer) error {
 	}
 	line("  migration time\t%.2f s", r.MigrationSeconds)
 	line("  time in tie\t%.2f s", r.TieSeconds)
-	if r.NoLeaderSeconds > 0 {
-		line("  time without leader\t%.2f s", r.NoLeaderSeconds)
-	}
 	line("  failed requests\t%d (after the client's retries: %d writes, %d reads)", r.FailedRequests, r.FailedWrites, r.FailedReads)
+	for _, e := range r.FailedRequestErrors {
+		line("    %dx\t%s", e.Count, e.Message)
+	}
 	line("  lost acknowledged writes\t%d%s", r.LostAcknowledgedWrites, finalNote(r))
 	line("  linearizable\t%s", yesNo(r))
 	line("  max write gap\t%s (from %.2f s)", ms(r.MaxWriteGapMs), r.MaxWriteGapAtSeconds)

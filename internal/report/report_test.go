@@ -24,6 +24,7 @@ func figures() workload.Figures {
 		Duration:  42 * time.Second,
 		Writes:    4000, WriteConflicts: 120, Reads: 800,
 		FailedWrites: 1, FailedReads: 0, FailedRequests: 1, Retries: 17,
+		FailedErrors:           []workload.ErrorCount{{Message: "etcdserver: request timed out", Count: 1}},
 		LostAcknowledgedWrites: 0, Linearizable: true, LinearizabilityResult: "Ok",
 		MaxWriteGap: msec(1210), MaxWriteGapAt: msec(20500),
 		WriteLatency: workload.Latency{Count: 4120, P50: msec(3), P99: msec(190), Max: msec(1200)},
@@ -65,6 +66,7 @@ func TestFromFiguresWritesTheAgreedJSONKeys(t *testing.T) {
 	g.Expect(doc).To(HaveKeyWithValue("rttMs", BeNumerically("==", 180)))
 	g.Expect(doc).To(HaveKeyWithValue("preload", HaveKeyWithValue("keys", BeNumerically("==", 1000))))
 	g.Expect(doc["phases"]).To(HaveLen(3))
+	g.Expect(doc["failedRequestErrors"]).To(ConsistOf(HaveKeyWithValue("message", "etcdserver: request timed out")))
 	g.Expect(doc).To(HaveKeyWithValue("startedAt", "2026-01-02T03:04:05Z"))
 	g.Expect(doc["steps"]).To(ConsistOf(
 		And(HaveKeyWithValue("name", "promote seed-b-etcd-main-3"), HaveKeyWithValue("at", "2026-01-02T03:04:16Z")),
@@ -104,7 +106,7 @@ func TestTextRendering(t *testing.T) {
 	for _, want := range []string{
 		"live move A -> B setup 180 ms RTT, 1000 preloaded keys of 1024 bytes",
 		"migration time 19.50 s time in tie 0.82 s",
-		"failed requests 1 (after the client's retries: 1 writes, 0 reads)",
+		"failed requests 1 (after the client's retries: 1 writes, 0 reads) 1x etcdserver: request timed out",
 		"lost acknowledged writes 0 linearizable yes",
 		"max write gap 1.21 s (from 20.50 s)",
 		"write latency p50 3.0 ms, p99 190 ms, max 1.20 s",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -22,6 +23,9 @@ type Figures struct {
 	// FailedWrites and FailedReads had no answer after all retries, within
 	// the request deadline; FailedRequests is their sum.
 	FailedWrites, FailedReads, FailedRequests int
+	// FailedErrors are the last errors of the failed requests, counted per
+	// message, most frequent first: what a failed request ran into.
+	FailedErrors []ErrorCount
 	// Retries counts attempts beyond the first, over all requests.
 	Retries int
 
@@ -51,6 +55,12 @@ type Figures struct {
 	Marks  []Mark
 
 	Preload PreloadFigures
+}
+
+// ErrorCount is how many failed requests ended on one error message.
+type ErrorCount struct {
+	Message string
+	Count   int
 }
 
 // Latency is a latency distribution summary.
@@ -85,9 +95,13 @@ func Summarize(h *History) Figures {
 	marks := h.Marks()
 	f := Figures{Marks: marks}
 	var end time.Duration
+	failedErrors := map[string]int{}
 	for _, op := range ops {
 		end = max(end, op.Return)
 		f.Retries += op.Attempts - 1
+		if op.Outcome == Failed {
+			failedErrors[op.Err]++
+		}
 		switch {
 		case op.Kind == Read && op.Outcome == Failed:
 			f.FailedReads++
@@ -105,6 +119,7 @@ func Summarize(h *History) Figures {
 		}
 	}
 	f.FailedRequests = f.FailedWrites + f.FailedReads
+	f.FailedErrors = countedErrors(failedErrors)
 	if len(ops) > 0 {
 		f.Duration = end - ops[0].Call
 	}
@@ -239,4 +254,20 @@ func (w *Workload) Verify(ctx context.Context, o VerifyOptions) (Figures, LostWr
 			"found", fmt.Sprintf("%q@%d", short(m.Found.Value), m.Found.Rev))
 	}
 	return f, lost, nil
+}
+
+// countedErrors orders error counts by count, then message, so reports of
+// the same run compare equal.
+func countedErrors(counts map[string]int) []ErrorCount {
+	out := make([]ErrorCount, 0, len(counts))
+	for msg, n := range counts {
+		out = append(out, ErrorCount{Message: msg, Count: n})
+	}
+	slices.SortFunc(out, func(a, b ErrorCount) int {
+		if a.Count != b.Count {
+			return b.Count - a.Count
+		}
+		return strings.Compare(a.Message, b.Message)
+	})
+	return out
 }

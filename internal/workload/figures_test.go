@@ -9,6 +9,8 @@ import (
 
 	. "github.com/onsi/gomega"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 func TestSummarizeCountsGapsAndPhases(t *testing.T) {
@@ -39,7 +41,7 @@ func TestSummarizeCountsGapsAndPhases(t *testing.T) {
 		h.Record(write(0, "k", call, call+3, kv, fmt.Sprint("v", rev), Succeeded, rev, ""))
 		kv = KeyValue{Value: fmt.Sprint("v", rev), Rev: rev}
 	}
-	h.Record(Op{Client: 2, Kind: Read, Key: "k", Call: ms(310), Return: ms(320), Outcome: Failed, Attempts: 3})
+	h.Record(Op{Client: 2, Kind: Read, Key: "k", Call: ms(310), Return: ms(320), Outcome: Failed, Attempts: 3, Err: "etcdserver: request timed out"})
 
 	f := Summarize(h)
 	g.Expect(f.Writes).To(Equal(21))
@@ -48,6 +50,7 @@ func TestSummarizeCountsGapsAndPhases(t *testing.T) {
 	g.Expect(f.FailedWrites).To(Equal(1))
 	g.Expect(f.FailedReads).To(Equal(1))
 	g.Expect(f.FailedRequests).To(Equal(2))
+	g.Expect(f.FailedErrors).To(Equal([]ErrorCount{{Message: "", Count: 1}, {Message: "etcdserver: request timed out", Count: 1}}))
 	g.Expect(f.Retries).To(Equal(2))
 	g.Expect(f.Duration).To(Equal(ms(393)))
 	// The slow write ended at 250, the last "before" write at 92, the next at 303.
@@ -103,6 +106,7 @@ func TestIsTransient(t *testing.T) {
 		{rpctypes.ErrGRPCNotSupportedForLearner, true},
 		{rpctypes.ErrTooManyRequests, true},
 		{errors.New("raft proposal dropped"), true},
+		{status.Error(codes.Unknown, "raft: stopped"), true},
 		{context.DeadlineExceeded, true},
 		{fmt.Errorf("attempt: %w", context.DeadlineExceeded), true},
 		{rpctypes.ErrGRPCNoSpace, false},

@@ -23,6 +23,7 @@ var transientMessages = []string{
 	"no leader",                        // election in progress
 	"request timed out",                // every etcdserver timeout flavour
 	"server stopped",                   // member shutting down or just removed
+	"raft: stopped",                    // member stopped by its own removal mid-proposal (ambiguous: the CAS retry settles it)
 	"too many requests",                // apply backlog
 	"unhealthy cluster",                // strict reconfig check on a member API call
 	"no available endpoints",           // caller emptied the list for a moment

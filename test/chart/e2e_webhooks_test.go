@@ -2,6 +2,7 @@ package chart
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -110,11 +111,11 @@ func startChartWebhooks(t *testing.T, f *rbacFixture) *webhookServer {
 
 	scheme, err := membership.Scheme()
 	g.Expect(err).NotTo(HaveOccurred())
-	port := freePort(t)
+	port, probes := freePort(t), "127.0.0.1:"+strconv.Itoa(freePort(t))
 	mgr, err := ctrl.NewManager(f.saCfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
+		HealthProbeBindAddress: probes,
 		WebhookServer:          ctrlwebhook.NewServer(ctrlwebhook.Options{Host: "127.0.0.1", Port: port, CertDir: certDir}),
 	})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -128,8 +129,17 @@ func startChartWebhooks(t *testing.T, f *rbacFixture) *webhookServer {
 			t.Errorf("webhook manager: %v", err)
 		}
 	})
-	started := mgr.GetWebhookServer().StartedChecker()
-	g.Eventually(func() error { return started(&http.Request{}) }).WithTimeout(30 * time.Second).WithPolling(50 * time.Millisecond).Should(Succeed())
+	// The chart's readiness probe: ready once the webhook server answers
+	// TLS, so the kube-apiserver is not sent to a server still starting.
+	g.Eventually(func(g Gomega) string {
+		resp, err := http.Get("http://" + probes + "/readyz?verbose")
+		g.Expect(err).NotTo(HaveOccurred())
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(resp.StatusCode).To(Equal(http.StatusOK), string(body))
+		return string(body)
+	}).WithTimeout(30 * time.Second).WithPolling(50 * time.Millisecond).Should(ContainSubstring("[+]webhook-server ok"))
 
 	var hooks []*unstructured.Unstructured
 	for _, kind := range []string{"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} {

@@ -22,6 +22,14 @@ type Ordinals struct {
 	End   int64
 }
 
+// String is the half-open range, "[3, 6)", or "[]" when empty.
+func (o Ordinals) String() string {
+	if o.End <= o.Start {
+		return "[]"
+	}
+	return fmt.Sprintf("[%d, %d)", o.Start, o.End)
+}
+
 // Contains says whether ordinal is in the range.
 func (o Ordinals) Contains(ordinal int64) bool { return ordinal >= o.Start && ordinal < o.End }
 

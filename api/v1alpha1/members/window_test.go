@@ -45,3 +45,10 @@ func TestPodWindow(t *testing.T) {
 		})
 	}
 }
+
+func TestOrdinalsString(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(members.Ordinals{Start: 3, End: 6}.String()).To(Equal("[3, 6)"))
+	g.Expect(members.Ordinals{}.String()).To(Equal("[]"))
+	g.Expect(members.Ordinals{Start: 5, End: 2}.String()).To(Equal("[]"), "an inverted range is empty")
+}
