@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -93,6 +94,9 @@ func Run(ctx context.Context, o Options) (rep report.Report, err error) {
 	if o.Logger.GetSink() == nil {
 		o.Logger = ctrlzap.New(ctrlzap.WriteTo(logFile), ctrlzap.Level(zapcore.InfoLevel))
 		ctrl.SetLogger(o.Logger)
+		// client-go logs through klog; its shutdown chatter ("context
+		// canceled") belongs in the log file, not between the figures.
+		klog.SetLogger(o.Logger.WithName("client-go"))
 	}
 	o.Config.setDefaults()
 	fmt.Fprintf(out, "  RTT %s between the clusters (etcd heartbeat %s, election timeout %s), %d preloaded keys of %d bytes\n",

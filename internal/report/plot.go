@@ -75,7 +75,10 @@ func latencyPlot(series []workload.Sample, marks []workload.Mark) (*plot.Plot, e
 
 	p := plot.New()
 	// The key goes into the title: a legend box would sit on the step labels.
-	p.Title.Text = "Write latency over time: blue dots answered, red crosses failed after retries; orange lines steps, grey dashed lines phases"
+	p.Title.Text = "Write latency over time\nblue dots: answered writes, red crosses: failed after retries, orange lines: steps, grey dashed lines: phases"
+	p.Title.TextStyle.Font.Size = vg.Points(10)
+	// Room between the key and the step labels that reach the plot's top.
+	p.Title.Padding = vg.Points(16)
 	p.X.Label.Text = "time since the workload started (s)"
 	p.Y.Label.Text = "write latency (ms)"
 	p.X.Min, p.X.Max = 0, xMax*1.02
@@ -84,8 +87,9 @@ func latencyPlot(series []workload.Sample, marks []workload.Mark) (*plot.Plot, e
 		p.Y.Scale = plot.LogScale{}
 		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 		p.Y.Min = math.Pow(10, math.Floor(math.Log10(yMin)))
-		// Head room above the slowest write for the step labels.
-		p.Y.Max = math.Pow(10, math.Ceil(math.Log10(yMax))+0.6)
+		// Head room above the slowest write for the step labels (about a
+		// decade and a half at this size).
+		p.Y.Max = yMax * math.Pow(10, 1.5)
 	} else {
 		p.Y.Min, p.Y.Max = 0, yMax*1.6
 	}
@@ -110,7 +114,7 @@ func latencyPlot(series []workload.Sample, marks []workload.Mark) (*plot.Plot, e
 	}
 
 	if len(answered) > 0 {
-		sc, err := plotter.NewScatter(answered)
+		sc, err := plotter.NewScatter(thin(answered, p, logY))
 		if err != nil {
 			return nil, fmt.Errorf("answered writes: %w", err)
 		}
@@ -126,7 +130,7 @@ func latencyPlot(series []workload.Sample, marks []workload.Mark) (*plot.Plot, e
 		p.Add(sc)
 	}
 
-	if labels, err := markLabels(marks, p.Y.Max); err != nil {
+	if labels, err := markLabels(marks, p.Y.Max, p.X.Max); err != nil {
 		return nil, err
 	} else if labels != nil {
 		p.Add(labels)
@@ -134,29 +138,70 @@ func latencyPlot(series []workload.Sample, marks []workload.Mark) (*plot.Plot, e
 	return p, nil
 }
 
-// markLabels writes each mark's name vertically along its line, hanging from
-// the top of the plot, so that steps close in time stay readable.
-func markLabels(marks []workload.Mark, top float64) (*plotter.Labels, error) {
+// thinGrid is the resolution, in cells per axis, below which two dots are
+// drawn as one: they would cover each other at the plot's size anyway, and
+// a run of tens of thousands of writes stays a small SVG.
+const thinGrid = 500
+
+// thin keeps one point per cell of a thinGrid x thinGrid grid over the
+// plot's axes (log-spaced on a log axis), in order.
+func thin(pts plotter.XYs, p *plot.Plot, logY bool) plotter.XYs {
+	cell := func(v, lo, hi float64, log bool) int {
+		if log {
+			v, lo, hi = math.Log10(v), math.Log10(lo), math.Log10(hi)
+		}
+		return int((v - lo) / (hi - lo) * thinGrid)
+	}
+	seen := map[[2]int]bool{}
+	out := make(plotter.XYs, 0, len(pts))
+	for _, pt := range pts {
+		k := [2]int{cell(pt.X, p.X.Min, p.X.Max, false), cell(pt.Y, p.Y.Min, p.Y.Max, logY)}
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, pt)
+		}
+	}
+	return out
+}
+
+// labelGap is the fraction of the time axis within which marks share one
+// label: vertical labels closer than that would overprint each other.
+const labelGap = 0.015
+
+// markLabels writes the marks' names vertically along their lines, hanging
+// from the top of the plot; marks close in time share one label, their
+// names joined, at the first one's line.
+func markLabels(marks []workload.Mark, top, xMax float64) (*plotter.Labels, error) {
 	if len(marks) == 0 {
 		return nil, nil
 	}
 	xyl := plotter.XYLabels{}
+	var phase []bool
+	groupStart := math.Inf(-1)
 	for _, m := range marks {
-		xyl.XYs = append(xyl.XYs, plotter.XY{X: m.At.Seconds(), Y: top})
+		x := m.At.Seconds()
+		if n := len(xyl.Labels); n > 0 && x-groupStart < labelGap*xMax {
+			xyl.Labels[n-1] += " · " + m.Name
+			phase[n-1] = phase[n-1] && m.Phase
+			continue
+		}
+		groupStart = x
+		xyl.XYs = append(xyl.XYs, plotter.XY{X: x, Y: top})
 		xyl.Labels = append(xyl.Labels, m.Name)
+		phase = append(phase, m.Phase)
 	}
 	labels, err := plotter.NewLabels(xyl)
 	if err != nil {
 		return nil, fmt.Errorf("marker labels: %w", err)
 	}
-	for i, m := range marks {
+	for i := range xyl.Labels {
 		st := labels.TextStyle[i]
 		st.Rotation = math.Pi / 2
 		st.XAlign = text.XRight
 		st.YAlign = text.YBottom
 		st.Font.Size = vg.Points(8)
 		st.Color = stepColor
-		if m.Phase {
+		if phase[i] {
 			st.Color = phaseColor
 		}
 		labels.TextStyle[i] = st

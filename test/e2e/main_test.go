@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -47,6 +48,7 @@ func run(m *testing.M) int {
 	}
 	log := ctrlzap.New(ctrlzap.WriteTo(logFile), ctrlzap.Level(zapcore.InfoLevel))
 	ctrl.SetLogger(log)
+	klog.SetLogger(log.WithName("client-go"))
 	env, err = demo.Start(context.Background(), demo.Config{RTT: rtt, Dir: filepath.Join(dir, "run"), Logger: log})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "starting the two clusters (logs in %s): %v\n", logPath, err)
