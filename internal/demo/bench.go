@@ -60,7 +60,7 @@ func Bench(ctx context.Context, cases []BenchCase, base Options, progress io.Wri
 // WriteBenchTable prints the results as a table, one row per case.
 func WriteBenchTable(w io.Writer, results []BenchResult) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "RTT\tkeys\tmove s\ttie s\tfailed\tlost\tlinearizable\tmax gap ms\tp50 ms\tp99 ms\tp99 before ms\tp99 during ms\tp99 after ms\t")
+	fmt.Fprintln(tw, "RTT\tkeys\tmove s\ttie s\tno leader s\tfailed\tlost\tlinearizable\tmax gap ms\tp50 ms\tp99 ms\tp99 before ms\tp99 during ms\tp99 after ms\t")
 	for _, r := range results {
 		rep := r.Report
 		phase := func(name string) string {
@@ -71,8 +71,8 @@ func WriteBenchTable(w io.Writer, results []BenchResult) error {
 			}
 			return "-"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.2f\t%d\t%d\t%v\t%.0f\t%.1f\t%.1f\t%s\t%s\t%s\t\n",
-			r.Case.RTT, r.Case.PreloadKeys, rep.MigrationSeconds, rep.TieSeconds, rep.FailedRequests, rep.LostAcknowledgedWrites,
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.2f\t%.2f\t%d\t%d\t%v\t%.0f\t%.1f\t%.1f\t%s\t%s\t%s\t\n",
+			r.Case.RTT, r.Case.PreloadKeys, rep.MigrationSeconds, rep.TieSeconds, rep.NoLeaderSeconds, rep.FailedRequests, rep.LostAcknowledgedWrites,
 			rep.Linearizable, rep.MaxWriteGapMs, rep.P50WriteMs, rep.P99WriteMs, phase("before"), phase("during"), phase("after"))
 	}
 	return tw.Flush()

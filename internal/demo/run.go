@@ -18,6 +18,7 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
+	"github.com/druid-stretch/druid-stretch/internal/localetcd"
 	"github.com/druid-stretch/druid-stretch/internal/migration"
 	"github.com/druid-stretch/druid-stretch/internal/report"
 	"github.com/druid-stretch/druid-stretch/internal/testbin"
@@ -184,6 +185,12 @@ func (e *Env) Rehearse(ctx context.Context, out io.Writer, o RehearsalOptions) (
 		}
 	}
 	ties := NewTieTracker(voters, e.SideOf)
+	// The IDs of every member the cluster had during the run, to pick its
+	// role changes out of the members' logs.
+	ids := idSet{}
+	for _, m := range src.Status.Membership.Members {
+		ids.add(m.ID)
+	}
 
 	traffic, err := e.StartTraffic(ctx, o.Workload)
 	if err != nil {
@@ -208,6 +215,9 @@ func (e *Env) Rehearse(ctx context.Context, out io.Writer, o RehearsalOptions) (
 		if !ev.Done() {
 			return
 		}
+		stepsMu.Lock()
+		ids.add(ev.ID)
+		stepsMu.Unlock()
 		if ev.Applied() {
 			name := fmt.Sprintf("%s: %s", ev.Cluster, ev)
 			wl.MarkAt(name, ev.Start)
@@ -269,8 +279,36 @@ func (e *Env) Rehearse(ctx context.Context, out io.Writer, o RehearsalOptions) (
 	stepsMu.Lock()
 	rep.Steps = steps
 	stepsMu.Unlock()
+	if rep.NoLeaderSeconds, err = e.noLeaderTime(ctx, ids, fig.StartedAt, fig.StartedAt.Add(fig.Duration)); err != nil {
+		return rep, err
+	}
 	e.lastTies = ties.Ties()
 	return rep, nil
+}
+
+// noLeaderTime is the time in [from, to] in which no member of the
+// Etcd's cluster (ids, plus the members both Etcds list now) was leader.
+func (e *Env) noLeaderTime(ctx context.Context, ids idSet, from, to time.Time) (float64, error) {
+	src, dst, err := e.Read(ctx)
+	if err != nil {
+		return 0, err
+	}
+	for _, x := range []*v1alpha1.Etcd{src, dst} {
+		if x != nil && x.Status.Membership != nil {
+			for _, m := range x.Status.Membership.Members {
+				ids.add(m.ID)
+			}
+		}
+	}
+	var all []*localetcd.Member
+	for _, c := range e.Clusters() {
+		all = append(all, c.Runner.Runtime().Members()...)
+	}
+	evs, err := readLeaderEvents(all, ids)
+	if err != nil {
+		return 0, err
+	}
+	return leaderless(evs, from, to).Seconds(), nil
 }
 
 // abortWhen runs the move until when holds, then aborts it.

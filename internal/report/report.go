@@ -36,6 +36,9 @@ type Report struct {
 	// TieSeconds is the time no side held a majority (a partition between
 	// the clusters would have stalled writes).
 	TieSeconds float64 `json:"tieSeconds"`
+	// NoLeaderSeconds is the time no member was leader (writes could not
+	// commit), from the members' own logs of their role changes.
+	NoLeaderSeconds float64 `json:"noLeaderSeconds"`
 
 	// FailedRequests are client requests without an answer after the
 	// client's own retries (FailedWrites + FailedReads).
@@ -221,6 +224,7 @@ func (r Report) WriteText(out io.Writer) error {
 	}
 	line("  migration time\t%.2f s", r.MigrationSeconds)
 	line("  time in tie\t%.2f s", r.TieSeconds)
+	line("  time without leader\t%.2f s", r.NoLeaderSeconds)
 	line("  failed requests\t%d (after the client's retries: %d writes, %d reads)", r.FailedRequests, r.FailedWrites, r.FailedReads)
 	for _, e := range r.FailedRequestErrors {
 		line("    %dx\t%s", e.Count, e.Message)

@@ -47,7 +47,7 @@ func figures() workload.Figures {
 func TestFromFiguresWritesTheAgreedJSONKeys(t *testing.T) {
 	g := NewWithT(t)
 	r := FromFigures(figures())
-	r.MigrationSeconds, r.TieSeconds, r.RTTMs = 19.5, 0.82, 180
+	r.MigrationSeconds, r.TieSeconds, r.NoLeaderSeconds, r.RTTMs = 19.5, 0.82, 0.1, 180
 
 	path := filepath.Join(t.TempDir(), "report.json")
 	g.Expect(r.WriteJSON(path)).To(Succeed())
@@ -61,6 +61,7 @@ func TestFromFiguresWritesTheAgreedJSONKeys(t *testing.T) {
 	g.Expect(doc).To(HaveKeyWithValue("maxWriteGapMs", BeNumerically("==", 1210)))
 	g.Expect(doc).To(HaveKeyWithValue("migrationSeconds", BeNumerically("==", 19.5)))
 	g.Expect(doc).To(HaveKeyWithValue("tieSeconds", BeNumerically("==", 0.82)))
+	g.Expect(doc).To(HaveKeyWithValue("noLeaderSeconds", BeNumerically("==", 0.1)))
 	g.Expect(doc).To(HaveKeyWithValue("p50WriteMs", BeNumerically("==", 3)))
 	g.Expect(doc).To(HaveKeyWithValue("p99WriteMs", BeNumerically("==", 190)))
 	g.Expect(doc).To(HaveKeyWithValue("rttMs", BeNumerically("==", 180)))
@@ -99,13 +100,13 @@ func TestTextRendering(t *testing.T) {
 	g := NewWithT(t)
 	r := FromFigures(figures())
 	r.Title = "live move A -> B"
-	r.MigrationSeconds, r.TieSeconds, r.RTTMs = 19.5, 0.82, 180
+	r.MigrationSeconds, r.TieSeconds, r.NoLeaderSeconds, r.RTTMs = 19.5, 0.82, 0.1, 180
 	// Columns are aligned with spaces; compare words.
 	words := func(r Report) string { return strings.Join(strings.Fields(r.String()), " ") }
 	text := words(r)
 	for _, want := range []string{
 		"live move A -> B setup 180 ms RTT, 1000 preloaded keys of 1024 bytes",
-		"migration time 19.50 s time in tie 0.82 s",
+		"migration time 19.50 s time in tie 0.82 s time without leader 0.10 s",
 		"failed requests 1 (after the client's retries: 1 writes, 0 reads) 1x etcdserver: request timed out",
 		"lost acknowledged writes 0 linearizable yes",
 		"max write gap 1.21 s (from 20.50 s)",

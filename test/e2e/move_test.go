@@ -99,6 +99,9 @@ func TestLiveMoveAt180msRTT(t *testing.T) {
 	g.Expect(ties).To(HaveLen(1), "the majority crosses over through exactly one tie: %v", ties)
 	t.Logf("tie: %s, made by %q, ended by %q", ties[0].Duration(), ties[0].By, ties[0].EndedBy)
 	g.Expect(rep.TieSeconds).To(BeNumerically("<", 1.0), "time in tie")
+	// One leadership transfer, no election: a failed transfer or a removed
+	// leader would cost an election timeout (2 s) or more.
+	g.Expect(rep.NoLeaderSeconds).To(And(BeNumerically(">", 0), BeNumerically("<", 1.0)), "time without a leader, from the members' logs")
 	g.Expect(rep.MigrationSeconds).To(BeNumerically(">", 0))
 }
 
