@@ -39,10 +39,22 @@ type Traffic struct {
 	unhook func()
 
 	mu sync.Mutex
-	// removing are the IDs and client URLs of members whose removal is
-	// about to be sent or was sent: never routed to again.
+	// removing are the IDs of members whose removal is about to be sent or
+	// was sent: never routed to again. By ID, not URL: a member added back
+	// under the same name (an abort) has a new ID and serves again.
 	removing map[string]bool
-	current  []string
+	current  []endpoint
+}
+
+// endpoint is a voter the client may send requests to.
+type endpoint struct{ URL, ID string }
+
+func urls(eps []endpoint) []string {
+	out := make([]string, len(eps))
+	for i, ep := range eps {
+		out[i] = ep.URL
+	}
+	return out
 }
 
 // StartTraffic starts the workload against the ready voters of the cluster
@@ -57,7 +69,7 @@ func (e *Env) StartTraffic(ctx context.Context, o workload.Options) (*Traffic, e
 	if len(eps) == 0 {
 		return nil, errors.New("no ready voter to send client traffic to")
 	}
-	o.Endpoints, o.TLS = eps, e.ClientTLS
+	o.Endpoints, o.TLS = urls(eps), e.ClientTLS
 	if o.Log.GetSink() == nil {
 		o.Log = e.Config.Logger.WithName("workload")
 	}
@@ -105,20 +117,17 @@ func (t *Traffic) beforeRemoval(ev StepEvent) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.removing[strings.ToLower(ev.ID)] = true
-	if m := t.env.member(ev.Member); m != nil {
-		t.removing[m.ClientURL] = true
-	}
 	t.setEndpoints(t.current)
 }
 
 // setEndpoints routes the client to eps without the members being removed,
 // unless that leaves none. The caller holds t.mu.
-func (t *Traffic) setEndpoints(eps []string) {
-	keep := slices.DeleteFunc(slices.Clone(eps), func(ep string) bool { return t.removing[ep] })
+func (t *Traffic) setEndpoints(eps []endpoint) {
+	keep := slices.DeleteFunc(slices.Clone(eps), func(ep endpoint) bool { return t.removing[ep.ID] })
 	if len(keep) == 0 || slices.Equal(keep, t.current) {
 		return
 	}
-	if err := t.Workload.SetEndpoints(keep...); err == nil {
+	if err := t.Workload.SetEndpoints(urls(keep)...); err == nil {
 		t.current = keep
 	}
 }
@@ -146,21 +155,23 @@ func (t *Traffic) route(ctx context.Context) {
 	}
 }
 
-// readyVoters are the client URLs of the voters in the freshest observed
-// membership whose removal was not sent and whose readiness passes, sorted.
-func (t *Traffic) readyVoters(ctx context.Context) ([]string, error) {
+// readyVoters are the voters in the freshest observed membership whose
+// removal was not sent and whose readiness passes, sorted by URL.
+func (t *Traffic) readyVoters(ctx context.Context) ([]endpoint, error) {
 	voters, err := t.env.observedVoters(ctx)
 	if err != nil {
 		return nil, err
 	}
 	t.mu.Lock()
 	var candidates []*localetcd.Member
+	var ids []string
 	for _, v := range voters {
-		if t.removing[strings.ToLower(v.ID)] {
+		id := strings.ToLower(v.ID)
+		if t.removing[id] {
 			continue
 		}
 		if m := t.env.member(v.Name); m != nil {
-			candidates = append(candidates, m)
+			candidates, ids = append(candidates, m), append(ids, id)
 		}
 	}
 	t.mu.Unlock()
@@ -174,13 +185,13 @@ func (t *Traffic) readyVoters(ctx context.Context) ([]string, error) {
 		})
 	}
 	wg.Wait()
-	var eps []string
+	var eps []endpoint
 	for i, m := range candidates {
 		if ready[i] {
-			eps = append(eps, m.ClientURL)
+			eps = append(eps, endpoint{URL: m.ClientURL, ID: ids[i]})
 		}
 	}
-	slices.Sort(eps)
+	slices.SortFunc(eps, func(a, b endpoint) int { return strings.Compare(a.URL, b.URL) })
 	return eps, nil
 }
 
