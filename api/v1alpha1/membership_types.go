@@ -232,6 +232,10 @@ const (
 const (
 	// ReasonConverged means the members are the desired ones.
 	ReasonConverged = "Converged"
+	// ReasonScaledToZero: replicas 0 and no external member (a hibernated
+	// Etcd, or the source after a live move), so no pod runs and nothing is
+	// observed or changed; etcd's membership is left as it was.
+	ReasonScaledToZero = "ScaledToZero"
 	// ReasonAddingLearner means a member is being added as a learner.
 	ReasonAddingLearner = "AddingLearner"
 	// ReasonWaitingForLearner means a learner is catching up or has not been

@@ -387,3 +387,44 @@ func podWindow(sts *appsv1.StatefulSet) func(Gomega) string {
 		return got.Annotations[webhook.PodWindowAnnotation]
 	}
 }
+
+// TestHibernation scales an Etcd to zero and back, as Gardener hibernates a
+// shoot: the pods stop, etcd's membership is left alone, and the same
+// members (same IDs, with their data) come back.
+func TestHibernation(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t)
+	etcd := e.newEtcd("hib", 3)
+	e.startController()
+	before := converged(g, etcd, 1, 90*time.Second, names("hib", 0, 1, 2)...)
+	ids := map[string]string{}
+	for _, m := range before.Members {
+		ids[m.Name] = m.ID
+	}
+	e.calls.reset()
+
+	gen := update(g, etcd, func(x *v1alpha1.Etcd) { x.Spec.Replicas = 0 })
+	g.Eventually(func(g Gomega) {
+		c := condition(g, etcd, v1alpha1.ConditionMembershipConverged)
+		g.Expect(c.ObservedGeneration).To(Equal(gen))
+		g.Expect(c.Reason).To(Equal(v1alpha1.ReasonScaledToZero))
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	g.Eventually(func() []string {
+		var running []string
+		for o := range 3 {
+			if pod := fmt.Sprintf("etcd-main-%d", o); e.runner.Running(e.ns, pod) {
+				running = append(running, pod)
+			}
+		}
+		return running
+	}).WithTimeout(30*time.Second).Should(BeEmpty(), "every pod stops: the pod window is empty")
+	g.Expect(changes(e.calls.snapshot())).To(BeEmpty(), "no member is removed for a hibernation")
+
+	gen = update(g, etcd, func(x *v1alpha1.Etcd) { x.Spec.Replicas = 3 })
+	after := converged(g, etcd, gen, 2*time.Minute, names("hib", 0, 1, 2)...)
+	for _, m := range after.Members {
+		g.Expect(m.ID).To(Equal(ids[m.Name]), "%s came back as the same member", m.Name)
+	}
+	g.Expect(changes(e.calls.snapshot())).To(BeEmpty(), "waking up needs no membership change")
+}

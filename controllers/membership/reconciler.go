@@ -191,6 +191,12 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 		s.blocked(reasonInvalidSpec, "the spec is invalid, so no member is changed: "+errs.ToAggregate().Error())
 		return ctrl.Result{RequeueAfter: r.opts.ConvergedInterval}, nil
 	}
+	if members.Hibernated(e) {
+		// The pods are going away (members.PodWindow is empty): asking
+		// their sidecars would only report an unreachable cluster.
+		s.scaledToZero()
+		return ctrl.Result{RequeueAfter: r.opts.ConvergedInterval}, nil
+	}
 	eps, hint, err := r.reach(e)
 	if err != nil {
 		s.blocked(reasonResolverFailed, err.Error())

@@ -146,6 +146,15 @@ func (s *scope) converged(msg string) {
 	s.phase, s.reason, s.message = v1alpha1.MembershipPhaseConverged, v1alpha1.ReasonConverged, msg
 }
 
+// scaledToZero: replicas 0 and no move, so nothing is observed or changed.
+func (s *scope) scaledToZero() {
+	s.st.ObservedGeneration = s.etcd.Generation
+	s.phase, s.reason = v1alpha1.MembershipPhaseConverged, v1alpha1.ReasonScaledToZero
+	s.message = "spec.replicas is 0 and no external member is listed: no pod runs, and etcd's membership is left as it is " +
+		"(a hibernated Etcd's members come back with their data when the replicas do; after a live move this Etcd has no member left). " +
+		"status.membership.members is the last observation"
+}
+
 func (s *scope) reconfiguring(reason, msg string) {
 	s.phase, s.reason, s.message = v1alpha1.MembershipPhaseReconfiguring, reason, msg
 }

@@ -10,6 +10,8 @@ import "github.com/druid-stretch/druid-stretch/api/v1alpha1"
 // that covers both; the StatefulSet webhook and the test pod runner both use
 // it. The window is empty (Start == End) when there is nothing to run.
 //
+// A hibernated Etcd (see Hibernated) runs no pod, whatever the membership.
+//
 // A member observed as External or Unmanaged does not widen the window,
 // whatever its name: the two Etcds of a live move share their name, so the
 // destination's members have names of the source's form (etcd-main-3 beside
@@ -20,7 +22,7 @@ func PodWindow(e *v1alpha1.Etcd) Ordinals {
 	if w.End <= w.Start {
 		w = Ordinals{}
 	}
-	if e.Status.Membership == nil {
+	if e.Status.Membership == nil || Hibernated(e) {
 		return w
 	}
 	for _, m := range e.Status.Membership.Members {
@@ -35,4 +37,14 @@ func PodWindow(e *v1alpha1.Etcd) Ordinals {
 		w.Start, w.End = min(w.Start, o), max(w.End, o+1)
 	}
 	return w
+}
+
+// Hibernated reports whether e asks for no pod and takes part in no move:
+// replicas 0 and no external member. druid scales such an Etcd to zero and
+// keeps its volumes; etcd's membership is left as it is, so the same
+// members come back with their data when the replicas do. (The destination
+// of an aborted move also has replicas 0, but lists the source's members:
+// its pods stay until its members are removed.)
+func Hibernated(e *v1alpha1.Etcd) bool {
+	return e.Spec.Replicas == 0 && len(e.Spec.ExternalMembers) == 0
 }

@@ -26,6 +26,10 @@ func TestPodWindow(t *testing.T) {
 		return e
 	}
 	three := int32(3)
+	inMove := func(e *v1alpha1.Etcd) *v1alpha1.Etcd {
+		e.Spec.ExternalMembers = []v1alpha1.ExternalMember{{Name: "seed-a-etcd-main-0"}}
+		return e
+	}
 	for _, c := range []struct {
 		name string
 		e    *v1alpha1.Etcd
@@ -37,7 +41,8 @@ func TestPodWindow(t *testing.T) {
 		{"external and unmanaged names do not count", etcd(&three, 3, "seed-a-etcd-main-0", "stranger", "etcd-main-9", ""), members.Ordinals{Start: 3, End: 6}},
 		{"a member above the range", etcd(nil, 2, "seed-b-etcd-main-0", "seed-b-etcd-main-4"), members.Ordinals{Start: 0, End: 5}},
 		{"no replicas, no members: empty", etcd(&three, 0), members.Ordinals{}},
-		{"no replicas: only the members", etcd(&three, 0, "seed-b-etcd-main-7"), members.Ordinals{Start: 7, End: 8}},
+		{"no replicas in a move (an aborted destination): only the members", inMove(etcd(&three, 0, "seed-b-etcd-main-7")), members.Ordinals{Start: 7, End: 8}},
+		{"hibernated (no replicas, no move): no pod, whatever the membership", etcd(nil, 0, "seed-b-etcd-main-0", "seed-b-etcd-main-1"), members.Ordinals{}},
 		{"a non-canonical ordinal is not a pod", etcd(nil, 1, "seed-b-etcd-main-01"), members.Ordinals{Start: 0, End: 1}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -51,4 +56,14 @@ func TestOrdinalsString(t *testing.T) {
 	g.Expect(members.Ordinals{Start: 3, End: 6}.String()).To(Equal("[3, 6)"))
 	g.Expect(members.Ordinals{}.String()).To(Equal("[]"))
 	g.Expect(members.Ordinals{Start: 5, End: 2}.String()).To(Equal("[]"), "an inverted range is empty")
+}
+
+func TestHibernated(t *testing.T) {
+	g := NewWithT(t)
+	e := &v1alpha1.Etcd{}
+	g.Expect(members.Hibernated(e)).To(BeTrue(), "replicas 0, no external member")
+	e.Spec.ExternalMembers = []v1alpha1.ExternalMember{{Name: "seed-a-etcd-main-0"}}
+	g.Expect(members.Hibernated(e)).To(BeFalse(), "the destination of an aborted move is not hibernated")
+	e.Spec.ExternalMembers, e.Spec.Replicas = nil, 3
+	g.Expect(members.Hibernated(e)).To(BeFalse())
 }
