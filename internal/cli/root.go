@@ -41,6 +41,7 @@ func newRootCommand() *cobra.Command {
 		newBenchCommand(),
 		newControllerCommand(),
 		newRebalanceCommand(),
+		newImageCommand(),
 	)
 	return root
 }
