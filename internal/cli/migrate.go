@@ -7,6 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
 	"github.com/druid-stretch/druid-stretch/internal/migration"
 )
 
@@ -16,7 +18,7 @@ func newMigrateCommand() *cobra.Command {
 	var (
 		srcKubeconfig, dstKubeconfig string
 		namespace, name              string
-		abort                        bool
+		abort, status                bool
 		ordinalStart                 int32
 		memberNamePrefix             string
 		src, dst                     migration.URLTemplates
@@ -29,7 +31,8 @@ func newMigrateCommand() *cobra.Command {
 the destination: prepare-source, join-destination, retire-source, finish. Each
 step sets Etcd spec fields and waits for the membership controllers; running
 the command again continues an interrupted move. --abort takes a move back
-while the destination does not hold the majority of the voters.
+while the destination does not hold the majority of the voters. --status
+prints where a move stands, read from the two Etcds, and changes nothing.
 
 The URL templates say how the other cluster reaches each member; they take
 {pod}, {member}, {ordinal}, {name} (the Etcd) and {namespace}, e.g.
@@ -39,11 +42,15 @@ The URL templates say how the other cluster reaches each member; they take
 			if namespace == "" || name == "" {
 				return errors.New("--namespace and --name are required")
 			}
+			if status && abort {
+				return errors.New("--status changes nothing, --abort takes the move back: choose one")
+			}
 			for _, t := range []struct {
 				side string
 				t    migration.URLTemplates
 			}{{"source", src}, {"destination", dst}} {
-				if err := t.t.Check(); err != nil {
+				// --status only reads the two Etcds: it needs no address.
+				if err := t.t.Check(); err != nil && !status {
 					return fmt.Errorf("--%s-*-url-template: %w", t.side, err)
 				}
 			}
@@ -71,6 +78,9 @@ The URL templates say how the other cluster reaches each member; they take
 			if err != nil {
 				return err
 			}
+			if status {
+				return printStatus(cmd, m)
+			}
 			if abort {
 				return m.Abort(cmd.Context())
 			}
@@ -83,6 +93,7 @@ The URL templates say how the other cluster reaches each member; they take
 	f.StringVarP(&namespace, "namespace", "n", "", "namespace of the Etcd (the same in both clusters)")
 	f.StringVar(&name, "name", "", "name of the Etcd (the same in both clusters)")
 	f.BoolVar(&abort, "abort", false, "take the move back instead (refused once the destination holds the majority)")
+	f.BoolVar(&status, "status", false, "print the move's phase and what each controller reports, and change nothing")
 	f.Int32Var(&ordinalStart, "destination-ordinal-start", 0, "spec.ordinalStart of the destination Etcd when the move creates it (default: after the source's ordinals)")
 	f.StringVar(&memberNamePrefix, "destination-member-name-prefix", "", "spec.memberNamePrefix of the destination Etcd when the move creates it")
 	f.StringVar(&src.Peer, "source-peer-url-template", "", "peer URL of a source member as the destination reaches it")
@@ -93,4 +104,30 @@ The URL templates say how the other cluster reaches each member; they take
 	f.StringVar(&dst.Sidecar, "destination-sidecar-url-template", "", "sidecar URL of a destination member as the source's controller reaches it")
 	f.DurationVar(&stepTimeout, "step-timeout", 10*time.Minute, "time limit of one step's wait; run again to continue")
 	return cmd
+}
+
+// printStatus prints the phase of the move, the step that leads out of it,
+// and each side's membership as its controller last reported it.
+func printStatus(cmd *cobra.Command, m *migration.Mover) error {
+	src, dst, p, err := m.Read(cmd.Context())
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	fmt.Fprintln(out, move.Explain(src, dst))
+	if next := p.Step(); next != "" {
+		fmt.Fprintf(out, "  next step: %s\n", next)
+	}
+	for _, side := range []struct {
+		name string
+		e    *v1alpha1.Etcd
+	}{{"source", src}, {"destination", dst}} {
+		if side.e == nil {
+			fmt.Fprintf(out, "  %s: no Etcd\n", side.name)
+			continue
+		}
+		fmt.Fprintf(out, "  %s: replicas %d, %d external members, policy %s; %s\n", side.name, side.e.Spec.Replicas,
+			len(side.e.Spec.ExternalMembers), side.e.Spec.GetExternalMembersPolicy(), move.ConditionSummary(side.e))
+	}
+	return nil
 }

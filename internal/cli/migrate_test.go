@@ -87,4 +87,20 @@ func TestMigrateCommand(t *testing.T) {
 		Name: "etcd-main-10", PeerURLs: []string{"http://etcd-main-10.seed-b.example:2380"}, SidecarURL: "https://etcd-main-10.seed-b.example:8090",
 	}))
 	g.Expect(got.Spec.GetExternalMembersPolicy()).To(Equal(v1alpha1.ExternalMembersPolicyKeep))
+
+	// --status reads where the move stands and changes nothing.
+	base := []string{"migrate", "--source-kubeconfig", kubeconfigs[0], "--destination-kubeconfig", kubeconfigs[1], "--namespace", "shoot--p--s", "--name", "etcd-main"}
+	out, err = run(append(base, "--status")...)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(ContainSubstring("PreparingSource: the source lists the destination's members; its controller has not converged yet"))
+	g.Expect(out).To(ContainSubstring("next step: prepare-source"))
+	g.Expect(out).To(ContainSubstring("source: replicas 3, 3 external members, policy Keep; not observed yet"))
+	g.Expect(out).To(ContainSubstring("destination: no Etcd"))
+	after := &v1alpha1.Etcd{}
+	g.Expect(clients[0].Get(ctx, client.ObjectKeyFromObject(src), after)).To(Succeed())
+	g.Expect(after.ResourceVersion).To(Equal(got.ResourceVersion), "--status writes nothing")
+	g.Expect(clients[1].Get(ctx, client.ObjectKeyFromObject(src), &v1alpha1.Etcd{})).To(MatchError(ContainSubstring("not found")))
+
+	_, err = run(append(base, "--status", "--abort")...)
+	g.Expect(err).To(MatchError(ContainSubstring("choose one")))
 }
