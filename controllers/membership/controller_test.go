@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -427,4 +428,64 @@ func TestHibernation(t *testing.T) {
 		g.Expect(m.ID).To(Equal(ids[m.Name]), "%s came back as the same member", m.Name)
 	}
 	g.Expect(changes(e.calls.snapshot())).To(BeEmpty(), "waking up needs no membership change")
+}
+
+// TestRefusedPodWindowPatchIsReported: an admission policy refuses
+// every update of the StatefulSet (as druid's component protection does
+// without the exemption docs/install.md asks for). The controller still
+// converges and writes status; the refusal is a Warning event, and the
+// StatefulSet is left as it was.
+func TestRefusedPodWindowPatchIsReported(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t)
+	ctx := context.Background()
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "protect-statefulsets-"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"statefulsets"}},
+				},
+			}}},
+			Validations: []admissionregistrationv1.Validation{{Expression: "false", Message: "only druid may write druid's StatefulSets"}},
+		},
+	}
+	g.Expect(k8s.Create(ctx, policy)).To(Succeed())
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "protect-statefulsets-"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        policy.Name,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+			MatchResources: &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{"kubernetes.io/metadata.name": e.ns},
+			}},
+		},
+	}
+	g.Expect(k8s.Create(ctx, binding)).To(Succeed())
+	t.Cleanup(func() {
+		_ = k8s.Delete(context.Background(), binding)
+		_ = k8s.Delete(context.Background(), policy)
+	})
+
+	etcd := e.newEtcd("ref", 3)
+	sts := druidStatefulSet(g, etcd)
+	// The policy takes effect once the API server has loaded it: until a
+	// probe update is refused, the test would prove nothing.
+	g.Eventually(func() error {
+		probe := &appsv1.StatefulSet{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(sts), probe); err != nil {
+			return err
+		}
+		probe.Labels = map[string]string{"probe": "1"}
+		return k8s.Update(ctx, probe)
+	}).WithTimeout(30 * time.Second).Should(MatchError(ContainSubstring("only druid may write druid's StatefulSets")))
+
+	e.startController()
+	converged(g, etcd, 1, 90*time.Second, names("ref", 0, 1, 2)...)
+	g.Eventually(func(g Gomega) {
+		g.Expect(reasons(events(g, etcd))).To(HaveKey("PodWindowNotSynced"))
+	}).WithTimeout(10 * time.Second).Should(Succeed())
+	g.Expect(podWindow(sts)(g)).To(BeEmpty(), "the refused patch changed nothing")
 }

@@ -180,7 +180,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			}
 			return
 		}
-		retErr = errors.Join(retErr, r.syncPodWindow(ctx, s.etcd))
+		r.syncPodWindow(ctx, s.etcd)
 	}()
 	return r.reconcile(logf.IntoContext(ctx, logf.FromContext(ctx).WithValues("etcd", req.NamespacedName)), s)
 }
@@ -323,16 +323,19 @@ func (r *Reconciler) execute(ctx context.Context, s *scope, key types.Namespaced
 // syncPodWindow lets druid's StatefulSet follow the pod window of the
 // status just written: druid rewrites its StatefulSet only on spec changes,
 // so without this the pod of a removed member would run (and crash-loop)
-// until the next one.
-func (r *Reconciler) syncPodWindow(ctx context.Context, e *v1alpha1.Etcd) error {
+// until the next one. A failure is reported, not returned: an error would
+// trade the reconcile's requeue interval for the rate limiter's backoff,
+// and a refused patch (druid's component protection without the exemption
+// docs/install.md asks for) would then slow every membership step.
+func (r *Reconciler) syncPodWindow(ctx context.Context, e *v1alpha1.Etcd) {
 	changed, err := webhook.SyncPodWindow(ctx, r.client, e)
-	if err != nil {
-		return err
-	}
-	if changed {
+	switch {
+	case err != nil:
+		logf.FromContext(ctx).Error(err, "the StatefulSet does not follow the pod window; druid's next update of it will", "window", members.PodWindow(e).String())
+		r.event(e, corev1.EventTypeWarning, "PodWindowNotSynced", "SyncPodWindow", "%v", err)
+	case changed:
 		r.event(e, corev1.EventTypeNormal, "PodWindowMoved", "SyncPodWindow", "the StatefulSet keeps the pods of ordinals %s", members.PodWindow(e))
 	}
-	return nil
 }
 
 // holdStalledLearner keeps a learner that was removed for making no
