@@ -52,3 +52,23 @@ func (e *Etcd) DruidEtcd() *druidv1alpha1.Etcd {
 func (e *Etcd) UsesExtension() bool {
 	return e.Spec.OrdinalStart != nil || len(e.Spec.ExternalMembers) > 0 || e.Spec.ExternalMembersPolicy != nil
 }
+
+// Votes reports whether the observed member is a voter (the leader
+// included), not a learner.
+func (m ObservedMember) Votes() bool {
+	return m.Role == MemberRoleVoter || m.Role == MemberRoleLeader
+}
+
+// Voters are the names of the observed members that vote, in status order.
+func (s *MembershipStatus) Voters() []string {
+	if s == nil {
+		return nil
+	}
+	var out []string
+	for _, m := range s.Members {
+		if m.Votes() {
+			out = append(out, m.Name)
+		}
+	}
+	return out
+}

@@ -107,3 +107,15 @@ func TestSchemeServesTheGroup(t *testing.T) {
 	}
 	g.Expect(v1alpha1.GroupVersion.String()).To(Equal("druid.gardener.cloud/v1alpha1"))
 }
+
+func TestVoters(t *testing.T) {
+	g := NewWithT(t)
+	st := &v1alpha1.MembershipStatus{Members: []v1alpha1.ObservedMember{
+		{Name: "a", Role: v1alpha1.MemberRoleVoter},
+		{Name: "b", Role: v1alpha1.MemberRoleLearner},
+		{Name: "c", Role: v1alpha1.MemberRoleLeader},
+	}}
+	g.Expect(st.Voters()).To(Equal([]string{"a", "c"}))
+	g.Expect(st.Members[1].Votes()).To(BeFalse())
+	g.Expect((*v1alpha1.MembershipStatus)(nil).Voters()).To(BeEmpty(), "not observed yet")
+}

@@ -85,7 +85,7 @@ func (r *Reconciler) reach(e *v1alpha1.Etcd) ([]membership.Endpoint, membership.
 	}
 	if st := e.Status.Membership; st != nil {
 		for _, m := range st.Members {
-			if m.Healthy && m.Role != v1alpha1.MemberRoleLearner {
+			if m.Healthy && m.Votes() {
 				hint.Healthy = append(hint.Healthy, m.Name)
 			}
 			if o, ok := members.Ordinal(e, m.Name); ok && !members.LocalOrdinals(e).Contains(o) {

@@ -273,12 +273,7 @@ func (s *scope) finish() {
 }
 
 func isVoter(st *v1alpha1.MembershipStatus, name string) bool {
-	for _, m := range st.Members {
-		if m.Name == name && m.Role != v1alpha1.MemberRoleLearner {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(st.Voters(), name)
 }
 
 // pendingStep is lastStep while its outcome is unknown. Its peer URLs (an

@@ -212,13 +212,7 @@ func converged(g Gomega, etcd *v1alpha1.Etcd, gen int64, timeout time.Duration, 
 		g.Expect(c).NotTo(BeNil())
 		g.Expect(c.ObservedGeneration).To(Equal(gen))
 		g.Expect(c.Status).To(Equal(metav1.ConditionTrue), "%s: %s", c.Reason, c.Message)
-		var voters []string
-		for _, m := range st.Members {
-			if m.Role != v1alpha1.MemberRoleLearner {
-				voters = append(voters, m.Name)
-			}
-		}
-		g.Expect(voters).To(ConsistOf(names))
+		g.Expect(st.Voters()).To(ConsistOf(names))
 	}).WithTimeout(timeout).WithPolling(250 * time.Millisecond).Should(Succeed())
 	return st
 }

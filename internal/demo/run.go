@@ -178,13 +178,7 @@ func (e *Env) Rehearse(ctx context.Context, out io.Writer, o RehearsalOptions) (
 	if src.Status.Membership == nil {
 		return rep, errors.New("the Etcd in cluster A has not been observed yet")
 	}
-	var voters []string
-	for _, m := range src.Status.Membership.Members {
-		if m.Role != v1alpha1.MemberRoleLearner {
-			voters = append(voters, m.Name)
-		}
-	}
-	ties := NewTieTracker(voters, e.SideOf)
+	ties := NewTieTracker(src.Status.Membership.Voters(), e.SideOf)
 	// The IDs of every member the cluster had during the run, to pick its
 	// role changes out of the members' logs.
 	ids := idSet{}

@@ -229,7 +229,7 @@ func (e *Env) observedVoters(ctx context.Context) ([]v1alpha1.ObservedMember, er
 	}
 	var out []v1alpha1.ObservedMember
 	for _, m := range best.Status.Membership.Members {
-		if m.Role == v1alpha1.MemberRoleVoter || m.Role == v1alpha1.MemberRoleLeader {
+		if m.Votes() {
 			out = append(out, m)
 		}
 	}

@@ -192,11 +192,6 @@ func Converged(e *v1alpha1.Etcd) bool {
 	return c != nil && c.Status == metav1.ConditionTrue && (c.ObservedGeneration == 0 || c.ObservedGeneration == e.Generation)
 }
 
-// voter reports whether an observed member votes.
-func voter(m v1alpha1.ObservedMember) bool {
-	return m.Role == v1alpha1.MemberRoleVoter || m.Role == v1alpha1.MemberRoleLeader
-}
-
 // observed are e's observed members (none before the first observation).
 func observed(e *v1alpha1.Etcd) []v1alpha1.ObservedMember {
 	if e == nil || e.Status.Membership == nil {
@@ -210,7 +205,7 @@ func localVoters(e *v1alpha1.Etcd) (voters, all int) {
 	for _, m := range observed(e) {
 		if members.IsLocal(e, m.Name) || m.Origin == v1alpha1.MemberOriginLocal {
 			all++
-			if voter(m) {
+			if m.Votes() {
 				voters++
 			}
 		}
@@ -267,7 +262,7 @@ func Voters(src, dst *v1alpha1.Etcd) (source, destination int, ok bool) {
 		return 0, 0, false
 	}
 	for _, m := range observed(view) {
-		if !voter(m) || m.Origin == v1alpha1.MemberOriginUnmanaged {
+		if !m.Votes() || m.Origin == v1alpha1.MemberOriginUnmanaged {
 			continue
 		}
 		if local := members.IsLocal(view, m.Name) || m.Origin == v1alpha1.MemberOriginLocal; local == mine {
