@@ -26,7 +26,7 @@ image: build ## the container image as bin/druid-stretch-image.tar, without Dock
 	$(BIN)/druid-stretch image --binary $(BIN)/druid-stretch-linux-$(ARCH) \
 		--output $(BIN)/druid-stretch-image.tar --tag $(IMAGE):$(VERSION) --version $(VERSION)
 
-test-binaries: ## etcd and kube-apiserver, built once per machine into bin/
+test-binaries: ## etcd, the Kubernetes control plane, etcd-druid and etcdbrctl once per machine, the static project binaries on every run, into bin/
 	hack/test-binaries.sh
 
 test: test-binaries lint verify-generate ## every test, on real etcd and a real kube-apiserver

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -26,6 +27,17 @@ type ClientOption func(*Client)
 // WithHTTPClient replaces the HTTP client (its transport's TLS settings are
 // then the caller's business).
 func WithHTTPClient(c *http.Client) ClientOption { return func(cl *Client) { cl.http = c } }
+
+// WithDialContext makes the client's connections through dial, for a
+// caller whose sidecars sit in another network namespace (the test sites'
+// pods) or behind a proxy of its own.
+func WithDialContext(dial func(ctx context.Context, network, addr string) (net.Conn, error)) ClientOption {
+	return func(cl *Client) {
+		if tr, ok := cl.http.Transport.(*http.Transport); ok {
+			tr.DialContext = dial
+		}
+	}
+}
 
 // WithTimeout bounds each call (default 30 s, longer than the sidecar's own
 // etcd timeouts so that its answer arrives rather than a client timeout).

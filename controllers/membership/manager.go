@@ -36,8 +36,10 @@ type ManagerOptions struct {
 	LeaderElectionNamespace string
 	// LeaderElectionID names the lease (default druid-stretch-membership).
 	LeaderElectionID string
-	// WebhookPort and WebhookCertDir configure the webhook server; it only
-	// serves once webhooks are registered on it (controllers/webhook).
+	// WebhookHost, WebhookPort and WebhookCertDir configure the webhook
+	// server (an empty host means every interface); it only serves once
+	// webhooks are registered on it (controllers/webhook).
+	WebhookHost    string
 	WebhookPort    int
 	WebhookCertDir string
 	// Resolver reaches the local members (default DNSResolver on
@@ -89,7 +91,7 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (manager.Manager, error) {
 		LeaderElectionNamespace:       o.LeaderElectionNamespace,
 		LeaderElectionID:              o.LeaderElectionID,
 		LeaderElectionReleaseOnCancel: true,
-		WebhookServer:                 webhook.NewServer(webhook.Options{Port: o.WebhookPort, CertDir: o.WebhookCertDir}),
+		WebhookServer:                 webhook.NewServer(webhook.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.WebhookCertDir}),
 	}
 	if len(o.Namespaces) > 0 {
 		mo.Cache.DefaultNamespaces = map[string]cache.Config{}

@@ -18,6 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/druid-stretch/druid-stretch/internal/childproc"
 	"github.com/druid-stretch/druid-stretch/internal/pki"
 )
 
@@ -203,8 +204,7 @@ func (m *Member) spawn(initialCluster string, state ClusterState) (*process, err
 	cmd.Dir = filepath.Dir(m.DataDir)
 	cmd.Env = etcdEnv()
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = childProcAttr()
-	if err := startChild(cmd); err != nil {
+	if err := childproc.Start(cmd); err != nil {
 		return nil, fmt.Errorf("localetcd: starting etcd for %q (%s): %w", m.Name, m.r.opts.EtcdBinary, err)
 	}
 	p := &process{cmd: cmd, pid: cmd.Process.Pid, done: make(chan struct{}), logStart: logStart}

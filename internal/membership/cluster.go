@@ -16,6 +16,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -38,6 +39,9 @@ type Config struct {
 	// serving certificates and the client certificate that mutating calls
 	// need. Nil for plain http.
 	TLS *tls.Config
+	// DialContext, when set, makes every connection to a sidecar (the test
+	// sites reach their pods' network namespaces through it).
+	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 	// ObserveTimeout bounds one GET /v1/members (default 5 s; the sidecar
 	// polls every member with a 1 s limit).
 	ObserveTimeout time.Duration
@@ -178,7 +182,11 @@ func (c *Cluster) client(url string) *sidecar.Client {
 	if cl, ok := c.clients[url]; ok {
 		return cl
 	}
-	cl := sidecar.NewClient(url, c.cfg.TLS, sidecar.WithTimeout(c.cfg.CallTimeout))
+	opts := []sidecar.ClientOption{sidecar.WithTimeout(c.cfg.CallTimeout)}
+	if c.cfg.DialContext != nil {
+		opts = append(opts, sidecar.WithDialContext(c.cfg.DialContext))
+	}
+	cl := sidecar.NewClient(url, c.cfg.TLS, opts...)
 	c.clients[url] = cl
 	return cl
 }

@@ -1,5 +1,6 @@
-// Package testbin finds the real etcd and kube-apiserver binaries that
-// hack/test-binaries.sh builds, and builds them on demand for the demo.
+// Package testbin finds the real binaries that hack/test-binaries.sh builds
+// (etcd, the Kubernetes control plane, etcd-druid, etcdbrctl and this
+// project's own static binaries), and builds them on demand.
 package testbin
 
 import (
@@ -49,19 +50,70 @@ func Dir() (string, error) {
 	return filepath.Join(root, "bin", "envtest"), nil
 }
 
+// Bin is the folder hack/test-binaries.sh builds into: $DRUID_STRETCH_BIN
+// when set, else bin in the repository.
+func Bin() (string, error) {
+	if d := os.Getenv("DRUID_STRETCH_BIN"); d != "" {
+		return d, nil
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", fmt.Errorf("%w; or set DRUID_STRETCH_BIN", err)
+	}
+	return filepath.Join(root, "bin"), nil
+}
+
 // Etcd is the path of the etcd binary ($DRUID_STRETCH_ETCD overrides it).
-func Etcd() (string, error) { return find("etcd", "DRUID_STRETCH_ETCD") }
+func Etcd() (string, error) { return inEnvtest("etcd", "DRUID_STRETCH_ETCD") }
 
 // KubeAPIServer is the path of the kube-apiserver binary.
-func KubeAPIServer() (string, error) { return find("kube-apiserver", "") }
+func KubeAPIServer() (string, error) { return inEnvtest("kube-apiserver", "") }
 
-func find(name, env string) (string, error) {
+// KubeControllerManager is the path of the kube-controller-manager binary.
+func KubeControllerManager() (string, error) { return inEnvtest("kube-controller-manager", "") }
+
+// KubeScheduler is the path of the kube-scheduler binary.
+func KubeScheduler() (string, error) { return inEnvtest("kube-scheduler", "") }
+
+// EtcdDruid is the path of the real etcd-druid manager.
+func EtcdDruid() (string, error) { return inBin("etcd-druid") }
+
+// Etcdbrctl is the path of the real etcd-backup-restore binary, static.
+func Etcdbrctl() (string, error) { return inBin("etcdbrctl") }
+
+// EtcdWrapper is the path of the static etcd-wrapper stand-in
+// (hack/standins/etcd-wrapper).
+func EtcdWrapper() (string, error) { return inBin("etcd-wrapper") }
+
+// PodSandbox is the path of the static pod-sandbox (hack/standins/pod-sandbox).
+func PodSandbox() (string, error) { return inBin("pod-sandbox") }
+
+// DruidStretchStatic is the path of a static druid-stretch binary, for pods.
+func DruidStretchStatic() (string, error) { return inBin("druid-stretch-static") }
+
+// binaries lists every binary hack/test-binaries.sh provides.
+var binaries = []func() (string, error){
+	Etcd, KubeAPIServer, KubeControllerManager, KubeScheduler,
+	EtcdDruid, Etcdbrctl, EtcdWrapper, PodSandbox, DruidStretchStatic,
+}
+
+// inEnvtest finds name in Dir, unless the environment variable env names it.
+func inEnvtest(name, env string) (string, error) {
 	if env != "" {
 		if p := os.Getenv(env); p != "" {
 			return executable(p, name)
 		}
 	}
 	dir, err := Dir()
+	if err != nil {
+		return "", err
+	}
+	return executable(filepath.Join(dir, name), name)
+}
+
+// inBin finds name in Bin.
+func inBin(name string) (string, error) {
+	dir, err := Bin()
 	if err != nil {
 		return "", err
 	}
@@ -79,12 +131,13 @@ func executable(path, name string) (string, error) {
 	return path, nil
 }
 
-// Ensure builds the binaries when they are missing, streaming the hack
-// script's progress to out. It is a no-op once both are built.
+// Ensure builds the binaries when any is missing, streaming the hack script's
+// progress to out; on a fresh machine that takes many minutes. It is a no-op
+// once all are built, so it does not refresh the binaries built from this
+// repository (etcd-wrapper, pod-sandbox, druid-stretch-static): every run of
+// the script does.
 func Ensure(ctx context.Context, out io.Writer) error {
-	_, etcdErr := Etcd()
-	_, kasErr := KubeAPIServer()
-	if etcdErr == nil && kasErr == nil {
+	if missing() == nil {
 		return nil
 	}
 	root, err := RepoRoot()
@@ -97,7 +150,18 @@ func Ensure(ctx context.Context, out io.Writer) error {
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("building the test binaries with hack/test-binaries.sh: %w", err)
 	}
-	return nil
+	return missing()
+}
+
+// missing names every binary that cannot be found, or is nil.
+func missing() error {
+	var errs []error
+	for _, find := range binaries {
+		if _, err := find(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Environment is an envtest environment on the real binaries, with the

@@ -103,6 +103,12 @@ func Render(opts Options) (*Rendered, error) {
 	if err != nil {
 		return nil, err
 	}
+	return RenderChart(ch, opts)
+}
+
+// RenderChart renders any loaded chart as Render renders druid-stretch's
+// (a test site renders etcd-druid's own chart with it).
+func RenderChart(ch *helmchart.Chart, opts Options) (*Rendered, error) {
 	kv := opts.KubeVersion
 	if kv == "" {
 		kv = DefaultKubeVersion

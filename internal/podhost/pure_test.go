@@ -1,0 +1,75 @@
+package podhost
+
+import (
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+)
+
+func TestExpandFollowsKubernetesRules(t *testing.T) {
+	g := NewWithT(t)
+	env := []string{"POD_NAME=etcd-main-0", "NS=shoot", "POD_NAME=etcd-main-1"}
+	for in, want := range map[string]string{
+		"--name=$(POD_NAME)": "--name=etcd-main-1", // the later definition wins
+		"$(NS)/$(POD_NAME)":  "shoot/etcd-main-1",
+		"$$(POD_NAME)":       "$(POD_NAME)", // $$ escapes
+		"$(UNKNOWN)":         "$(UNKNOWN)",  // unknown stays as written
+		"cost: $5":           "cost: $5",
+		"$(unterminated":     "$(unterminated",
+		"plain":              "plain",
+		"trailing $":         "trailing $",
+	} {
+		g.Expect(expand(in, env)).To(Equal(want), in)
+	}
+}
+
+func TestCommandLineUsesTheImageEntrypointUnlessACommandIsGiven(t *testing.T) {
+	g := NewWithT(t)
+	img := Image{Binary: "/bin/etcdbrctl", Entrypoint: "/etcdbrctl"}
+	env := []string{"PORT=8080"}
+
+	argv, err := commandLine(corev1.Container{Name: "br", Args: []string{"server", "--server-port=$(PORT)"}}, img, env)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(argv).To(Equal([]string{"/etcdbrctl", "server", "--server-port=8080"}))
+
+	argv, err = commandLine(corev1.Container{Name: "init", Command: []string{"chown", "-R", "1:1", "/x"}}, Image{}, env)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(argv).To(Equal([]string{"chown", "-R", "1:1", "/x"}))
+
+	_, err = commandLine(corev1.Container{Name: "c", Image: "alpine:3"}, Image{}, env)
+	g.Expect(err).To(MatchError(ContainSubstring("container c has no command and its image alpine:3 no entrypoint")))
+}
+
+func TestImagesLookupByRepositoryOrLastElement(t *testing.T) {
+	g := NewWithT(t)
+	im := Images{
+		"etcdbrctl":                            {Binary: "/b/etcdbrctl", Entrypoint: "/etcdbrctl"},
+		"registry.example:5000/team/etcdbrctl": {Binary: "/b/other", Entrypoint: "/etcdbrctl"},
+	}
+	img, err := im.Lookup("europe-docker.pkg.dev/gardener-project/public/gardener/etcdbrctl:v0.43.0")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(img.Binary).To(Equal("/b/etcdbrctl"))
+
+	img, err = im.Lookup("registry.example:5000/team/etcdbrctl@sha256:abc")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(img.Binary).To(Equal("/b/other"), "the full repository wins, a registry port is no tag")
+
+	_, err = im.Lookup("docker.io/library/nginx:1")
+	g.Expect(err).To(MatchError(ContainSubstring(`image "docker.io/library/nginx:1" has no local stand-in`)))
+}
+
+func TestCredentialsPreferTheContainerOverThePod(t *testing.T) {
+	g := NewWithT(t)
+	pod := &corev1.Pod{Spec: corev1.PodSpec{SecurityContext: &corev1.PodSecurityContext{
+		RunAsUser: ptr.To[int64](65532), RunAsGroup: ptr.To[int64](65532), FSGroup: ptr.To[int64](65532), SupplementalGroups: []int64{7},
+	}}}
+	uid, gid, groups := credentials(pod, corev1.Container{})
+	g.Expect([]uint32{uid, gid}).To(Equal([]uint32{65532, 65532}))
+	g.Expect(groups).To(Equal([]uint32{7, 65532}))
+
+	uid, gid, _ = credentials(pod, corev1.Container{SecurityContext: &corev1.SecurityContext{RunAsUser: ptr.To[int64](0), RunAsGroup: ptr.To[int64](0)}})
+	g.Expect([]uint32{uid, gid}).To(Equal([]uint32{0, 0}))
+	g.Expect(home(65532)).To(Equal("/home/nonroot"))
+}

@@ -1,0 +1,138 @@
+package site
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
+)
+
+// startControlPlane starts etcd and kube-apiserver (envtest, with druid's
+// CRDs), then kube-controller-manager and kube-scheduler, each under the
+// user its bootstrap RBAC role is made for.
+func (s *Site) startControlPlane(ctx context.Context) error {
+	env, err := testbin.Environment()
+	if err != nil {
+		return err
+	}
+	crds, err := druidCRDs()
+	if err != nil {
+		return err
+	}
+	// druid's own CRDs, as its chart installs them; druid-stretch's chart
+	// replaces the Etcd CRD later, as on a real seed.
+	env.CRDDirectoryPaths = []string{crds}
+	if env.ControlPlane.APIServer == nil {
+		env.ControlPlane.APIServer = &envtest.APIServer{}
+	}
+	// envtest turns the ServiceAccount admission plugin off; real clusters
+	// have it, and druid's pods rely on it for their API token
+	// (backup-restore renews the member leases with it).
+	env.ControlPlane.APIServer.Configure().Disable("disable-admission-plugins")
+	cfg, err := env.Start()
+	if err != nil {
+		return fmt.Errorf("starting etcd and kube-apiserver: %w", err)
+	}
+	s.env = env
+	s.onStop(env.Stop)
+	s.Config = cfg
+	if err := s.newClients(); err != nil {
+		return err
+	}
+
+	pki := filepath.Join(s.Dir, "pki")
+	if err := os.MkdirAll(pki, 0o700); err != nil {
+		return err
+	}
+	rootCA := filepath.Join(pki, "ca.crt")
+	if err := os.WriteFile(rootCA, cfg.CAData, 0o644); err != nil {
+		return err
+	}
+	certDir := env.ControlPlane.APIServer.CertDir
+	if s.AdminKubeconfig, err = s.kubeconfig("site-admin", "system:masters"); err != nil {
+		return err
+	}
+
+	kcmKubeconfig, err := s.kubeconfig("system:kube-controller-manager")
+	if err != nil {
+		return err
+	}
+	bin, err := testbin.KubeControllerManager()
+	if err != nil {
+		return err
+	}
+	kcmPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	kcm, err := s.start("kube-controller-manager", bin, []string{
+		"--kubeconfig=" + kcmKubeconfig,
+		"--authentication-kubeconfig=" + kcmKubeconfig,
+		"--authorization-kubeconfig=" + kcmKubeconfig,
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(kcmPort),
+		"--cert-dir=" + filepath.Join(s.Dir, "kube-controller-manager"),
+		// Each controller acts under its own ServiceAccount, as kubeadm
+		// sets it up: the bootstrap RBAC roles are made for that.
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file=" + filepath.Join(certDir, "sa-signer.key"),
+		// The root CA publisher writes kube-root-ca.crt into every
+		// namespace: projected ServiceAccount volumes read it.
+		"--root-ca-file=" + rootCA,
+		"--cluster-name=site",
+		"--controllers=*",
+	}, nil)
+	if err != nil {
+		return err
+	}
+	if err := waitHealthy(ctx, kcm, fmt.Sprintf("https://127.0.0.1:%d/healthz", kcmPort)); err != nil {
+		return err
+	}
+
+	schedKubeconfig, err := s.kubeconfig("system:kube-scheduler")
+	if err != nil {
+		return err
+	}
+	bin, err = testbin.KubeScheduler()
+	if err != nil {
+		return err
+	}
+	schedPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	sched, err := s.start("kube-scheduler", bin, []string{
+		"--kubeconfig=" + schedKubeconfig,
+		"--authentication-kubeconfig=" + schedKubeconfig,
+		"--authorization-kubeconfig=" + schedKubeconfig,
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(schedPort),
+		"--cert-dir=" + filepath.Join(s.Dir, "kube-scheduler"),
+	}, nil)
+	if err != nil {
+		return err
+	}
+	return waitHealthy(ctx, sched, fmt.Sprintf("https://127.0.0.1:%d/healthz", schedPort))
+}
+
+// kubeconfig writes a kubeconfig of the site's API server for user (a
+// client certificate issued by envtest) and returns its path.
+func (s *Site) kubeconfig(user string, groups ...string) (string, error) {
+	u, err := s.env.ControlPlane.AddUser(envtest.User{Name: user, Groups: groups}, nil)
+	if err != nil {
+		return "", fmt.Errorf("a client certificate for %s: %w", user, err)
+	}
+	raw, err := u.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(s.Dir, "pki", filepath.Base(user)+".kubeconfig")
+	return path, os.WriteFile(path, raw, 0o600)
+}

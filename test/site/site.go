@@ -1,0 +1,177 @@
+// Package site starts a real test site: one Kubernetes cluster made of the
+// real parts an etcd-druid operator runs, on this machine, for the tests.
+//
+//   - etcd and kube-apiserver (envtest), with the ServiceAccount admission
+//     plugin on, as in every real cluster;
+//   - the real kube-controller-manager (StatefulSet, PersistentVolume binder,
+//     garbage collector, root CA publisher, EndpointSlice and the rest of its
+//     default controllers) and the real kube-scheduler;
+//   - a default StorageClass served by a hostPath provisioner
+//     (sig-storage-lib-external-provisioner);
+//   - the real etcd-druid manager, configured by its own Helm chart (the
+//     operator configuration and RBAC the chart renders);
+//   - a node stand-in (internal/podhost) where kubelet would be: every Pod
+//     bound to it runs as sandboxed host processes, from the Pod as the API
+//     server holds it, each pod in a network namespace of its own
+//     (internal/podnet). Image references map to local binaries: the real
+//     etcdbrctl, the etcd-wrapper stand-in, the druid-stretch binary;
+//   - optionally druid-stretch, installed from its chart: the extended Etcd
+//     CRD, the chart's RBAC and webhook configurations, and the controller
+//     with its webhooks running in this process.
+//
+// Every process the site starts dies with it, on every exit path. What the
+// site does not reproduce, and why, is listed in docs/sites.md.
+package site
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/druid-stretch/druid-stretch/controllers/membership"
+	"github.com/druid-stretch/druid-stretch/internal/podhost"
+	"github.com/druid-stretch/druid-stretch/internal/podnet"
+)
+
+// ClusterDomain is the DNS domain of every site.
+const ClusterDomain = "cluster.local"
+
+// Options configure a site.
+type Options struct {
+	// Dir holds everything the site writes: certificates, kubeconfigs,
+	// logs/ (one file per process), the node's pods and hostpath/ (the
+	// node's hostPath volumes and the provisioner's volumes). Required.
+	Dir string
+	// DruidStretch installs druid-stretch besides druid.
+	DruidStretch bool
+	// Logger receives the site's own events (the node stand-in, the
+	// in-process controller).
+	Logger logr.Logger
+}
+
+// Site is a running site.
+type Site struct {
+	// Dir is Options.Dir.
+	Dir string
+	// Config is an admin (system:masters) client configuration.
+	Config *rest.Config
+	// Client is an admin client whose scheme knows the extended Etcd.
+	Client client.Client
+	// AdminKubeconfig is the path of an admin kubeconfig (kubectl
+	// --kubeconfig), under Dir/pki.
+	AdminKubeconfig string
+	// Kube is an admin clientset.
+	Kube kubernetes.Interface
+	// Network is the pod network.
+	Network *podnet.Network
+	// Node is the node stand-in.
+	Node *podhost.Host
+	// HostPathRoot is where the node's hostPath volumes live: a Pod's
+	// hostPath /a/b is HostPathRoot/a/b here.
+	HostPathRoot string
+
+	opts Options
+	env  *envtest.Environment
+	log  logr.Logger
+
+	mu    sync.Mutex
+	stops []func() error
+}
+
+// Start starts a site; on error, everything already started is stopped.
+func Start(ctx context.Context, opts Options) (s *Site, err error) {
+	if opts.Dir == "" {
+		return nil, errors.New("site: Options.Dir is required")
+	}
+	s = &Site{Dir: opts.Dir, opts: opts, log: opts.Logger.WithName("site"), HostPathRoot: filepath.Join(opts.Dir, "hostpath")}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, s.Stop())
+			s = nil
+		}
+	}()
+	for _, d := range []string{"logs", "hostpath"} {
+		if err := os.MkdirAll(filepath.Join(s.Dir, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	steps := []struct {
+		what string
+		run  func(context.Context) error
+	}{
+		{"the control plane", s.startControlPlane},
+		{"the storage provisioner", s.startProvisioner},
+		{"the node stand-in", s.startNode},
+		{"etcd-druid", s.startDruid},
+	}
+	if opts.DruidStretch {
+		steps = append(steps, struct {
+			what string
+			run  func(context.Context) error
+		}{"druid-stretch", s.startDruidStretch})
+	}
+	for _, step := range steps {
+		if err := step.run(ctx); err != nil {
+			return nil, fmt.Errorf("site: starting %s: %w", step.what, err)
+		}
+	}
+	return s, nil
+}
+
+// onStop registers fn to run at Stop, before everything registered earlier.
+func (s *Site) onStop(fn func() error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stops = append(s.stops, fn)
+}
+
+// Stop stops everything in the reverse order of its start: druid-stretch,
+// druid, the node (its pods get their grace period), the provisioner, the
+// control plane. It is safe to call twice.
+func (s *Site) Stop() error {
+	s.mu.Lock()
+	stops := s.stops
+	s.stops = nil
+	s.mu.Unlock()
+	var errs []error
+	for i := len(stops) - 1; i >= 0; i-- {
+		errs = append(errs, stops[i]())
+	}
+	return errors.Join(errs...)
+}
+
+// DialContext dials addr in the pod network, as a pod of the site would: a
+// name is a pod's or a Service's DNS name, and a name ending in ".svc" gets
+// the cluster domain, as a pod's resolver search path adds it. It fits
+// http.Transport.DialContext and, wrapped, grpc.WithContextDialer.
+func (s *Site) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err == nil && strings.HasSuffix(host, ".svc") {
+		addr = net.JoinHostPort(host+"."+ClusterDomain, port)
+	}
+	return s.Network.DialContext(ctx, network, addr)
+}
+
+// newClients fills Client and Kube from Config.
+func (s *Site) newClients() error {
+	scheme, err := membership.Scheme()
+	if err != nil {
+		return err
+	}
+	if s.Client, err = client.New(s.Config, client.Options{Scheme: scheme}); err != nil {
+		return err
+	}
+	s.Kube, err = kubernetes.NewForConfig(s.Config)
+	return err
+}

@@ -1,0 +1,414 @@
+package site
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	druidv1alpha1 "github.com/gardener/etcd-druid/api/core/v1alpha1"
+	. "github.com/onsi/gomega"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/yaml"
+
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/controllers/webhook"
+)
+
+// TestPlainEtcdOnRealSites: a plain druid Etcd comes up, backs up, heals a
+// deleted pod and restores, the same with and without druid-stretch
+// installed; with druid-stretch, an Etcd that opts in gets the sidecar in
+// every pod and its membership reported through it.
+func TestPlainEtcdOnRealSites(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("a real site needs root: its pods get network namespaces and chroots")
+	}
+	for _, tc := range []struct {
+		name    string
+		stretch bool
+	}{
+		{"without druid-stretch", false},
+		{"with druid-stretch", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startSite(t, tc.stretch)
+			t.Run("a plain Etcd is druid's alone", func(t *testing.T) { plainEtcdLifecycle(t, s) })
+			if tc.stretch {
+				t.Run("an Etcd that opts in gets the sidecar", func(t *testing.T) { optedInEtcd(t, s) })
+			}
+		})
+	}
+}
+
+// startSite starts a site for the test, logging to a file that is named
+// when the test fails, and stops it when the test ends.
+func startSite(t *testing.T, stretch bool) *Site {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "druid-stretch-site-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logFile, err := os.Create(filepath.Join(dir, "site.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s, err := Start(ctx, Options{Dir: dir, DruidStretch: stretch, Logger: ctrlzap.New(ctrlzap.WriteTo(logFile))})
+	if err != nil {
+		t.Fatalf("starting the site (logs in %s): %v", dir, err)
+	}
+	t.Cleanup(func() {
+		if err := s.Stop(); err != nil {
+			t.Errorf("stopping the site: %v", err)
+		}
+		_ = logFile.Close()
+		if t.Failed() {
+			t.Logf("the site's logs (processes in logs/, containers in node/): %s", dir)
+		} else {
+			_ = os.RemoveAll(dir)
+		}
+	})
+	return s
+}
+
+// plainEtcdLifecycle: testdata/etcd-main.yaml (three members, Local store)
+// reaches Ready as druid reports it, with pods running exactly druid's two
+// containers; written keys land in a full snapshot in the Local store; a
+// deleted pod comes back as the same member with its data; a new Etcd
+// restored from the store holds the keys.
+func plainEtcdLifecycle(t *testing.T, s *Site) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := createNamespace(t, s, "shoot--plain")
+	e := applyEtcd(t, s, ns, "testdata/etcd-main.yaml", nil)
+	waitEtcdReady(t, s, e, 3)
+
+	pods := etcdPods(t, s, e)
+	g.Expect(pods).To(HaveLen(3))
+	for _, p := range pods {
+		g.Expect(containerNames(p)).To(ConsistOf("etcd", "backup-restore"),
+			"pod %s: druid's containers only, no druid-stretch sidecar for an Etcd without an extension field", p.Name)
+	}
+
+	cli := etcdClient(t, s, e)
+	members, err := cli.MemberList(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(memberNames(members)).To(ConsistOf("etcd-main-0", "etcd-main-1", "etcd-main-2"))
+	want := map[string]string{}
+	var rev int64
+	for i := range 10 {
+		k, v := fmt.Sprintf("/site/key-%d", i), fmt.Sprintf("value-%d", i)
+		resp, err := cli.Put(ctx, k, v)
+		g.Expect(err).NotTo(HaveOccurred())
+		want[k], rev = v, resp.Header.Revision
+	}
+
+	// backup-restore's leader takes a full snapshot on request (druid's
+	// EtcdOpsTask asks the same endpoint); it lands in the Local store.
+	triggerFullSnapshot(t, s, e)
+	store := filepath.Join(s.HostPathRoot, "etc", "gardener", "local-backupbuckets", "backups", "etcd-main")
+	g.Expect(fullSnapshots(t, store)).To(ContainElement(BeNumerically(">=", rev)),
+		"a full snapshot in %s holds revision %d", store, rev)
+
+	// A deleted pod comes back, from druid's StatefulSet, as the same
+	// member with its data (its PVC outlives it).
+	victim := pods[1]
+	before := memberID(members, victim.Name)
+	g.Expect(s.Client.Delete(ctx, &victim)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		var p corev1.Pod
+		g.Expect(s.Client.Get(ctx, client.ObjectKeyFromObject(&victim), &p)).To(Succeed())
+		g.Expect(p.UID).NotTo(Equal(victim.UID))
+		g.Expect(podReady(&p)).To(BeTrue(), "pod %s ready", p.Name)
+	}).WithTimeout(4 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	waitEtcdReady(t, s, e, 3)
+	members, err = cli.MemberList(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(memberID(members, victim.Name)).To(Equal(before), "the pod came back as the same member")
+	g.Expect(readAll(t, s, e, victim.Name)).To(Equal(want), "the pod's member holds the data from before its deletion")
+
+	// Disaster recovery: the cluster is gone, a new Etcd on the same store
+	// is restored by backup-restore from the snapshots.
+	g.Expect(s.Client.Delete(ctx, e)).To(Succeed())
+	g.Eventually(func() int { return len(etcdPods(t, s, e)) }).WithTimeout(2 * time.Minute).Should(BeZero())
+	restored := applyEtcd(t, s, ns, "testdata/etcd-main.yaml", func(o *unstructured.Unstructured) {
+		o.SetName("etcd-restored")
+		g.Expect(unstructured.SetNestedField(o.Object, int64(1), "spec", "replicas")).To(Succeed())
+	})
+	waitEtcdReady(t, s, restored, 1)
+	g.Expect(readAll(t, s, restored, "etcd-restored-0")).To(Equal(want), "the restored Etcd holds every key written before the snapshot")
+}
+
+// optedInEtcd: an Etcd with the smallest extension (ordinalStart: 0, the
+// druid default made explicit) runs on real druid with the sidecar the
+// webhook injects; druid reports it Ready and druid-stretch reports its
+// membership, observed through the sidecars.
+func optedInEtcd(t *testing.T, s *Site) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := createNamespace(t, s, "shoot--stretch")
+	e := applyEtcd(t, s, ns, "testdata/etcd-main.yaml", func(o *unstructured.Unstructured) {
+		g.Expect(unstructured.SetNestedField(o.Object, int64(0), "spec", "ordinalStart")).To(Succeed())
+		g.Expect(unstructured.SetNestedField(o.Object, "etcd-stretch", "spec", "backup", "store", "prefix")).To(Succeed())
+	})
+	waitEtcdReady(t, s, e, 3)
+	for _, p := range etcdPods(t, s, e) {
+		g.Expect(containerNames(p)).To(ConsistOf("etcd", "backup-restore", webhook.SidecarContainerName), "pod %s", p.Name)
+		g.Expect(podReady(&p)).To(BeTrue(), "pod %s", p.Name)
+	}
+	g.Eventually(func(g Gomega) {
+		var got v1alpha1.Etcd
+		g.Expect(s.Client.Get(ctx, client.ObjectKeyFromObject(e), &got)).To(Succeed())
+		m := got.Status.Membership
+		g.Expect(m).NotTo(BeNil())
+		g.Expect(apimeta.IsStatusConditionTrue(m.Conditions, v1alpha1.ConditionMembershipConverged)).To(BeTrue(), "conditions: %+v", m.Conditions)
+		var names []string
+		for _, om := range m.Members {
+			if om.Votes() {
+				names = append(names, om.Name)
+			}
+		}
+		g.Expect(names).To(ConsistOf("etcd-main-0", "etcd-main-1", "etcd-main-2"))
+	}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+}
+
+func createNamespace(t *testing.T, s *Site, name string) string {
+	t.Helper()
+	if err := s.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// applyEtcd creates the Etcd of a manifest in ns, edited by edit, as an
+// operator's `kubectl create` would (strict field validation), and returns
+// it.
+func applyEtcd(t *testing.T, s *Site, ns, manifest string, edit func(*unstructured.Unstructured)) *v1alpha1.Etcd {
+	t.Helper()
+	raw, err := os.ReadFile(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal(raw, &o.Object); err != nil {
+		t.Fatal(err)
+	}
+	o.SetNamespace(ns)
+	if edit != nil {
+		edit(o)
+	}
+	if err := s.Client.Create(context.Background(), o, client.FieldValidation("Strict")); err != nil {
+		t.Fatalf("creating Etcd %s/%s: %v", ns, o.GetName(), err)
+	}
+	return &v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: o.GetName()}}
+}
+
+// waitEtcdReady waits until druid reports the Etcd Ready with replicas
+// ready members; on timeout it names what druid and the pods said.
+func waitEtcdReady(t *testing.T, s *Site, e *v1alpha1.Etcd, replicas int32) {
+	t.Helper()
+	NewWithT(t).Eventually(func(g Gomega) {
+		var got v1alpha1.Etcd
+		g.Expect(s.Client.Get(context.Background(), client.ObjectKeyFromObject(e), &got)).To(Succeed())
+		g.Expect(got.Status.ObservedGeneration).To(Equal(ptr.To(got.Generation)), "druid reconciled the current spec")
+		g.Expect(got.DruidEtcd().IsReady()).To(BeTrue(), "druid's conditions: %s; pods: %s", conditions(got.Status.Conditions), podSummary(t, s, e))
+		g.Expect(got.Status.ReadyReplicas).To(Equal(replicas))
+	}).WithTimeout(5 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+}
+
+func conditions(cs []druidv1alpha1.Condition) string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, fmt.Sprintf("%s=%s (%s)", c.Type, c.Status, c.Message))
+	}
+	return strings.Join(out, "; ")
+}
+
+func podSummary(t *testing.T, s *Site, e *v1alpha1.Etcd) string {
+	var out []string
+	for _, p := range etcdPods(t, s, e) {
+		var cs []string
+		for _, c := range p.Status.ContainerStatuses {
+			state := "running"
+			switch {
+			case c.State.Waiting != nil:
+				state = "waiting " + c.State.Waiting.Reason
+			case c.State.Terminated != nil:
+				state = fmt.Sprintf("exited %d", c.State.Terminated.ExitCode)
+			}
+			cs = append(cs, fmt.Sprintf("%s %s ready=%t restarts=%d", c.Name, state, c.Ready, c.RestartCount))
+		}
+		out = append(out, fmt.Sprintf("%s %s [%s]", p.Name, p.Status.Phase, strings.Join(cs, ", ")))
+	}
+	return strings.Join(out, "; ")
+}
+
+// etcdPods are the Etcd's pods, by name.
+func etcdPods(t *testing.T, s *Site, e *v1alpha1.Etcd) []corev1.Pod {
+	t.Helper()
+	var list corev1.PodList
+	if err := s.Client.List(context.Background(), &list, client.InNamespace(e.Namespace),
+		client.MatchingLabels{druidv1alpha1.LabelPartOfKey: e.Name}); err != nil {
+		t.Fatal(err)
+	}
+	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
+	return list.Items
+}
+
+func containerNames(p corev1.Pod) []string {
+	var names []string
+	for _, c := range p.Spec.Containers {
+		names = append(names, c.Name)
+	}
+	return names
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// podAddr is a pod's DNS name and port in the site, as druid names it
+// (<pod>.<etcd>-peer.<namespace>.svc).
+func podAddr(e *v1alpha1.Etcd, pod string, port int) string {
+	return net.JoinHostPort(fmt.Sprintf("%s.%s.%s.svc", pod, druidv1alpha1.GetPeerServiceName(e.ObjectMeta), e.Namespace), strconv.Itoa(port))
+}
+
+// etcdClientOf is an etcd client of the given pods' members, dialing
+// through the pod network.
+func etcdClientOf(t *testing.T, s *Site, e *v1alpha1.Etcd, pods ...string) *clientv3.Client {
+	t.Helper()
+	var eps []string
+	for _, p := range pods {
+		eps = append(eps, "http://"+podAddr(e, p, 2379))
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   eps,
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return s.DialContext(ctx, "tcp", addr)
+		})},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+func etcdClient(t *testing.T, s *Site, e *v1alpha1.Etcd) *clientv3.Client {
+	var pods []string
+	for _, p := range etcdPods(t, s, e) {
+		pods = append(pods, p.Name)
+	}
+	return etcdClientOf(t, s, e, pods...)
+}
+
+// readAll reads every /site/ key from pod's member alone, serializable:
+// what that member holds, not what a quorum says.
+func readAll(t *testing.T, s *Site, e *v1alpha1.Etcd, pod string) map[string]string {
+	t.Helper()
+	resp, err := etcdClientOf(t, s, e, pod).Get(context.Background(), "/site/", clientv3.WithPrefix(), clientv3.WithSerializable())
+	if err != nil {
+		t.Fatalf("reading from %s: %v", pod, err)
+	}
+	out := map[string]string{}
+	for _, kv := range resp.Kvs {
+		out[string(kv.Key)] = string(kv.Value)
+	}
+	return out
+}
+
+func memberNames(resp *clientv3.MemberListResponse) []string {
+	var names []string
+	for _, m := range resp.Members {
+		names = append(names, m.Name)
+	}
+	return names
+}
+
+func memberID(resp *clientv3.MemberListResponse, name string) uint64 {
+	for _, m := range resp.Members {
+		if m.Name == name {
+			return m.ID
+		}
+	}
+	return 0
+}
+
+// triggerFullSnapshot asks backup-restore for a full snapshot on each pod
+// until the leading one (the only one that snapshots) takes it.
+func triggerFullSnapshot(t *testing.T, s *Site, e *v1alpha1.Etcd) {
+	t.Helper()
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: s.DialContext}}
+	defer hc.CloseIdleConnections()
+	NewWithT(t).Eventually(func() error {
+		var errs []string
+		for _, p := range etcdPods(t, s, e) {
+			resp, err := hc.Get("http://" + podAddr(e, p.Name, 8080) + "/snapshot/full")
+			if err != nil {
+				errs = append(errs, err.Error())
+				continue
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			errs = append(errs, fmt.Sprintf("%s: %s %s", p.Name, resp.Status, body))
+		}
+		return fmt.Errorf("no backup-restore took a full snapshot: %s", strings.Join(errs, "; "))
+	}).WithTimeout(time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+}
+
+// fullSnapshots are the last revisions of the full snapshots under store:
+// backup-restore names them Full-<first revision>-<last revision>-<time>.
+func fullSnapshots(t *testing.T, store string) []int64 {
+	t.Helper()
+	var revs []int64
+	err := filepath.WalkDir(store, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() || !strings.HasPrefix(d.Name(), "Full-") {
+			return nil
+		}
+		fields := strings.Split(d.Name(), "-")
+		if len(fields) < 3 {
+			return fmt.Errorf("snapshot %s: unexpected name", p)
+		}
+		rev, err := strconv.ParseInt(fields[2], 10, 64)
+		if err != nil {
+			return fmt.Errorf("snapshot %s: %w", p, err)
+		}
+		revs = append(revs, rev)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("listing the Local store %s: %v", store, err)
+	}
+	return revs
+}

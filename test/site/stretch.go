@@ -1,0 +1,194 @@
+package site
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/druid-stretch/druid-stretch/controllers/membership"
+	"github.com/druid-stretch/druid-stretch/controllers/webhook"
+	"github.com/druid-stretch/druid-stretch/internal/pki"
+	"github.com/druid-stretch/druid-stretch/test/chart"
+)
+
+// StretchNamespace is the release namespace of druid-stretch on a site.
+const StretchNamespace = "druid-stretch-system"
+
+// stretchValues are the chart values of the site's druid-stretch release.
+const stretchValues = `
+image:
+  repository: registry.local/druid-stretch
+  tag: site
+clusterIdentity: site
+sidecarClientTLS:
+  secretName: druid-stretch-sidecar-client
+`
+
+// startDruidStretch installs druid-stretch from its chart: the extended Etcd
+// CRD replaces druid's (as applying the chart's crds/ does), the chart's
+// namespace and RBAC are created, and the controller runs in this process
+// as the chart's ServiceAccount, with the flags the chart gives it, its
+// webhook server on 127.0.0.1 and the chart's webhook configurations
+// pointed there (the API server cannot reach a pod's Service here).
+//
+// The controller runs in this process, not in a pod, because it must reach
+// the sidecars in the pod network: it dials them through Site.DialContext.
+// The site's Etcds use no TLS, so the sidecars serve plain HTTP and the
+// controller calls them so.
+func (s *Site) startDruidStretch(ctx context.Context) error {
+	values, err := chart.ParseValues(stretchValues)
+	if err != nil {
+		return err
+	}
+	r, err := chart.Render(chart.Options{ReleaseName: "druid-stretch", Namespace: StretchNamespace, Values: values})
+	if err != nil {
+		return err
+	}
+	if err := chart.InstallCRDs(ctx, s.Client, r.CRDs); err != nil {
+		return err
+	}
+	if err := s.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: StretchNamespace}}); err != nil {
+		return err
+	}
+	if err := chart.Create(ctx, s.Client, r.RBACObjects()); err != nil {
+		return err
+	}
+	saNamespace, saName, err := r.ServiceAccount()
+	if err != nil {
+		return err
+	}
+
+	args, err := r.ControllerArgs()
+	if err != nil {
+		return err
+	}
+	mo := membership.ManagerOptions{
+		MetricsBindAddress: "0",
+		WebhookHost:        "127.0.0.1",
+		SkipNameValidation: true,
+		Logger:             s.log.WithName("druid-stretch"),
+	}
+	var wo webhook.Options
+	var sidecarPort int32
+	fs := pflag.NewFlagSet("controller", pflag.ContinueOnError)
+	wo.AddFlags(fs)
+	fs.Int32Var(&sidecarPort, "sidecar-port", webhook.DefaultSidecarPort, "")
+	fs.StringVar(&mo.Reconciler.ClusterIdentity, "cluster-identity", "", "")
+	fs.DurationVar(&mo.Reconciler.LearnerProgressTimeout, "learner-progress-timeout", 5*time.Minute, "")
+	fs.DurationVar(&mo.Reconciler.MinLearnerHealthy, "min-learner-healthy", 5*time.Second, "")
+	// The other flags place the controller in its pod (ports, certificate
+	// files, leader election), which this process replaces.
+	var known []string
+	for _, a := range args[1:] {
+		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if fs.Lookup(name) != nil {
+			known = append(known, a)
+		}
+	}
+	if err := fs.Parse(known); err != nil {
+		return fmt.Errorf("the chart's controller flags: %w", err)
+	}
+	wo.SidecarImage = SidecarImage
+	wo.SidecarPort = sidecarPort
+	mo.Resolver = membership.DNSResolver{SidecarPort: sidecarPort, SidecarScheme: "http"}
+	mo.Reconciler.Membership.DialContext = s.DialContext
+
+	ca, err := pki.NewCA("druid-stretch-site-webhook-ca")
+	if err != nil {
+		return err
+	}
+	pair, err := ca.Issue("127.0.0.1", "127.0.0.1")
+	if err != nil {
+		return err
+	}
+	certDir := filepath.Join(s.Dir, "druid-stretch", "webhook")
+	if err := os.MkdirAll(certDir, 0o700); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(certDir, "tls.crt"), pair.CertPEM, 0o600); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(certDir, "tls.key"), pair.KeyPEM, 0o600); err != nil {
+		return err
+	}
+	if mo.WebhookPort, err = freePort(); err != nil {
+		return err
+	}
+	mo.WebhookCertDir = certDir
+	probePort, err := freePort()
+	if err != nil {
+		return err
+	}
+	mo.HealthProbeBindAddress = "127.0.0.1:" + strconv.Itoa(probePort)
+
+	mgr, err := membership.NewManager(chart.ImpersonateServiceAccount(s.Config, saNamespace, saName), mo)
+	if err != nil {
+		return err
+	}
+	if err := webhook.SetupWithManager(mgr, wo); err != nil {
+		return err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	var mgrErr error
+	go func() {
+		defer close(stopped)
+		mgrErr = mgr.Start(runCtx)
+	}()
+	s.onStop(func() error {
+		cancel()
+		<-stopped
+		return mgrErr
+	})
+	if err := waitReady(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz?verbose", probePort), stopped); err != nil {
+		return err
+	}
+
+	var hooks []*unstructured.Unstructured
+	for _, kind := range []string{"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} {
+		hooks = append(hooks, r.OfKind(kind)...)
+	}
+	if _, err := chart.PointWebhooksAt(hooks, "https://127.0.0.1:"+strconv.Itoa(mo.WebhookPort), ca.CertPEM()); err != nil {
+		return err
+	}
+	return chart.Create(ctx, s.Client, hooks)
+}
+
+// waitReady polls the in-process manager's /readyz until the webhook server
+// is up, so that the API server is never sent to a server still starting.
+func waitReady(ctx context.Context, url string, stopped <-chan struct{}) error {
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		select {
+		case <-stopped:
+			return false, errors.New("the druid-stretch manager stopped")
+		default:
+		}
+		resp, err := http.Get(url)
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		last = string(body)
+		return resp.StatusCode == http.StatusOK && strings.Contains(last, "[+]webhook-server ok"), nil
+	})
+	if err != nil {
+		return fmt.Errorf("the druid-stretch webhook server did not get ready: %w (last answer: %s)", err, last)
+	}
+	return nil
+}
