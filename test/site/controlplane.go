@@ -58,68 +58,53 @@ func (s *Site) startControlPlane(ctx context.Context) error {
 		return err
 	}
 
-	kcmKubeconfig, err := s.kubeconfig("system:kube-controller-manager")
-	if err != nil {
-		return err
-	}
-	bin, err := testbin.KubeControllerManager()
-	if err != nil {
-		return err
-	}
-	kcmPort, err := freePort()
-	if err != nil {
-		return err
-	}
-	kcm, err := s.start("kube-controller-manager", bin, []string{
-		"--kubeconfig=" + kcmKubeconfig,
-		"--authentication-kubeconfig=" + kcmKubeconfig,
-		"--authorization-kubeconfig=" + kcmKubeconfig,
-		"--leader-elect=false",
-		"--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(kcmPort),
-		"--cert-dir=" + filepath.Join(s.Dir, "kube-controller-manager"),
+	err = s.startComponent(ctx, "kube-controller-manager", testbin.KubeControllerManager,
 		// Each controller acts under its own ServiceAccount, as kubeadm
 		// sets it up: the bootstrap RBAC roles are made for that.
 		"--use-service-account-credentials=true",
-		"--service-account-private-key-file=" + filepath.Join(certDir, "sa-signer.key"),
+		"--service-account-private-key-file="+filepath.Join(certDir, "sa-signer.key"),
 		// The root CA publisher writes kube-root-ca.crt into every
 		// namespace: projected ServiceAccount volumes read it.
-		"--root-ca-file=" + rootCA,
+		"--root-ca-file="+rootCA,
 		"--cluster-name=site",
 		"--controllers=*",
-	}, nil)
+	)
 	if err != nil {
 		return err
 	}
-	if err := waitHealthy(ctx, kcm, fmt.Sprintf("https://127.0.0.1:%d/healthz", kcmPort)); err != nil {
-		return err
-	}
+	return s.startComponent(ctx, "kube-scheduler", testbin.KubeScheduler)
+}
 
-	schedKubeconfig, err := s.kubeconfig("system:kube-scheduler")
+// startComponent runs kube-controller-manager or kube-scheduler as the user
+// system:<name>, whose bootstrap RBAC role is made for it, with leader
+// election off (one replica), serving /healthz on a free 127.0.0.1 port,
+// and waits until it is healthy.
+func (s *Site) startComponent(ctx context.Context, name string, find func() (string, error), extra ...string) error {
+	kubeconfig, err := s.kubeconfig("system:" + name)
 	if err != nil {
 		return err
 	}
-	bin, err = testbin.KubeScheduler()
+	bin, err := find()
 	if err != nil {
 		return err
 	}
-	schedPort, err := freePort()
+	port, err := freePort()
 	if err != nil {
 		return err
 	}
-	sched, err := s.start("kube-scheduler", bin, []string{
-		"--kubeconfig=" + schedKubeconfig,
-		"--authentication-kubeconfig=" + schedKubeconfig,
-		"--authorization-kubeconfig=" + schedKubeconfig,
+	p, err := s.start(name, bin, append([]string{
+		"--kubeconfig=" + kubeconfig,
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
 		"--leader-elect=false",
 		"--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(schedPort),
-		"--cert-dir=" + filepath.Join(s.Dir, "kube-scheduler"),
-	}, nil)
+		"--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + filepath.Join(s.Dir, name),
+	}, extra...), nil)
 	if err != nil {
 		return err
 	}
-	return waitHealthy(ctx, sched, fmt.Sprintf("https://127.0.0.1:%d/healthz", schedPort))
+	return waitHealthy(ctx, p, fmt.Sprintf("https://127.0.0.1:%d/healthz", port))
 }
 
 // kubeconfig writes a kubeconfig of the site's API server for user (a

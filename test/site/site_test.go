@@ -48,6 +48,10 @@ func TestPlainEtcdOnRealSites(t *testing.T) {
 		{"with druid-stretch", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// The two sites share nothing (ports are free ones, each pod
+			// network is namespaces of its own), and most of their time is
+			// backup-restore waiting on its timeouts.
+			t.Parallel()
 			s := startSite(t, tc.stretch)
 			t.Run("a plain Etcd is druid's alone", func(t *testing.T) { plainEtcdLifecycle(t, s) })
 			if tc.stretch {
