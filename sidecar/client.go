@@ -128,6 +128,27 @@ func (c *Client) Ready(ctx context.Context) error {
 	return c.do(ctx, http.MethodGet, "/readyz", nil, CallOptions{}, nil)
 }
 
+// Join tells what the sidecar's member is and whether it waits for an
+// admission. A sidecar that is not etcd-wrapper's server (no Joining
+// configured) answers *Error with reason NotFound.
+func (c *Client) Join(ctx context.Context) (*JoinStatus, error) {
+	var out JoinStatus
+	if err := c.do(ctx, http.MethodGet, "/v1/join", nil, CallOptions{}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Admit lets the sidecar's member start with the admission's initial
+// cluster and state. A member that has data refuses (*Error HasData).
+func (c *Client) Admit(ctx context.Context, a Admission) (*JoinStatus, error) {
+	var out JoinStatus
+	if err := c.do(ctx, http.MethodPut, "/v1/join", a, CallOptions{}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 func (c *Client) change(ctx context.Context, method, path string, body any, o CallOptions) (*ChangeResult, error) {
 	var out ChangeResult
 	if err := c.do(ctx, method, path, body, o, &out); err != nil {

@@ -17,6 +17,9 @@
 //	DELETE /v1/lock                    release the lock (header X-Druid-Stretch-Lock-Holder)
 //	PUT    /v1/retired/{name}          record that a holder retired a member {"by"}
 //	DELETE /v1/retired/{name}          drop a retirement record (see retired.go)
+//	GET    /v1/join                    with Config.Joining: whether the local member waits for an admission (join.go)
+//	PUT    /v1/join                    admit it {"state","initialCluster","memberID"}
+//	GET    /initialization/*, /config  with Config.Joining: etcd-wrapper's protocol, in place of backup-restore's
 //	GET    /healthz, /readyz, /metrics
 //
 // {name} is a member name, or the hex member ID for a learner that has not
@@ -104,6 +107,10 @@ type Config struct {
 	Registry *prometheus.Registry
 	// Logger receives one structured line per mutating call.
 	Logger logr.Logger
+	// Joining, when set, also makes the sidecar the server etcd-wrapper
+	// asks for initialisation and configuration (see join.go): its member
+	// starts only once druid-stretch admitted it.
+	Joining *Joining
 }
 
 func (c *Config) setDefaults() {
@@ -140,6 +147,7 @@ type Server struct {
 	metrics *metrics
 	mux     *http.ServeMux
 	local   *clientv3.Client
+	joiner  *joiner // nil unless Config.Joining is set
 
 	// mutations serializes the membership calls handled by this sidecar, so
 	// that each one checks and acts on a membership no sibling call is
@@ -177,6 +185,13 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MinLearnerHealthy < 0 {
 		return nil, fmt.Errorf("sidecar: MinLearnerHealthy %s is negative", cfg.MinLearnerHealthy)
 	}
+	var j *joiner
+	if cfg.Joining != nil {
+		var err error
+		if j, err = newJoiner(*cfg.Joining); err != nil {
+			return nil, err
+		}
+	}
 	m, err := newMetrics(cfg.Registry)
 	if err != nil {
 		return nil, err
@@ -190,6 +205,7 @@ func New(cfg Config) (*Server, error) {
 		log:           cfg.Logger,
 		metrics:       m,
 		local:         local,
+		joiner:        j,
 		memberConns:   map[uint64]*memberConn{},
 		healthySince:  map[uint64]time.Time{},
 		removalsSent:  map[uint64]time.Time{},
@@ -350,6 +366,9 @@ func (s *Server) routes() {
 	})
 	s.handle(mux, "GET /readyz", "", false, s.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
+	if s.joiner != nil {
+		s.joinRoutes(mux)
+	}
 	s.handle(mux, "/", "", false, func(r *http.Request) (int, any, *Error) {
 		return 0, nil, &Error{StatusCode: http.StatusNotFound, Reason: ReasonNotFound,
 			Message: fmt.Sprintf("no endpoint %s %s; see the sidecar package documentation for the API", r.Method, r.URL.Path)}

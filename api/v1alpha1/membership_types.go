@@ -271,4 +271,8 @@ const (
 	ReasonRetiredMemberListed = "RetiredMemberListed"
 	// ReasonClusterUnreachable means no sidecar of the cluster answered.
 	ReasonClusterUnreachable = "ClusterUnreachable"
+	// ReasonBootstrapping means a new Etcd's pods, all without data, were
+	// admitted to start a new etcd cluster (no external member, no member
+	// ever observed).
+	ReasonBootstrapping = "Bootstrapping"
 )

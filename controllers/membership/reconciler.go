@@ -207,9 +207,21 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 		if ctx.Err() != nil {
 			return ctrl.Result{}, ctx.Err()
 		}
+		switch started, detail, berr := r.bootstrap(ctx, e); {
+		case berr != nil:
+			s.blocked(v1alpha1.ReasonBootstrapping, berr.Error())
+			return r.backoff(key, 0), nil
+		case started:
+			r.event(e, corev1.EventTypeNormal, v1alpha1.ReasonBootstrapping, "Bootstrap", "no cluster existed: the pods start a new one with the initial cluster %s", detail)
+			s.reconfiguring(v1alpha1.ReasonBootstrapping, "the pods start a new etcd cluster: "+detail)
+			return ctrl.Result{RequeueAfter: r.opts.ProgressInterval}, nil
+		default:
+			logf.FromContext(ctx).V(1).Info("not bootstrapping", "why", detail)
+		}
 		s.unreachable(err)
 		return r.backoff(key, 0), nil
 	}
+	r.admitLearners(ctx, e, obs)
 	r.nameUnstartedLearner(e, s.st.LastStep, obs)
 	t, err := r.target(e, obs)
 	if err != nil {

@@ -123,7 +123,10 @@ func (m *StatefulSetMutator) mutate(sts *appsv1.StatefulSet, e *v1alpha1.Etcd) e
 			sts.Spec.Ordinals = &appsv1.StatefulSetOrdinals{Start: int32(w.Start)}
 		}
 	}
-	return injectSidecar(&sts.Spec.Template.Spec, e, m.Options)
+	if err := injectSidecar(&sts.Spec.Template.Spec, e, m.Options); err != nil {
+		return err
+	}
+	return interposeSidecar(&sts.Spec.Template.Spec, e, m.Options)
 }
 
 // SyncPodWindow makes druid's StatefulSet of e follow e's pod window when

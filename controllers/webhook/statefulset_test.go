@@ -1,6 +1,7 @@
 package webhook_test
 
 import (
+	"strings"
 	"testing"
 
 	druidv1alpha1 "github.com/gardener/etcd-druid/api/core/v1alpha1"
@@ -130,8 +131,9 @@ func druidStatefulSet(e *v1alpha1.Etcd) *appsv1.StatefulSet {
 						{
 							Name: "backup-restore", Image: "europe-docker.pkg.dev/gardener-project/public/gardener/etcdbrctl:v0.33.0",
 							Args:         []string{"server", "--server-port=8080"},
+							Env:          []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}}},
 							Ports:        []corev1.ContainerPort{{Name: "server", ContainerPort: backupPort, Protocol: corev1.ProtocolTCP}},
-							VolumeMounts: append([]corev1.VolumeMount{{Name: e.Name, MountPath: "/var/etcd/data"}}, brMounts...),
+							VolumeMounts: append([]corev1.VolumeMount{{Name: e.Name, MountPath: "/var/etcd/data"}, {Name: "etcd-config-file", MountPath: "/var/etcd/config/"}}, brMounts...),
 						},
 					},
 					SecurityContext: &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](65532), RunAsGroup: ptr.To[int64](65532), RunAsNonRoot: ptr.To(true), FSGroup: ptr.To[int64](65532)},
@@ -186,9 +188,14 @@ func expectSpec(t *testing.T, got, want appsv1.StatefulSetSpec) {
 	}
 }
 
-// tlsSidecar is the sidecar expected in etcdWithTLS's pods, written out flag
-// by flag from druid's layout of the TLS Secrets.
-func tlsSidecar() corev1.Container {
+// podNameEnv is the POD_NAME variable the sidecar and its init container
+// get, as druid gives it to backup-restore.
+var podNameEnv = corev1.EnvVar{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}}
+
+// tlsSidecar is the sidecar expected in etcdWithTLS's pods in namespace ns,
+// written out flag by flag from druid's layout of the TLS Secrets and the
+// member's in-cluster URLs.
+func tlsSidecar(ns string) corev1.Container {
 	return corev1.Container{
 		Name:            "druid-stretch-sidecar",
 		Image:           "registry.example/druid-stretch:test",
@@ -205,7 +212,12 @@ func tlsSidecar() corev1.Container {
 			"--server-cert=/var/etcdbr/ssl/server/tls.crt",
 			"--server-key=/var/etcdbr/ssl/server/tls.key",
 			"--client-ca=/var/etcdbr/ssl/ca/ca.crt",
+			"--etcd-config=/var/etcd/config/etcd.conf.yaml",
+			"--member-name=seed-b-$(POD_NAME)",
+			"--member-peer-urls=https://$(POD_NAME).etcd-main-peer." + ns + ".svc:2380",
+			"--member-client-urls=https://$(POD_NAME).etcd-main-peer." + ns + ".svc:2379",
 		},
+		Env:   []corev1.EnvVar{podNameEnv},
 		Ports: []corev1.ContainerPort{{Name: "stretch-sidecar", ContainerPort: 8090, Protocol: corev1.ProtocolTCP}},
 		Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("20m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
@@ -216,6 +228,8 @@ func tlsSidecar() corev1.Container {
 			{Name: "etcd-client-tls", MountPath: "/var/etcd/ssl/client", ReadOnly: true},
 			{Name: "backup-restore-server-tls", MountPath: "/var/etcdbr/ssl/server", ReadOnly: true},
 			{Name: "backup-restore-ca", MountPath: "/var/etcdbr/ssl/ca", ReadOnly: true},
+			{Name: "etcd-config-file", MountPath: "/var/etcd/config", ReadOnly: true},
+			{Name: "etcd-main", MountPath: "/var/etcd/data"},
 		},
 		LivenessProbe: &corev1.Probe{
 			ProbeHandler:   corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8090), Scheme: corev1.URISchemeHTTPS}},
@@ -231,24 +245,35 @@ func tlsSidecar() corev1.Container {
 	}
 }
 
-// plainSidecar is the sidecar expected in plainEtcd's pods: plaintext
-// towards etcd and plain HTTP served, as backup-restore runs without TLS.
-func plainSidecar() corev1.Container {
-	c := tlsSidecar()
+// plainSidecar is the sidecar expected in plainEtcd's pods in namespace ns:
+// plaintext towards etcd and plain HTTP served, as backup-restore runs
+// without TLS.
+func plainSidecar(ns string) corev1.Container {
+	c := tlsSidecar(ns)
 	c.Args = []string{
 		"sidecar",
 		"--listen-address=:8090",
 		"--insecure-transport=true",
 		"--endpoints=http://etcd-events-local:2379,http://etcd-events-client:2379",
 		"--insecure-http",
+		"--etcd-config=/var/etcd/config/etcd.conf.yaml",
+		"--member-name=$(POD_NAME)",
+		"--member-peer-urls=http://$(POD_NAME).etcd-events-peer." + ns + ".svc:2380",
+		"--member-client-urls=http://$(POD_NAME).etcd-events-peer." + ns + ".svc:2379",
 	}
-	c.VolumeMounts = nil
+	c.VolumeMounts = []corev1.VolumeMount{
+		{Name: "etcd-config-file", MountPath: "/var/etcd/config", ReadOnly: true},
+		{Name: "etcd-events", MountPath: "/var/etcd/data"},
+	}
 	c.LivenessProbe.HTTPGet.Scheme = corev1.URISchemeHTTP
 	return c
 }
 
 // withWindow is spec put on the pod window [start, start+replicas) with
-// sidecar appended: what the webhook is expected to store.
+// sidecar appended and the member started through it: what the webhook is
+// expected to store. etcd-wrapper asks the sidecar (etcd-name-local:8090)
+// instead of backup-restore, and backup-restore reads the configuration
+// the init container writes.
 func withWindow(spec appsv1.StatefulSetSpec, start, replicas int32, sidecar corev1.Container) appsv1.StatefulSetSpec {
 	out := *spec.DeepCopy()
 	out.Replicas = ptr.To(replicas)
@@ -256,7 +281,35 @@ func withWindow(spec appsv1.StatefulSetSpec, start, replicas int32, sidecar core
 	if start != 0 {
 		out.Ordinals = &appsv1.StatefulSetOrdinals{Start: start}
 	}
-	out.Template.Spec.Containers = append(out.Template.Spec.Containers, sidecar)
+	pod := &out.Template.Spec
+	etcdName := pod.HostAliases[0].Hostnames[0] // <etcd>-local
+	pod.Containers[0].Args[1] = "--backup-restore-host-port=" + etcdName + ":8090"
+	br := &pod.Containers[1]
+	br.Env = append(br.Env, corev1.EnvVar{Name: "ETCD_CONF", Value: "/var/druid-stretch/backup-restore/etcd.conf.yaml"})
+	br.VolumeMounts = append(br.VolumeMounts, corev1.VolumeMount{Name: "druid-stretch-backup-restore-config", MountPath: "/var/druid-stretch/backup-restore", ReadOnly: true})
+	pod.Containers = append(pod.Containers, sidecar)
+	var memberFlags []string
+	for _, a := range sidecar.Args {
+		if strings.HasPrefix(a, "--member-") {
+			memberFlags = append(memberFlags, a)
+		}
+	}
+	pod.InitContainers = append(pod.InitContainers, corev1.Container{
+		Name:            "druid-stretch-backup-restore-config",
+		Image:           sidecar.Image,
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		Args: append([]string{"backup-restore-config", "--etcd-config=/var/etcd/config/etcd.conf.yaml",
+			"--output=/var/druid-stretch/backup-restore/etcd.conf.yaml"}, memberFlags...),
+		Env: []corev1.EnvVar{podNameEnv},
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: "etcd-config-file", MountPath: "/var/etcd/config", ReadOnly: true},
+			{Name: "druid-stretch-backup-restore-config", MountPath: "/var/druid-stretch/backup-restore"},
+		},
+		SecurityContext:          sidecar.SecurityContext,
+		TerminationMessagePath:   "/dev/termination-log",
+		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+	})
+	pod.Volumes = append(pod.Volumes, corev1.Volume{Name: "druid-stretch-backup-restore-config", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 	return out
 }
 
@@ -265,7 +318,7 @@ func TestStatefulSetOfExtendedEtcd(t *testing.T) {
 		name      string
 		etcd      func(ns string) *v1alpha1.Etcd
 		wantStart int32
-		sidecar   corev1.Container
+		sidecar   func(ns string) corev1.Container
 	}{
 		{
 			name: "ordinal start with druid's TLS",
@@ -275,7 +328,7 @@ func TestStatefulSetOfExtendedEtcd(t *testing.T) {
 				return e
 			},
 			wantStart: 3,
-			sidecar:   tlsSidecar(),
+			sidecar:   tlsSidecar,
 		},
 		{
 			name: "external members without TLS, ordinal start unset",
@@ -285,7 +338,7 @@ func TestStatefulSetOfExtendedEtcd(t *testing.T) {
 				return e
 			},
 			wantStart: 0,
-			sidecar:   plainSidecar(),
+			sidecar:   plainSidecar,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -295,7 +348,7 @@ func TestStatefulSetOfExtendedEtcd(t *testing.T) {
 			stored, twin := createBoth(t, druidStatefulSet(e))
 			g.Expect(webhookRequests(t, webhook.StatefulSetMutatorPath)).To(Equal(before+1), "the webhook admitted the StatefulSet, not its twin")
 
-			expectSpec(t, stored.Spec, withWindow(twin.Spec, tc.wantStart, 3, tc.sidecar))
+			expectSpec(t, stored.Spec, withWindow(twin.Spec, tc.wantStart, 3, tc.sidecar(e.Namespace)))
 
 			// druid applies its own StatefulSet again (it rebuilds it on every
 			// reconcile): the stored object does not change, not even its
@@ -307,7 +360,7 @@ func TestStatefulSetOfExtendedEtcd(t *testing.T) {
 			// And an update of the already mutated object keeps one sidecar.
 			stored.Labels["touched"] = "yes"
 			g.Expect(k8s.Update(t.Context(), stored)).To(Succeed())
-			expectSpec(t, stored.Spec, withWindow(twin.Spec, tc.wantStart, 3, tc.sidecar))
+			expectSpec(t, stored.Spec, withWindow(twin.Spec, tc.wantStart, 3, tc.sidecar(e.Namespace)))
 			g.Expect(webhookRequests(t, webhook.StatefulSetMutatorPath)).To(Equal(before + 3))
 		})
 	}
@@ -343,7 +396,7 @@ func TestStatefulSetFollowsThePodWindow(t *testing.T) {
 	again := druidStatefulSet(e)
 	again.ResourceVersion = get().ResourceVersion
 	g.Expect(k8s.Update(t.Context(), again)).To(Succeed())
-	expectSpec(t, again.Spec, withWindow(twin.Spec, 1, 5, tlsSidecar()))
+	expectSpec(t, again.Spec, withWindow(twin.Spec, 1, 5, tlsSidecar(e.Namespace)))
 	g.Expect(again.Annotations).To(HaveKeyWithValue(webhook.PodWindowAnnotation, "[1, 6)"))
 	changed, err := webhook.SyncPodWindow(t.Context(), k8s, e)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -358,7 +411,7 @@ func TestStatefulSetFollowsThePodWindow(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(changed).To(BeTrue())
 	sts := get()
-	expectSpec(t, sts.Spec, withWindow(twin.Spec, 2, 4, tlsSidecar()))
+	expectSpec(t, sts.Spec, withWindow(twin.Spec, 2, 4, tlsSidecar(e.Namespace)))
 	g.Expect(sts.Annotations).To(HaveKeyWithValue(webhook.PodWindowAnnotation, "[2, 6)"))
 
 	// The move is done: the range alone.
@@ -366,7 +419,7 @@ func TestStatefulSetFollowsThePodWindow(t *testing.T) {
 	changed, err = webhook.SyncPodWindow(t.Context(), k8s, e)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(changed).To(BeTrue())
-	expectSpec(t, get().Spec, withWindow(twin.Spec, 3, 3, tlsSidecar()))
+	expectSpec(t, get().Spec, withWindow(twin.Spec, 3, 3, tlsSidecar(e.Namespace)))
 
 	// Not the Etcd's StatefulSet (another Etcd of the same name's UID): left alone.
 	other := e.DeepCopy()

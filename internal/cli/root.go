@@ -36,6 +36,7 @@ func newRootCommand() *cobra.Command {
 	root.AddCommand(
 		// subcommands are added here, one constructor per file
 		newSidecarCommand(),
+		newBackupRestoreConfigCommand(),
 		newMigrateCommand(),
 		newDemoCommand(),
 		newBenchCommand(),

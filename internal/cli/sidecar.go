@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/druid-stretch/druid-stretch/internal/etcdconfig"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -24,6 +26,8 @@ func newSidecarCommand() *cobra.Command {
 		listenAddress                         string
 		insecureHTTP                          bool
 		minLearnerHealthy                     time.Duration
+		etcdConfig, admissionFile             string
+		member                                memberFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "sidecar",
@@ -65,12 +69,20 @@ Mutating calls need a client certificate signed by --client-ca; plain HTTP
 					return err
 				}
 			}
+			var joining *sidecar.Joining
+			if etcdConfig != "" {
+				if member.name == "" {
+					return errors.New("--etcd-config needs --member-name")
+				}
+				joining = &sidecar.Joining{EtcdConfigFile: etcdConfig, Member: member.member(), AdmissionFile: admissionFile}
+			}
 			srv, err := sidecar.New(sidecar.Config{
 				Endpoints:            endpoints,
 				EtcdTLS:              etcdTLS,
 				AllowUnauthenticated: insecureHTTP,
 				MinLearnerHealthy:    minLearnerHealthy,
 				Logger:               log.WithName("sidecar"),
+				Joining:              joining,
 			})
 			if err != nil {
 				return err
@@ -97,5 +109,76 @@ Mutating calls need a client certificate signed by --client-ca; plain HTTP
 	f.StringVar(&listenAddress, "listen-address", ":8080", "address the sidecar serves on")
 	f.BoolVar(&insecureHTTP, "insecure-http", false, "serve plain HTTP and accept mutating calls without a client certificate (local use only)")
 	f.DurationVar(&minLearnerHealthy, "min-learner-healthy", 5*time.Second, "how long a learner must be healthy without interruption before it is promoted")
+	f.StringVar(&etcdConfig, "etcd-config", "", "druid's etcd.conf.yaml: also serve etcd-wrapper's /initialization and /config for the local member, which starts once druid-stretch admits it")
+	f.StringVar(&admissionFile, "admission-file", "", "where the admission is kept (default: beside etcd's data directory)")
+	member.add(f)
+	return cmd
+}
+
+// memberFlags name the pod's own member, for the commands that stand in for
+// backup-restore's configuration of it.
+type memberFlags struct {
+	name                 string
+	peerURLs, clientURLs []string
+}
+
+func (m *memberFlags) add(f *pflag.FlagSet) {
+	f.StringVar(&m.name, "member-name", "", "the local etcd member's name (druid: [<memberNamePrefix>-]<pod>)")
+	f.StringSliceVar(&m.peerURLs, "member-peer-urls", nil, "its peer URLs, used when druid's etcd.conf.yaml has no entry for it")
+	f.StringSliceVar(&m.clientURLs, "member-client-urls", nil, "its client URLs, likewise")
+}
+
+func (m *memberFlags) member() etcdconfig.Member {
+	return etcdconfig.Member{Name: m.name, PeerURLs: m.peerURLs, ClientURLs: m.clientURLs}
+}
+
+// newBackupRestoreConfigCommand writes the etcd configuration file that
+// backup-restore reads in a pod of an Etcd druid-stretch manages (the
+// webhook runs it as an init container and points backup-restore's
+// ETCD_CONF at the result): druid's, with the member's own entries and an
+// initial cluster of that member alone, so that backup-restore takes no
+// membership action of its own.
+func newBackupRestoreConfigCommand() *cobra.Command {
+	var (
+		etcdConfig, output string
+		member             memberFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "backup-restore-config",
+		Short: "Write backup-restore's etcd configuration for a member that druid-stretch manages",
+		Long: `Read druid's etcd.conf.yaml and write the one etcd-backup-restore reads
+(ETCD_CONF) in a pod of an Etcd that druid-stretch manages: the member's own
+advertise entries (druid's file has none for a pod outside ordinals
+0..replicas-1) and an initial cluster of the member alone. backup-restore
+then takes no membership action (no learner add, no promotion, no
+remove-and-re-add): druid-stretch's controller is the only one.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if member.name == "" || output == "" {
+				return errors.New("--member-name and --output are required")
+			}
+			f, err := etcdconfig.Load(etcdConfig)
+			if err != nil {
+				return err
+			}
+			m, err := f.Resolve(member.member())
+			if err != nil {
+				return err
+			}
+			b, err := f.ForBackupRestore(m)
+			if err != nil {
+				return err
+			}
+			if err := etcdconfig.WriteFile(output, b); err != nil {
+				return fmt.Errorf("writing %s: %w", output, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s for member %s\n", output, m.Name)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&etcdConfig, "etcd-config", etcdconfig.DefaultPath, "druid's etcd.conf.yaml")
+	f.StringVar(&output, "output", "", "the file to write")
+	member.add(f)
 	return cmd
 }

@@ -41,6 +41,11 @@ type Options struct {
 	// DestinationMemberNamePrefix, when set, is the destination's
 	// spec.memberNamePrefix when the move creates it.
 	DestinationMemberNamePrefix *string
+	// DestinationSpec, when set, adjusts the destination Etcd the move
+	// creates, after druid's spec was copied from the source: what differs
+	// between the two clusters (the backup store, TLS Secret names,
+	// spec.etcd.additionalAdvertisePeerURLs under the destination's names).
+	DestinationSpec func(*v1alpha1.Etcd)
 
 	// SourceAddresses and DestinationAddresses give the URLs under which the
 	// other cluster reaches each member. Required.
@@ -240,6 +245,9 @@ func (m *Mover) destinationTemplate(src, dst *v1alpha1.Etcd, replicas int32) (*v
 		if m.o.DestinationMemberNamePrefix != nil {
 			p := *m.o.DestinationMemberNamePrefix
 			t.Spec.MemberNamePrefix = &p
+		}
+		if m.o.DestinationSpec != nil {
+			m.o.DestinationSpec(t)
 		}
 	}
 	t.Spec.Replicas = replicas

@@ -73,6 +73,10 @@ type Options struct {
 	Sandbox string
 	// ClusterDomain is the DNS domain of the site (default cluster.local).
 	ClusterDomain string
+	// ExternalDomain, when set, also names each StatefulSet pod
+	// <hostname>.<namespace>.<ExternalDomain>, as a seed's external DNS
+	// would: the name under which other sites reach it (podnet.Peer).
+	ExternalDomain string
 	// MaxRestartBackoff caps the wait between restarts of a failing
 	// container (default 20 s; kubelet's is 5 minutes, far longer than a
 	// test).

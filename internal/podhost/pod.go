@@ -151,7 +151,7 @@ func (r *podRun) setup() (map[string]string, error) {
 		r.mu.Lock()
 		r.ip, r.netns = np.IP, np.NetnsPath
 		r.mu.Unlock()
-		if fqdn := r.fqdn(pod); fqdn != "" {
+		for _, fqdn := range r.fqdns(pod) {
 			r.h.opts.Network.SetHost(fqdn, np.IP)
 		}
 		r.publish()
@@ -167,11 +167,18 @@ func (r *podRun) setup() (map[string]string, error) {
 
 // fqdn is the pod's own DNS name: <hostname>.<subdomain>.<ns>.svc.<domain>
 // when it has a subdomain (a StatefulSet's headless Service), else empty.
-func (r *podRun) fqdn(pod *corev1.Pod) string {
+// fqdns are the DNS names of a pod with a subdomain (a StatefulSet's): its
+// in-cluster name, and with Options.ExternalDomain the name the site
+// publishes to its peers.
+func (r *podRun) fqdns(pod *corev1.Pod) []string {
 	if pod.Spec.Subdomain == "" {
-		return ""
+		return nil
 	}
-	return fmt.Sprintf("%s.%s.%s.svc.%s", hostname(pod), pod.Spec.Subdomain, pod.Namespace, r.h.opts.ClusterDomain)
+	names := []string{fmt.Sprintf("%s.%s.%s.svc.%s", hostname(pod), pod.Spec.Subdomain, pod.Namespace, r.h.opts.ClusterDomain)}
+	if d := r.h.opts.ExternalDomain; d != "" {
+		names = append(names, fmt.Sprintf("%s.%s.%s", hostname(pod), pod.Namespace, d))
+	}
+	return names
 }
 
 func hostname(pod *corev1.Pod) string {
@@ -191,8 +198,8 @@ func (r *podRun) writeEtc(pod *corev1.Pod) error {
 	var hosts strings.Builder
 	hosts.WriteString("# Kubernetes-managed hosts file (druid-stretch node stand-in).\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
 	names := hostname(pod)
-	if fqdn := r.fqdn(pod); fqdn != "" {
-		names = fqdn + "\t" + names
+	if fqdns := r.fqdns(pod); len(fqdns) > 0 {
+		names = fqdns[0] + "\t" + names // kubelet writes the in-cluster name only
 	}
 	fmt.Fprintf(&hosts, "%s\t%s\n", ip, names)
 	if len(pod.Spec.HostAliases) > 0 {
@@ -250,7 +257,7 @@ func (r *podRun) teardown() {
 	r.mu.Unlock()
 	r.cancel()
 	if have {
-		if fqdn := r.fqdn(pod); fqdn != "" {
+		for _, fqdn := range r.fqdns(pod) {
 			r.h.opts.Network.DeleteHost(fqdn)
 		}
 		if err := r.h.opts.Network.RemovePod(r.key); err != nil {

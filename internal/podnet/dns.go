@@ -19,18 +19,31 @@ import (
 const dnsTTL = 5
 
 // hostTable maps canonical names (lower case, trailing dot) to addresses.
+// Names it does not hold are looked up in its peers' zones (peering.go).
 type hostTable struct {
 	mu    sync.RWMutex
 	hosts map[string][]net.IP
+	zone  string       // what this table publishes to peers, canonical; "" for nothing
+	peers []*hostTable // peered networks' tables
 }
 
 func newHostTable() *hostTable { return &hostTable{hosts: map[string][]net.IP{}} }
 
 func (t *hostTable) lookup(name string) ([]net.IP, bool) {
+	name = dns.CanonicalName(name)
 	t.mu.RLock()
-	defer t.mu.RUnlock()
-	ips, ok := t.hosts[dns.CanonicalName(name)]
-	return ips, ok
+	ips, ok := t.hosts[name]
+	peers := t.peers
+	t.mu.RUnlock()
+	if ok {
+		return ips, true
+	}
+	for _, p := range peers {
+		if ips, ok := p.published(name); ok {
+			return ips, true
+		}
+	}
+	return nil, false
 }
 
 // SetHost replaces the addresses of the name fqdn in the DNS table (any case,

@@ -1,9 +1,11 @@
 package workload
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -18,6 +20,9 @@ type Options struct {
 	Endpoints []string
 	// TLS is the client TLS configuration (nil: plain TCP).
 	TLS *tls.Config
+	// DialContext, when set, makes the client's connections (for members
+	// in another network namespace, such as the test sites' pods).
+	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	// Prefix is prepended to every key the workload touches
 	// (default "/druid-stretch/workload/").

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 // Workload runs the client traffic against one etcd cluster and records it.
@@ -59,7 +61,14 @@ func New(opts Options) (*Workload, error) {
 	if err != nil {
 		return nil, err
 	}
+	var dial []grpc.DialOption
+	if o.DialContext != nil {
+		dial = append(dial, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return o.DialContext(ctx, "tcp", addr)
+		}))
+	}
 	client, err := clientv3.New(clientv3.Config{
+		DialOptions: dial,
 		Endpoints:   o.Endpoints,
 		TLS:         o.TLS,
 		DialTimeout: o.AttemptTimeout,

@@ -49,10 +49,11 @@ func Images() (podhost.Images, error) {
 
 // startNode creates the pod network and registers the node stand-in.
 func (s *Site) startNode(ctx context.Context) error {
-	n, err := podnet.New(podnet.Options{})
+	n, err := podnet.New(podnet.Options{CIDR: s.opts.PodCIDR})
 	if err != nil {
 		return err
 	}
+	n.SetZone(s.opts.Domain)
 	s.Network = n
 	s.onStop(n.Close)
 	images, err := Images()
@@ -68,16 +69,17 @@ func (s *Site) startNode(ctx context.Context) error {
 		return err
 	}
 	h, err := podhost.Start(ctx, podhost.Options{
-		Client:        s.Kube,
-		NodeName:      NodeName,
-		Dir:           filepath.Join(s.Dir, "node"),
-		HostPathRoot:  s.HostPathRoot,
-		Network:       n,
-		APIServer:     api.Host,
-		Images:        images,
-		Sandbox:       sandbox,
-		ClusterDomain: ClusterDomain,
-		Logger:        s.log,
+		Client:         s.Kube,
+		NodeName:       NodeName,
+		Dir:            filepath.Join(s.Dir, "node"),
+		HostPathRoot:   s.HostPathRoot,
+		Network:        n,
+		APIServer:      api.Host,
+		Images:         images,
+		Sandbox:        sandbox,
+		ClusterDomain:  ClusterDomain,
+		ExternalDomain: s.opts.Domain,
+		Logger:         s.log,
 	})
 	if err != nil {
 		return err

@@ -55,6 +55,17 @@ type Options struct {
 	Dir string
 	// DruidStretch installs druid-stretch besides druid.
 	DruidStretch bool
+	// ClusterIdentity names the site's druid-stretch controller in the
+	// membership lock and retirement records (default "site"); peered
+	// sites need distinct ones, as two seeds have.
+	ClusterIdentity string
+	// PodCIDR is the pod network (default podnet.DefaultCIDR); peered sites
+	// need distinct ones.
+	PodCIDR string
+	// Domain, when set, is the site's external DNS zone: every StatefulSet
+	// pod is also <pod>.<namespace>.<Domain>, the name peered sites reach
+	// it by (as a seed's external DNS names a shoot's etcd members).
+	Domain string
 	// Logger receives the site's own events (the node stand-in, the
 	// in-process controller).
 	Logger logr.Logger
@@ -149,6 +160,19 @@ func (s *Site) Stop() error {
 		errs = append(errs, stops[i]())
 	}
 	return errors.Join(errs...)
+}
+
+// Peer connects the pod networks of two sites (see podnet.Peer): each
+// reaches the other's pods by IP and by the names under the other's
+// Domain. The peering ends when either site stops.
+func Peer(a, b *Site) error {
+	p, err := podnet.Peer(a.Network, b.Network)
+	if err != nil {
+		return err
+	}
+	a.onStop(p.Close)
+	b.onStop(p.Close)
+	return nil
 }
 
 // DialContext dials addr in the pod network, as a pod of the site would: a

@@ -55,7 +55,12 @@ func TestPlainEtcdOnRealSites(t *testing.T) {
 			s := startSite(t, tc.stretch)
 			t.Run("a plain Etcd is druid's alone", func(t *testing.T) { plainEtcdLifecycle(t, s) })
 			if tc.stretch {
-				t.Run("an Etcd that opts in gets the sidecar", func(t *testing.T) { optedInEtcd(t, s) })
+				var a *v1alpha1.Etcd
+				t.Run("an Etcd that opts in gets the sidecar", func(t *testing.T) { a = optedInEtcd(t, s) })
+				if a == nil {
+					return
+				}
+				t.Run("a second Etcd stretches its cluster", func(t *testing.T) { stretchedEtcd(t, s, a) })
 			}
 		})
 	}
@@ -163,9 +168,11 @@ func plainEtcdLifecycle(t *testing.T, s *Site) {
 
 // optedInEtcd: an Etcd with the smallest extension (ordinalStart: 0, the
 // druid default made explicit) runs on real druid with the sidecar the
-// webhook injects; druid reports it Ready and druid-stretch reports its
-// membership, observed through the sidecars.
-func optedInEtcd(t *testing.T, s *Site) {
+// webhook injects; its pods start once druid-stretch admitted them (a new
+// cluster: every pod waits with no data), druid reports it Ready and
+// druid-stretch reports its membership, observed through the sidecars. It
+// returns the Etcd once it is converged, nil when the test failed.
+func optedInEtcd(t *testing.T, s *Site) *v1alpha1.Etcd {
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := createNamespace(t, s, "shoot--stretch")
@@ -192,6 +199,8 @@ func optedInEtcd(t *testing.T, s *Site) {
 		}
 		g.Expect(names).To(ConsistOf("etcd-main-0", "etcd-main-1", "etcd-main-2"))
 	}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	g.Expect(eventReasons(t, s, e)).To(ContainElement(v1alpha1.ReasonBootstrapping), "druid-stretch admitted the new cluster's pods")
+	return e
 }
 
 func createNamespace(t *testing.T, s *Site, name string) string {

@@ -32,7 +32,7 @@ const stretchValues = `
 image:
   repository: registry.local/druid-stretch
   tag: site
-clusterIdentity: site
+clusterIdentity: %s
 sidecarClientTLS:
   secretName: druid-stretch-sidecar-client
 `
@@ -49,7 +49,11 @@ sidecarClientTLS:
 // The site's Etcds use no TLS, so the sidecars serve plain HTTP and the
 // controller calls them so.
 func (s *Site) startDruidStretch(ctx context.Context) error {
-	values, err := chart.ParseValues(stretchValues)
+	identity := s.opts.ClusterIdentity
+	if identity == "" {
+		identity = "site"
+	}
+	values, err := chart.ParseValues(fmt.Sprintf(stretchValues, identity))
 	if err != nil {
 		return err
 	}

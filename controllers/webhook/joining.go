@@ -1,0 +1,195 @@
+package webhook
+
+import (
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+
+	druidv1alpha1 "github.com/gardener/etcd-druid/api/core/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
+	"github.com/druid-stretch/druid-stretch/internal/etcdconfig"
+)
+
+// druid's container names and mount paths in an etcd pod (etcd-druid
+// internal/common).
+const (
+	containerEtcd          = "etcd"
+	containerBackupRestore = "backup-restore"
+	mountEtcdData          = "/var/etcd/data"
+	mountEtcdConfig        = "/var/etcd/config"
+
+	// backupRestoreHostPortFlag is etcd-wrapper's flag naming the server it
+	// asks for initialisation and configuration.
+	backupRestoreHostPortFlag = "--backup-restore-host-port="
+)
+
+// What the webhook adds so that a managed member starts only once the
+// controller admitted it, and so that backup-restore takes no membership
+// action of its own.
+const (
+	// BackupRestoreConfigInitContainerName writes backup-restore's etcd
+	// configuration before the pod's containers start.
+	BackupRestoreConfigInitContainerName = "druid-stretch-backup-restore-config"
+	volumeBackupRestoreConfig            = "druid-stretch-backup-restore-config"
+	mountBackupRestoreConfig             = "/var/druid-stretch/backup-restore"
+	backupRestoreConfigFile              = mountBackupRestoreConfig + "/" + "etcd.conf.yaml"
+	// envBackupRestoreConfig is the variable backup-restore reads its etcd
+	// configuration's path from (default /var/etcd/config/etcd.conf.yaml).
+	envBackupRestoreConfig = "ETCD_CONF"
+	envPodName             = "POD_NAME"
+)
+
+// interposeSidecar makes the pod's member start through the sidecar (see
+// the sidecar's join.go):
+//   - etcd-wrapper asks the sidecar, not backup-restore, for initialisation
+//     and configuration: its --backup-restore-host-port names the sidecar's
+//     port on the same host (the sidecar serves with backup-restore's TLS
+//     when spec.backup.tls is set, so the wrapper's trust stays right);
+//   - the sidecar reads druid's etcd configuration and keeps the
+//     controller's admission on the data volume;
+//   - an init container writes the etcd configuration backup-restore reads
+//     (ETCD_CONF): druid's with the member's own entries and an initial
+//     cluster of the member alone, which turns off backup-restore's
+//     learner add, promotion and remove-and-re-add.
+//
+// Call it after injectSidecar: it completes the sidecar container that
+// injectSidecar just rendered. Every change replaces what a previous
+// admission wrote, so admitting the result again changes nothing.
+func interposeSidecar(pod *corev1.PodSpec, e *v1alpha1.Etcd, o Options) error {
+	etcd, br, sc := container(pod, containerEtcd), container(pod, containerBackupRestore), container(pod, SidecarContainerName)
+	if etcd == nil || br == nil || sc == nil {
+		return fmt.Errorf("the pod template of Etcd %s lacks druid's %q or %q container (or the sidecar); druid-stretch cannot make its members start through the sidecar", e.Name, containerEtcd, containerBackupRestore)
+	}
+	// druid mounts the data volume in both containers, the configuration
+	// only in backup-restore's (etcd gets its configuration from it).
+	dataVolume, configVolume := mountedVolume(etcd, mountEtcdData), mountedVolume(br, mountEtcdConfig)
+	if dataVolume == "" || configVolume == "" {
+		return fmt.Errorf("druid's pod template of Etcd %s mounts no volume at %s in the etcd container or at %s in the backup-restore container", e.Name, mountEtcdData, mountEtcdConfig)
+	}
+	if !replaceFlag(etcd, backupRestoreHostPortFlag, fmt.Sprintf("%s-local:%d", e.Name, o.SidecarPort)) {
+		return fmt.Errorf("druid's etcd container of Etcd %s has no %s flag; it is not etcd-wrapper as druid runs it", e.Name, strings.TrimSuffix(backupRestoreHostPortFlag, "="))
+	}
+
+	druidConfig := etcdconfig.DefaultPath // druid's file in the config volume
+	member := memberFlags(e)
+	podName := corev1.EnvVar{Name: envPodName, ValueFrom: &corev1.EnvVarSource{
+		FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"},
+	}}
+	configMount := corev1.VolumeMount{Name: configVolume, MountPath: mountEtcdConfig, ReadOnly: true}
+
+	sc.Env = setEnv(sc.Env, podName)
+	sc.Args = append(sc.Args, "--etcd-config="+druidConfig)
+	sc.Args = append(sc.Args, member...)
+	sc.VolumeMounts = append(sc.VolumeMounts, configMount, corev1.VolumeMount{Name: dataVolume, MountPath: mountEtcdData})
+
+	init := corev1.Container{
+		Name:            BackupRestoreConfigInitContainerName,
+		Image:           o.SidecarImage,
+		ImagePullPolicy: o.SidecarImagePullPolicy,
+		Args:            append([]string{"backup-restore-config", "--etcd-config=" + druidConfig, "--output=" + backupRestoreConfigFile}, member...),
+		Env:             []corev1.EnvVar{podName},
+		VolumeMounts: []corev1.VolumeMount{configMount,
+			{Name: volumeBackupRestoreConfig, MountPath: mountBackupRestoreConfig}},
+		SecurityContext:          sc.SecurityContext.DeepCopy(),
+		TerminationMessagePath:   corev1.TerminationMessagePathDefault,
+		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+	}
+	pod.InitContainers = setContainer(pod.InitContainers, init)
+
+	br.Env = setEnv(br.Env, corev1.EnvVar{Name: envBackupRestoreConfig, Value: backupRestoreConfigFile})
+	br.VolumeMounts = setMount(br.VolumeMounts, corev1.VolumeMount{Name: volumeBackupRestoreConfig, MountPath: mountBackupRestoreConfig, ReadOnly: true})
+	if !hasVolume(pod, volumeBackupRestoreConfig) {
+		pod.Volumes = append(pod.Volumes, corev1.Volume{Name: volumeBackupRestoreConfig,
+			VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	}
+	return nil
+}
+
+// memberFlags name the pod's member for the sidecar and the init
+// container: its name and druid's in-cluster URLs, with the pod's name
+// filled in by Kubernetes ($(POD_NAME) in args). They are used where
+// druid's configuration has no entry for the member (a pod outside
+// ordinals 0..replicas-1); where it has one, its URLs win (they carry
+// spec.etcd.additionalAdvertisePeerURLs).
+func memberFlags(e *v1alpha1.Etcd) []string {
+	pod := "$(" + envPodName + ")"
+	clientScheme := "http"
+	if e.Spec.Etcd.ClientUrlTLS != nil {
+		clientScheme = "https"
+	}
+	clientPort := ptr.Deref(e.Spec.Etcd.ClientPort, members.DefaultClientPort)
+	return []string{
+		"--member-name=" + druidv1alpha1.GetMemberName(e.Spec.MemberNamePrefix, pod),
+		"--member-peer-urls=" + members.InClusterPeerURL(e, pod),
+		"--member-client-urls=" + clientScheme + "://" + pod + "." + members.PeerServiceDomain(e) + ":" + strconv.Itoa(int(clientPort)),
+	}
+}
+
+func container(pod *corev1.PodSpec, name string) *corev1.Container {
+	for i := range pod.Containers {
+		if pod.Containers[i].Name == name {
+			return &pod.Containers[i]
+		}
+	}
+	return nil
+}
+
+// mountedVolume is the volume c mounts at mountPath ("" if none).
+func mountedVolume(c *corev1.Container, mountPath string) string {
+	for _, m := range c.VolumeMounts {
+		if path.Clean(m.MountPath) == mountPath {
+			return m.Name
+		}
+	}
+	return ""
+}
+
+// replaceFlag sets the value of the --name=value flag in c's command or
+// args; false when c has no such flag.
+func replaceFlag(c *corev1.Container, prefix, value string) bool {
+	found := false
+	for _, list := range [][]string{c.Command, c.Args} {
+		for i, a := range list {
+			if strings.HasPrefix(a, prefix) {
+				list[i] = prefix + value
+				found = true
+			}
+		}
+	}
+	return found
+}
+
+func setEnv(env []corev1.EnvVar, v corev1.EnvVar) []corev1.EnvVar {
+	for i := range env {
+		if env[i].Name == v.Name {
+			env[i] = v
+			return env
+		}
+	}
+	return append(env, v)
+}
+
+func setMount(mounts []corev1.VolumeMount, m corev1.VolumeMount) []corev1.VolumeMount {
+	for i := range mounts {
+		if mounts[i].MountPath == m.MountPath {
+			mounts[i] = m
+			return mounts
+		}
+	}
+	return append(mounts, m)
+}
+
+func setContainer(cs []corev1.Container, c corev1.Container) []corev1.Container {
+	for i := range cs {
+		if cs[i].Name == c.Name {
+			cs[i] = c
+			return cs
+		}
+	}
+	return append(cs, c)
+}

@@ -1,0 +1,169 @@
+package membership
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+
+	"github.com/druid-stretch/druid-stretch/internal/etcdconfig"
+	"github.com/druid-stretch/druid-stretch/sidecar"
+)
+
+// A member of an Etcd druid-stretch manages starts only once admitted (the
+// sidecar's join.go): etcd-wrapper asks its sidecar for initialisation, and
+// the sidecar answers once the controller has said with which initial
+// cluster the member starts. The controller says so in two cases:
+//
+//   - a learner the planner added, whose etcd has not started (etcd names a
+//     member once it starts): its pod gets state "existing" and the cluster
+//     as observed, so it joins the cluster it was added to and nothing else;
+//   - a new Etcd (no external member, no member ever observed) whose every
+//     pod waits with no data: all of them get state "new" and the initial
+//     cluster of their own URLs, as druid would bootstrap it.
+//
+// A pod with etcd data needs no admission: etcd restarts from its log.
+
+// Joiner is a local pod whose member may wait for an admission.
+type Joiner struct {
+	// Member is its member name.
+	Member string
+	// PeerURLs are the peer URLs the planner adds it with.
+	PeerURLs []string
+	// Sidecar is its sidecar's URL.
+	Sidecar string
+}
+
+// Admit admits every joiner whose member obs shows as a learner that has not
+// started yet and whose sidecar waits for an admission. It returns the
+// members admitted. A sidecar that is not etcd-wrapper's server (no
+// admission to give: the member starts on its own) or does not answer yet
+// is skipped; the next reconcile asks again.
+func (c *Cluster) Admit(ctx context.Context, obs *Observation, joiners []Joiner) (admitted []string, err error) {
+	var errs []error
+	for _, j := range joiners {
+		m := unstartedLearner(obs, j.PeerURLs)
+		if m == nil {
+			continue
+		}
+		cl := c.client(j.Sidecar)
+		st, err := cl.Join(ctx)
+		if err != nil {
+			if !notJoining(err) {
+				errs = append(errs, fmt.Errorf("asking the sidecar of %s whether it waits: %w", j.Member, err))
+			}
+			continue
+		}
+		if !st.Waiting() && (st.Admission == nil || st.Admission.MemberID == m.ID) {
+			continue // starts already, or was admitted as this very learner
+		}
+		a := sidecar.Admission{State: etcdconfig.StateExisting, InitialCluster: initialCluster(obs, m.ID, j.Member), MemberID: m.ID}
+		if _, err := cl.Admit(ctx, a); err != nil {
+			if sidecar.IsReason(err, sidecar.ReasonHasData) {
+				continue // its etcd has data now: it no longer waits
+			}
+			errs = append(errs, fmt.Errorf("admitting %s as learner %s: %w", j.Member, m.ID, err))
+			continue
+		}
+		admitted = append(admitted, j.Member)
+	}
+	return admitted, errors.Join(errs...)
+}
+
+// Bootstrap admits every joiner with state "new" and the initial cluster of
+// their own peer URLs, when every one of them answers and none has etcd data
+// or an admission other than that bootstrap (a bootstrap interrupted
+// half-way is finished with the same initial cluster). Call it only for an
+// Etcd that has no external member and never had a member observed: it
+// starts a new etcd cluster. It reports whether it admitted the members;
+// when not, why.
+func (c *Cluster) Bootstrap(ctx context.Context, joiners []Joiner) (bool, string, error) {
+	if len(joiners) == 0 {
+		return false, "no pod to bootstrap", nil
+	}
+	type waiting struct {
+		cl *sidecar.Client
+		st *sidecar.JoinStatus
+	}
+	var (
+		all   []waiting
+		peers []etcdconfig.Member
+	)
+	for _, j := range joiners {
+		cl := c.client(j.Sidecar)
+		st, err := cl.Join(ctx)
+		switch {
+		case err != nil && notJoining(err):
+			return false, fmt.Sprintf("the sidecar of %s does not serve etcd-wrapper (it starts its member on its own)", j.Member), nil
+		case err != nil:
+			return false, fmt.Sprintf("the sidecar of %s does not answer yet: %v", j.Member, err), nil
+		case st.HasData:
+			return false, fmt.Sprintf("%s has etcd data: the cluster exists; it is not bootstrapped again", j.Member), nil
+		case st.Admission != nil && st.Admission.State != etcdconfig.StateNew:
+			return false, fmt.Sprintf("%s was admitted to join an existing cluster", j.Member), nil
+		}
+		all = append(all, waiting{cl, st})
+		peers = append(peers, etcdconfig.Member{Name: st.Member, PeerURLs: st.PeerURLs})
+	}
+	a := sidecar.Admission{State: etcdconfig.StateNew, InitialCluster: etcdconfig.FormatInitialCluster(peers)}
+	for _, w := range all {
+		if w.st.Admission != nil && w.st.Admission.InitialCluster != a.InitialCluster {
+			return false, "", fmt.Errorf("%s was admitted to bootstrap with the initial cluster %q, the pods now say %q; refusing to bootstrap two clusters", w.st.Member, w.st.Admission.InitialCluster, a.InitialCluster)
+		}
+	}
+	for _, w := range all {
+		if w.st.Admission != nil {
+			continue
+		}
+		if _, err := w.cl.Admit(ctx, a); err != nil {
+			return false, "", fmt.Errorf("admitting %s to bootstrap: %w", w.st.Member, err)
+		}
+	}
+	return true, a.InitialCluster, nil
+}
+
+// unstartedLearner is the learner of obs with exactly these peer URLs that
+// has no name yet (etcd names a member once it starts), nil if none.
+func unstartedLearner(obs *Observation, peerURLs []string) *sidecar.Member {
+	for i := range obs.List.Members {
+		m := &obs.List.Members[i]
+		if m.IsLearner && m.Name == "" && sameURLs(m.PeerURLs, peerURLs) {
+			return m
+		}
+	}
+	return nil
+}
+
+// initialCluster is etcd's initial-cluster for a member joining obs's
+// cluster as the learner id: every member with its peer URLs, the joining
+// one under its own name. etcd compares only the peer URLs of the others,
+// so a member that has no name yet is listed under its ID.
+func initialCluster(obs *Observation, id, name string) string {
+	var ms []etcdconfig.Member
+	for _, m := range obs.List.Members {
+		n := m.Name
+		switch {
+		case m.ID == id:
+			n = name
+		case n == "":
+			n = m.ID
+		}
+		ms = append(ms, etcdconfig.Member{Name: n, PeerURLs: m.PeerURLs})
+	}
+	return etcdconfig.FormatInitialCluster(ms)
+}
+
+func sameURLs(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
+
+// notJoining: the sidecar serves no /v1/join (it was started without
+// druid's etcd configuration), so its member starts without admission.
+func notJoining(err error) bool {
+	var e *sidecar.Error
+	return errors.As(err, &e) && e.StatusCode == http.StatusNotFound
+}

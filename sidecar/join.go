@@ -1,0 +1,312 @@
+package sidecar
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/druid-stretch/druid-stretch/internal/etcdconfig"
+)
+
+// This file makes the sidecar the server that etcd-druid's etcd-wrapper asks
+// before it starts etcd, in the pods of an Etcd druid-stretch manages: the
+// webhook points the wrapper's --backup-restore-host-port here instead of at
+// etcd-backup-restore. The wrapper's protocol is backup-restore's:
+//
+//	GET /initialization/start?mode=…  start initialising (200)
+//	GET /initialization/status        New | Progress | Successful | Failed, as text
+//	GET /config                       the etcd configuration, as YAML
+//
+// backup-restore would decide on its own whether the member joins an
+// existing cluster (adding it as a learner itself, after wiping its data
+// directory) or bootstraps one (from druid's configuration, which lists only
+// the ordinals 0..replicas-1 and never another Kubernetes cluster's
+// members). Here the member starts only once druid-stretch's controller has
+// admitted it, and with the initial cluster the controller gave:
+//
+//	GET /v1/join   what this member is: name, URLs, data present, admission
+//	PUT /v1/join   admit it {"state","initialCluster","memberID"} (mutating)
+//
+// A member whose data directory holds etcd data starts at once: etcd then
+// ignores the initial cluster and rejoins with what its log says.
+
+// Initialisation states, backup-restore's words (the wrapper compares them).
+const (
+	InitNew        = "New"
+	InitProgress   = "Progress"
+	InitSuccessful = "Successful"
+	InitFailed     = "Failed"
+)
+
+// ReasonHasData refuses to admit a member whose data directory holds etcd
+// data: admitting it would change nothing, and a bootstrap over it would
+// fork the cluster.
+const ReasonHasData = "HasData"
+
+// ReasonNotAdmitted answers /config for a member the controller has not
+// admitted and that has no data.
+const ReasonNotAdmitted = "NotAdmitted"
+
+// Joining makes the sidecar etcd-wrapper's initialisation and configuration
+// server for its member (see Config.Joining).
+type Joining struct {
+	// EtcdConfigFile is druid's etcd.conf.yaml as mounted in the pod.
+	EtcdConfigFile string
+	// Member is this pod's member. Name is required; the URLs are used
+	// only when druid's file has no entry for the member (a pod outside
+	// ordinals 0..replicas-1).
+	Member etcdconfig.Member
+	// AdmissionFile keeps the controller's admission across restarts of
+	// the sidecar; it belongs on the data volume (default: admission.json
+	// beside etcd's data directory), so it lives and dies with the data.
+	AdmissionFile string
+}
+
+// Admission is the controller's word that a member may start, and with
+// which initial cluster.
+type Admission struct {
+	// State is etcd's initial-cluster-state: "existing" for a learner the
+	// controller added, "new" for a cluster the controller bootstraps.
+	State string `json:"state"`
+	// InitialCluster is etcd's initial-cluster (name=peerURL,…): every
+	// member of the cluster, this one included.
+	InitialCluster string `json:"initialCluster"`
+	// MemberID is the hex ID of the learner the controller added, for the
+	// record; empty for a bootstrap.
+	MemberID string `json:"memberID,omitempty"`
+}
+
+// JoinStatus is what GET /v1/join answers.
+type JoinStatus struct {
+	// Member, PeerURLs and ClientURLs are this member's, as etcd will
+	// advertise them.
+	Member     string   `json:"member"`
+	PeerURLs   []string `json:"peerURLs"`
+	ClientURLs []string `json:"clientURLs"`
+	// HasData is true when etcd's data directory holds a write-ahead log:
+	// the member starts without an admission.
+	HasData bool `json:"hasData"`
+	// Admission is the controller's, if any.
+	Admission *Admission `json:"admission,omitempty"`
+	// Initialization is the state the wrapper was last told.
+	Initialization string `json:"initialization"`
+}
+
+// Waiting reports whether the member waits for the controller: no data and
+// no admission.
+func (s *JoinStatus) Waiting() bool { return !s.HasData && s.Admission == nil }
+
+// joiner holds the wrapper-facing state.
+type joiner struct {
+	cfg  Joining
+	file *etcdconfig.File
+	self etcdconfig.Member
+
+	mu    sync.Mutex
+	state string // the wrapper's initialisation state
+}
+
+func newJoiner(cfg Joining) (*joiner, error) {
+	if cfg.Member.Name == "" {
+		return nil, errors.New("sidecar: Joining.Member.Name is required")
+	}
+	f, err := etcdconfig.Load(cfg.EtcdConfigFile)
+	if err != nil {
+		return nil, err
+	}
+	self, err := f.Resolve(cfg.Member)
+	if err != nil {
+		return nil, err
+	}
+	if f.DataDir() == "" {
+		return nil, fmt.Errorf("%s names no data-dir", cfg.EtcdConfigFile)
+	}
+	if cfg.AdmissionFile == "" {
+		cfg.AdmissionFile = filepath.Join(filepath.Dir(filepath.Clean(f.DataDir())), "druid-stretch-admission.json")
+	}
+	return &joiner{cfg: cfg, file: f, self: self, state: InitNew}, nil
+}
+
+func (s *Server) joinRoutes(mux *http.ServeMux) {
+	j := s.joiner
+	mux.HandleFunc("GET /initialization/start", func(w http.ResponseWriter, r *http.Request) {
+		j.mu.Lock()
+		if j.state == InitNew {
+			j.state = InitProgress
+			s.log.Info("etcd-wrapper asks to initialise", "member", j.self.Name, "mode", r.URL.Query().Get("mode"))
+		}
+		j.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	})
+	mux.HandleFunc("GET /initialization/status", func(w http.ResponseWriter, _ *http.Request) {
+		state := j.initializationStatus(s)
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, state)
+	})
+	mux.HandleFunc("GET /config", func(w http.ResponseWriter, _ *http.Request) {
+		b, err := j.config()
+		if err != nil {
+			var apiErr *Error
+			if !errors.As(err, &apiErr) {
+				apiErr = &Error{StatusCode: http.StatusInternalServerError, Reason: ReasonInvalidArgument, Message: err.Error()}
+			}
+			s.log.Info("refused etcd-wrapper's /config", "member", j.self.Name, "reason", apiErr.Reason, "message", apiErr.Message)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(apiErr.StatusCode)
+			_ = json.NewEncoder(w).Encode(errorBody{Reason: apiErr.Reason, Message: apiErr.Message})
+			return
+		}
+		s.log.Info("served etcd's configuration", "member", j.self.Name)
+		w.Header().Set("Content-Type", "application/yaml")
+		_, _ = w.Write(b)
+	})
+	s.handle(mux, "GET /v1/join", "", false, func(*http.Request) (int, any, *Error) {
+		st, err := j.status()
+		if err != nil {
+			return 0, nil, &Error{StatusCode: http.StatusInternalServerError, Reason: ReasonInvalidArgument, Message: err.Error()}
+		}
+		j.mu.Lock()
+		st.Initialization = j.state
+		j.mu.Unlock()
+		return http.StatusOK, st, nil
+	})
+	s.handle(mux, "PUT /v1/join", "admit", true, func(r *http.Request) (int, any, *Error) {
+		setTarget(r, j.self.Name)
+		var a Admission
+		if apiErr := decodeJSON(r, &a); apiErr != nil {
+			return 0, nil, apiErr
+		}
+		st, apiErr := j.admit(a)
+		if apiErr != nil {
+			return 0, nil, apiErr
+		}
+		s.log.Info("member admitted", "member", j.self.Name, "state", a.State, "initialCluster", a.InitialCluster, "memberID", a.MemberID)
+		return http.StatusOK, st, nil
+	})
+}
+
+// initializationStatus answers the wrapper's poll the way backup-restore
+// does: Successful and Failed are told once, then the state is New again,
+// so a wrapper that restarts initialises anew.
+func (j *joiner) initializationStatus(s *Server) string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.state == InitProgress {
+		st, err := j.status()
+		switch {
+		case err != nil:
+			s.log.Error(err, "initialising the member failed", "member", j.self.Name)
+			j.state = InitFailed
+		case !st.Waiting():
+			j.state = InitSuccessful
+		}
+	}
+	state := j.state
+	if state == InitSuccessful || state == InitFailed {
+		j.state = InitNew
+	}
+	return state
+}
+
+func (j *joiner) status() (*JoinStatus, error) {
+	hasData, err := walExists(j.file.DataDir())
+	if err != nil {
+		return nil, err
+	}
+	a, err := j.admission()
+	if err != nil {
+		return nil, err
+	}
+	return &JoinStatus{Member: j.self.Name, PeerURLs: j.self.PeerURLs, ClientURLs: j.self.ClientURLs, HasData: hasData, Admission: a}, nil
+}
+
+// config is etcd's configuration for this member: with the admission's
+// initial cluster and state, or, for a member that has data, as it stands
+// in druid's file (etcd reads its membership from its log then).
+func (j *joiner) config() ([]byte, error) {
+	st, err := j.status()
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case st.Admission != nil && !st.HasData:
+		return j.file.ForMember(j.self, st.Admission.InitialCluster, st.Admission.State)
+	case st.HasData:
+		return j.file.ForMember(j.self, etcdconfig.FormatInitialCluster([]etcdconfig.Member{j.self}), etcdconfig.StateExisting)
+	default:
+		return nil, &Error{StatusCode: http.StatusServiceUnavailable, Reason: ReasonNotAdmitted,
+			Message: fmt.Sprintf("member %s has no data and druid-stretch has not admitted it yet", j.self.Name)}
+	}
+}
+
+func (j *joiner) admit(a Admission) (*JoinStatus, *Error) {
+	if a.State != etcdconfig.StateNew && a.State != etcdconfig.StateExisting {
+		return nil, &Error{StatusCode: http.StatusBadRequest, Reason: ReasonInvalidArgument,
+			Message: fmt.Sprintf("state %q: want %q or %q", a.State, etcdconfig.StateNew, etcdconfig.StateExisting)}
+	}
+	// The same check etcd would make at start, made now so that the
+	// controller hears of a bad initial cluster and the member never
+	// starts with one.
+	if _, err := j.file.ForMember(j.self, a.InitialCluster, a.State); err != nil {
+		return nil, &Error{StatusCode: http.StatusBadRequest, Reason: ReasonInvalidArgument, Message: err.Error()}
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	hasData, err := walExists(j.file.DataDir())
+	if err != nil {
+		return nil, &Error{StatusCode: http.StatusInternalServerError, Reason: ReasonInvalidArgument, Message: err.Error()}
+	}
+	if hasData {
+		return nil, &Error{StatusCode: http.StatusConflict, Reason: ReasonHasData,
+			Message: fmt.Sprintf("member %s already has etcd data in %s; it starts from its own log and needs no admission", j.self.Name, j.file.DataDir())}
+	}
+	b, err := json.Marshal(a)
+	if err != nil {
+		return nil, &Error{StatusCode: http.StatusInternalServerError, Reason: ReasonInvalidArgument, Message: err.Error()}
+	}
+	if err := etcdconfig.WriteFile(j.cfg.AdmissionFile, b); err != nil {
+		return nil, &Error{StatusCode: http.StatusInternalServerError, Reason: ReasonInvalidArgument,
+			Message: fmt.Sprintf("keeping the admission in %s: %v", j.cfg.AdmissionFile, err)}
+	}
+	return &JoinStatus{Member: j.self.Name, PeerURLs: j.self.PeerURLs, ClientURLs: j.self.ClientURLs, Admission: &a, Initialization: j.state}, nil
+}
+
+func (j *joiner) admission() (*Admission, error) {
+	b, err := os.ReadFile(j.cfg.AdmissionFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the admission: %w", err)
+	}
+	var a Admission
+	if err := json.Unmarshal(b, &a); err != nil {
+		return nil, fmt.Errorf("the admission in %s: %w", j.cfg.AdmissionFile, err)
+	}
+	return &a, nil
+}
+
+// walExists reports whether etcd's data directory holds a write-ahead log
+// file, etcd's own test for an existing member (wal.Exist).
+func walExists(dataDir string) (bool, error) {
+	entries, err := os.ReadDir(filepath.Join(dataDir, "member", "wal"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading etcd's data directory: %w", err)
+	}
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".wal") {
+			return true, nil
+		}
+	}
+	return false, nil
+}

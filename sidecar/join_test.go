@@ -1,0 +1,192 @@
+package sidecar_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	"sigs.k8s.io/yaml"
+
+	"github.com/druid-stretch/druid-stretch/internal/etcdconfig"
+	"github.com/druid-stretch/druid-stretch/sidecar"
+)
+
+// joinFile is druid's etcd.conf.yaml for etcd-main in namespace ns, two
+// replicas, no prefix (abridged); its data dir is set per test.
+const joinFile = `name: etcd-config
+initial-cluster-state: new
+initial-cluster: etcd-main-0=http://etcd-main-0.etcd-main-peer.ns.svc:2380,etcd-main-1=http://etcd-main-1.etcd-main-peer.ns.svc:2380
+initial-advertise-peer-urls:
+  etcd-main-0: [http://etcd-main-0.etcd-main-peer.ns.svc:2380]
+  etcd-main-1: [http://etcd-main-1.etcd-main-peer.ns.svc:2380]
+advertise-client-urls:
+  etcd-main-0: [http://etcd-main-0.etcd-main-peer.ns.svc:2379]
+  etcd-main-1: [http://etcd-main-1.etcd-main-peer.ns.svc:2379]
+`
+
+// joiningSidecar serves the sidecar of pod etcd-main-3 (outside druid's
+// ordinals: its URLs come from the flags) as etcd-wrapper's server, with a
+// data volume under a temporary folder. No etcd runs: joining reads files.
+func joiningSidecar(t *testing.T) (url, dataVolume string) {
+	t.Helper()
+	dir := t.TempDir()
+	dataVolume = filepath.Join(dir, "data")
+	if err := os.MkdirAll(dataVolume, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(dir, "etcd.conf.yaml")
+	if err := os.WriteFile(config, []byte(joinFile+"data-dir: "+filepath.Join(dataVolume, "new.etcd")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := sidecar.New(sidecar.Config{
+		Endpoints:            []string{"http://127.0.0.1:1"},
+		AllowUnauthenticated: true,
+		PollInterval:         -1,
+		Joining: &sidecar.Joining{EtcdConfigFile: config, Member: etcdconfig.Member{
+			Name:       "etcd-main-3",
+			PeerURLs:   []string{"http://etcd-main-3.etcd-main-peer.ns.svc:2380"},
+			ClientURLs: []string{"http://etcd-main-3.etcd-main-peer.ns.svc:2379"},
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(func() { hs.Close(); srv.Close() })
+	return hs.URL, dataVolume
+}
+
+// get answers a GET as etcd-wrapper reads it: status code and body.
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// initStatus is the wrapper's poll of /initialization/status.
+func initStatus(t *testing.T, url string) string {
+	t.Helper()
+	code, body := get(t, url+"/initialization/status")
+	if code != http.StatusOK {
+		t.Fatalf("/initialization/status answered %d %s", code, body)
+	}
+	return body
+}
+
+func TestMemberStartsOnlyOnceAdmitted(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	url, _ := joiningSidecar(t)
+	cl := sidecar.NewClient(url, nil)
+
+	st, err := cl.Join(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(st.Waiting()).To(BeTrue())
+	g.Expect(st.Member).To(Equal("etcd-main-3"))
+	g.Expect(st.PeerURLs).To(Equal([]string{"http://etcd-main-3.etcd-main-peer.ns.svc:2380"}))
+
+	// The wrapper's loop, as etcd-wrapper runs it against backup-restore.
+	g.Expect(initStatus(t, url)).To(Equal(sidecar.InitNew))
+	code, _ := get(t, url+"/initialization/start?mode=full")
+	g.Expect(code).To(Equal(http.StatusOK))
+	g.Expect(initStatus(t, url)).To(Equal(sidecar.InitProgress))
+	g.Expect(initStatus(t, url)).To(Equal(sidecar.InitProgress), "still waiting for the controller")
+	code, body := get(t, url+"/config")
+	g.Expect(code).To(Equal(http.StatusServiceUnavailable))
+	g.Expect(body).To(ContainSubstring(sidecar.ReasonNotAdmitted))
+
+	cluster := "etcd-main-0=http://etcd-main-0.etcd-main-peer.a.svc:2380,etcd-main-3=http://etcd-main-3.etcd-main-peer.ns.svc:2380"
+	st, err = cl.Admit(ctx, sidecar.Admission{State: "existing", InitialCluster: cluster, MemberID: "8e9e05c52164694d"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(st.Admission.MemberID).To(Equal("8e9e05c52164694d"))
+
+	g.Expect(initStatus(t, url)).To(Equal(sidecar.InitSuccessful))
+	g.Expect(initStatus(t, url)).To(Equal(sidecar.InitNew), "told once, as backup-restore does")
+	code, body = get(t, url+"/config")
+	g.Expect(code).To(Equal(http.StatusOK))
+	cfg := map[string]any{}
+	g.Expect(yaml.Unmarshal([]byte(body), &cfg)).To(Succeed())
+	g.Expect(cfg).To(HaveKeyWithValue("name", "etcd-main-3"))
+	g.Expect(cfg).To(HaveKeyWithValue("initial-cluster", cluster))
+	g.Expect(cfg).To(HaveKeyWithValue("initial-cluster-state", "existing"))
+	g.Expect(cfg).To(HaveKeyWithValue("initial-advertise-peer-urls", "http://etcd-main-3.etcd-main-peer.ns.svc:2380"))
+	g.Expect(cfg).To(HaveKeyWithValue("advertise-client-urls", "http://etcd-main-3.etcd-main-peer.ns.svc:2379"))
+}
+
+func TestAdmissionRefusals(t *testing.T) {
+	ctx := context.Background()
+	own := "etcd-main-3=http://etcd-main-3.etcd-main-peer.ns.svc:2380"
+	for _, tc := range []struct {
+		name   string
+		a      sidecar.Admission
+		reason string
+		want   string
+	}{
+		{"a state etcd does not know", sidecar.Admission{State: "join", InitialCluster: own}, sidecar.ReasonInvalidArgument, `state "join"`},
+		{"an initial cluster without the member", sidecar.Admission{State: "existing", InitialCluster: "etcd-main-0=http://etcd-main-0:2380"}, sidecar.ReasonInvalidArgument, "lacks etcd-main-3=http://etcd-main-3.etcd-main-peer.ns.svc:2380"},
+		{"an empty initial cluster", sidecar.Admission{State: "new"}, sidecar.ReasonInvalidArgument, "is not name=peerURL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			url, _ := joiningSidecar(t)
+			cl := sidecar.NewClient(url, nil)
+			_, err := cl.Admit(ctx, tc.a)
+			g.Expect(sidecar.IsReason(err, tc.reason)).To(BeTrue(), "%v", err)
+			g.Expect(err).To(MatchError(ContainSubstring(tc.want)))
+			st, err := cl.Join(ctx)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(st.Waiting()).To(BeTrue(), "nothing was admitted")
+		})
+	}
+
+	t.Run("malformed JSON", func(t *testing.T) {
+		g := NewWithT(t)
+		url, _ := joiningSidecar(t)
+		req, _ := http.NewRequest(http.MethodPut, url+"/v1/join", strings.NewReader(`{"state":`))
+		resp, err := http.DefaultClient.Do(req)
+		g.Expect(err).NotTo(HaveOccurred())
+		resp.Body.Close()
+		g.Expect(resp.StatusCode).To(Equal(http.StatusBadRequest))
+		st, err := sidecar.NewClient(url, nil).Join(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(st.Waiting()).To(BeTrue())
+	})
+
+	t.Run("a member that has data", func(t *testing.T) {
+		// It starts from its own log at once; an admission would change
+		// nothing, and a bootstrap over it would fork the cluster.
+		g := NewWithT(t)
+		url, data := joiningSidecar(t)
+		wal := filepath.Join(data, "new.etcd", "member", "wal")
+		g.Expect(os.MkdirAll(wal, 0o700)).To(Succeed())
+		g.Expect(os.WriteFile(filepath.Join(wal, "0000000000000000-0000000000000000.wal"), []byte("x"), 0o600)).To(Succeed())
+		cl := sidecar.NewClient(url, nil)
+		_, err := cl.Admit(ctx, sidecar.Admission{State: "new", InitialCluster: own})
+		g.Expect(sidecar.IsReason(err, sidecar.ReasonHasData)).To(BeTrue(), "%v", err)
+		st, err := cl.Join(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(st.HasData).To(BeTrue())
+		g.Expect(st.Admission).To(BeNil())
+		g.Expect(filepath.Join(data, "druid-stretch-admission.json")).NotTo(BeAnExistingFile())
+
+		get(t, url+"/initialization/start")
+		g.Expect(initStatus(t, url)).To(Equal(sidecar.InitSuccessful))
+		code, body := get(t, url+"/config")
+		g.Expect(code).To(Equal(http.StatusOK))
+		g.Expect(body).To(ContainSubstring("initial-cluster-state: existing"))
+	})
+}

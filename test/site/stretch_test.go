@@ -1,0 +1,342 @@
+package site
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	druidv1alpha1 "github.com/gardener/etcd-druid/api/core/v1alpha1"
+	. "github.com/onsi/gomega"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/controllers/webhook"
+)
+
+// stretchedEtcd: a second Etcd, in another namespace, with its own member
+// name prefix, lists a's members as external members and joins their etcd
+// cluster, on real druid and real backup-restore. It checks what an
+// operator would:
+//   - the new pods start only once druid-stretch admitted them (etcd-wrapper
+//     asks the sidecar), as learners druid-stretch's planner added;
+//   - every membership change etcd went through is one step the planner
+//     took (the member list polled throughout), and backup-restore never
+//     added or promoted a member itself (its logs);
+//   - a druid reconcile forced on both Etcds in the middle of the join
+//     restarts no pod and changes nothing of its course;
+//   - druid reports the new Etcd Ready, its members hold a's data, and both
+//     controllers report five voters.
+func stretchedEtcd(t *testing.T, s *Site, a *v1alpha1.Etcd) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	const prefix = "b"
+	ns := createNamespace(t, s, "shoot--stretch-b")
+
+	// a's data, written before anything else happens.
+	want := map[string]string{}
+	aCli := etcdClient(t, s, a)
+	for i := range 5 {
+		k, v := fmt.Sprintf("/site/stretch-%d", i), fmt.Sprintf("value-%d", i)
+		_, err := aCli.Put(ctx, k, v)
+		g.Expect(err).NotTo(HaveOccurred())
+		want[k] = v
+	}
+
+	// Record every membership etcd goes through from here on.
+	history := recordMembership(t, aCli)
+
+	// a lists b's members as external (policy Keep), so a's controller
+	// knows them and leaves them alone; then b is created listing a's.
+	b := &v1alpha1.Etcd{}
+	b.Namespace, b.Name = ns, "etcd-main"
+	b.Spec.MemberNamePrefix = ptr.To(prefix)
+	b.Spec.Replicas = 2
+	patchEtcd(t, s, a, func(e *v1alpha1.Etcd) {
+		e.Spec.ExternalMembers = externalMembersOf(b, 0, 2)
+		e.Spec.ExternalMembersPolicy = ptr.To(v1alpha1.ExternalMembersPolicyKeep)
+	})
+	b = applyEtcd(t, s, ns, "testdata/etcd-main.yaml", func(o *unstructured.Unstructured) {
+		g.Expect(unstructured.SetNestedField(o.Object, prefix, "spec", "memberNamePrefix")).To(Succeed())
+		g.Expect(unstructured.SetNestedField(o.Object, int64(2), "spec", "replicas")).To(Succeed())
+		g.Expect(unstructured.SetNestedField(o.Object, "etcd-stretch-b", "spec", "backup", "store", "prefix")).To(Succeed())
+		var externals []any
+		for _, x := range externalMembersOf(a, 0, 3) {
+			externals = append(externals, map[string]any{"name": x.Name, "peerURLs": []any{x.PeerURLs[0]},
+				"clientURLs": []any{x.ClientURLs[0]}, "sidecarURL": x.SidecarURL})
+		}
+		g.Expect(unstructured.SetNestedSlice(o.Object, externals, "spec", "externalMembers")).To(Succeed())
+		g.Expect(unstructured.SetNestedField(o.Object, string(v1alpha1.ExternalMembersPolicyKeep), "spec", "externalMembersPolicy")).To(Succeed())
+	})
+
+	// In the middle of the join (the first learner added), druid is made
+	// to reconcile both Etcds, as an operator's annotation does.
+	g.Eventually(func() int { return len(history.snapshot()) }).WithTimeout(3*time.Minute).WithPolling(time.Second).
+		Should(BeNumerically(">=", 2), "b's first member is added as a learner")
+	podsBefore := podUIDs(t, s, a, b)
+	for _, e := range []*v1alpha1.Etcd{a, b} {
+		patchEtcd(t, s, e, func(e *v1alpha1.Etcd) {
+			if e.Annotations == nil {
+				e.Annotations = map[string]string{}
+			}
+			e.Annotations[druidv1alpha1.GardenerOperationAnnotation] = druidv1alpha1.DruidOperationReconcile
+		})
+	}
+
+	waitEtcdReady(t, s, b, 2)
+	for _, e := range []*v1alpha1.Etcd{a, b} {
+		g.Eventually(func(g Gomega) {
+			var got v1alpha1.Etcd
+			g.Expect(s.Client.Get(ctx, client.ObjectKeyFromObject(e), &got)).To(Succeed())
+			g.Expect(got.Annotations).NotTo(HaveKey(druidv1alpha1.GardenerOperationAnnotation), "druid ran the reconcile it was asked for")
+			m := got.Status.Membership
+			g.Expect(m).NotTo(BeNil())
+			g.Expect(apimeta.IsStatusConditionTrue(m.Conditions, v1alpha1.ConditionMembershipConverged)).To(BeTrue(), "%s: %+v", e.Namespace, m.Conditions)
+			g.Expect(m.Voters()).To(HaveLen(5))
+		}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	}
+
+	// The forced reconciles restarted nothing: the pods that ran then
+	// still run, unrestarted.
+	for key, uid := range podsBefore {
+		var p corev1.Pod
+		g.Expect(s.Client.Get(ctx, key, &p)).To(Succeed())
+		g.Expect(p.UID).To(Equal(uid), "pod %s was not replaced", key)
+		for _, c := range p.Status.ContainerStatuses {
+			g.Expect(c.RestartCount).To(BeZero(), "container %s of pod %s did not restart", c.Name, key)
+		}
+	}
+
+	// b's pods: druid's containers, the sidecar, and the init container
+	// that keeps backup-restore out of membership.
+	for _, p := range etcdPods(t, s, b) {
+		g.Expect(containerNames(p)).To(ConsistOf("etcd", "backup-restore", webhook.SidecarContainerName), "pod %s", p.Name)
+		g.Expect(p.Spec.InitContainers).To(ContainElement(HaveField("Name", webhook.BackupRestoreConfigInitContainerName)), "pod %s", p.Name)
+		g.Expect(readAll(t, s, b, p.Name)).To(Equal(want), "member of pod %s holds a's data", p.Name)
+	}
+
+	// Every change of the member list was one planned step: a learner
+	// added (with no name yet), then that learner promoted, for each of
+	// b's members in turn, and nothing else.
+	steps := history.transitions()
+	g.Expect(steps).To(Equal([]string{
+		"add learner (unnamed)", "promote " + prefix + "-etcd-main-0",
+		"add learner (unnamed)", "promote " + prefix + "-etcd-main-1",
+	}), "membership history: %v", history.snapshot())
+
+	// backup-restore of b's pods took no membership action: it sized the
+	// cluster at one member, so neither its scale-up path nor its
+	// promotion ran.
+	for _, p := range etcdPods(t, s, b) {
+		log := containerLog(t, s, p, "backup-restore")
+		g.Expect(log).To(ContainSubstring("Starting leaderElection"), "backup-restore of %s ran its leader election, where it would promote", p.Name)
+		for _, action := range []string{
+			"Checking whether etcd cluster is marked for scale-up", // its scale-up path
+			"to cluster as a learner",                              // its learner add
+			"Attempting to promote member",                         // its promotion
+			"Removing the",                                         // its remove-and-re-add
+			"Updating member peer URL",                             // its peer URL rewrite
+		} {
+			g.Expect(log).NotTo(ContainSubstring(action), "backup-restore of %s acted on membership", p.Name)
+		}
+	}
+	g.Expect(eventReasons(t, s, b)).To(ContainElement("MemberAdmitted"))
+}
+
+// externalMembersOf are e's members at ordinals [from, to) as the other
+// Etcd lists them: in-cluster URLs, which resolve in the whole site.
+func externalMembersOf(e *v1alpha1.Etcd, from, to int) []v1alpha1.ExternalMember {
+	var out []v1alpha1.ExternalMember
+	for i := from; i < to; i++ {
+		pod := fmt.Sprintf("%s-%d", e.Name, i)
+		out = append(out, v1alpha1.ExternalMember{
+			Name:       druidv1alpha1.GetMemberName(e.Spec.MemberNamePrefix, pod),
+			PeerURLs:   []string{"http://" + podAddr(e, pod, 2380)},
+			ClientURLs: []string{"http://" + podAddr(e, pod, 2379)},
+			SidecarURL: "http://" + podAddr(e, pod, int(webhook.DefaultSidecarPort)),
+		})
+	}
+	return out
+}
+
+// patchEtcd changes e as a merge patch from the stored object.
+func patchEtcd(t *testing.T, s *Site, e *v1alpha1.Etcd, mutate func(*v1alpha1.Etcd)) {
+	t.Helper()
+	var got v1alpha1.Etcd
+	if err := s.Client.Get(context.Background(), client.ObjectKeyFromObject(e), &got); err != nil {
+		t.Fatal(err)
+	}
+	before := got.DeepCopy()
+	mutate(&got)
+	if err := s.Client.Patch(context.Background(), &got, client.MergeFrom(before)); err != nil {
+		t.Fatalf("patching Etcd %s/%s: %v", e.Namespace, e.Name, err)
+	}
+}
+
+// podUIDs are the UIDs of the Etcds' pods that run now.
+func podUIDs(t *testing.T, s *Site, es ...*v1alpha1.Etcd) map[client.ObjectKey]types.UID {
+	out := map[client.ObjectKey]types.UID{}
+	for _, e := range es {
+		for _, p := range etcdPods(t, s, e) {
+			out[client.ObjectKeyFromObject(&p)] = p.UID
+		}
+	}
+	return out
+}
+
+// containerLog is what a container of a pod wrote, from the node stand-in's
+// log files.
+func containerLog(t *testing.T, s *Site, p corev1.Pod, container string) string {
+	t.Helper()
+	_, dir, ok := s.Node.Pod(p.Namespace, p.Name)
+	if !ok {
+		t.Fatalf("the node does not run pod %s/%s", p.Namespace, p.Name)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, container+".log"))
+	if err != nil {
+		t.Fatalf("reading the log of %s in %s: %v", container, p.Name, err)
+	}
+	return string(b)
+}
+
+// eventReasons are the reasons of the Events about e.
+func eventReasons(t *testing.T, s *Site, e *v1alpha1.Etcd) []string {
+	t.Helper()
+	var list corev1.EventList
+	if err := s.Client.List(context.Background(), &list, client.InNamespace(e.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, ev := range list.Items {
+		if ev.InvolvedObject.Kind == "Etcd" && ev.InvolvedObject.Name == e.Name {
+			out = append(out, ev.Reason)
+		}
+	}
+	return out
+}
+
+// membershipHistory is every distinct member list a poll saw, in order.
+type membershipHistory struct {
+	mu    sync.Mutex
+	lists [][]memberState
+}
+
+type memberState struct {
+	ID      uint64
+	Name    string
+	Learner bool
+}
+
+// recordMembership polls cli's member list every 100 ms until the test
+// ends, keeping each list that differs from the one before.
+func recordMembership(t *testing.T, cli *clientv3.Client) *membershipHistory {
+	h := &membershipHistory{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			callCtx, callCancel := context.WithTimeout(ctx, time.Second)
+			resp, err := cli.MemberList(callCtx)
+			callCancel()
+			if err == nil {
+				var list []memberState
+				for _, m := range resp.Members {
+					list = append(list, memberState{ID: m.ID, Name: m.Name, Learner: m.IsLearner})
+				}
+				slices.SortFunc(list, func(a, b memberState) int { return cmp.Compare(a.ID, b.ID) })
+				h.add(list)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return h
+}
+
+// add keeps list when its members or roles differ from the last one; a
+// learner that only got its name (etcd names it once it starts) is no
+// change.
+func (h *membershipHistory) add(list []memberState) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if n := len(h.lists); n > 0 {
+		last := h.lists[n-1]
+		if slices.EqualFunc(last, list, func(a, b memberState) bool { return a.ID == b.ID && a.Learner == b.Learner }) {
+			h.lists[n-1] = list // keep the names
+			return
+		}
+	}
+	h.lists = append(h.lists, list)
+}
+
+// last is the member list last seen.
+func (h *membershipHistory) last() []memberState {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.lists) == 0 {
+		return nil
+	}
+	return slices.Clone(h.lists[len(h.lists)-1])
+}
+
+func (h *membershipHistory) snapshot() [][]memberState {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.lists)
+}
+
+// transitions names each change between two consecutive lists; a change
+// of more than one member at once is named as such, so that it fails any
+// expectation of single steps.
+func (h *membershipHistory) transitions() []string {
+	lists := h.snapshot()
+	var out []string
+	for i := 1; i < len(lists); i++ {
+		before, after := map[uint64]memberState{}, map[uint64]memberState{}
+		for _, m := range lists[i-1] {
+			before[m.ID] = m
+		}
+		for _, m := range lists[i] {
+			after[m.ID] = m
+		}
+		var changes []string
+		for id, m := range after {
+			old, ok := before[id]
+			switch {
+			case !ok && m.Learner:
+				changes = append(changes, "add learner (unnamed)")
+			case !ok:
+				changes = append(changes, "add voter "+m.Name)
+			case old.Learner && !m.Learner:
+				changes = append(changes, "promote "+m.Name)
+			}
+		}
+		for id, m := range before {
+			if _, ok := after[id]; !ok {
+				changes = append(changes, "remove "+m.Name)
+			}
+		}
+		slices.Sort(changes)
+		out = append(out, strings.Join(changes, " + "))
+	}
+	return out
+}
