@@ -63,6 +63,9 @@ type Joining struct {
 	// only when druid's file has no entry for the member (a pod outside
 	// ordinals 0..replicas-1).
 	Member etcdconfig.Member
+	// AdditionalPeerURLs are the member's spec.etcd.additionalAdvertisePeerURLs;
+	// they are advertised after druid's (see etcdconfig.File.Resolve).
+	AdditionalPeerURLs []string
 	// AdmissionFile keeps the controller's admission across restarts of
 	// the sidecar; it belongs on the data volume (default: admission.json
 	// beside etcd's data directory), so it lives and dies with the data.
@@ -121,7 +124,7 @@ func newJoiner(cfg Joining) (*joiner, error) {
 	if err != nil {
 		return nil, err
 	}
-	self, err := f.Resolve(cfg.Member)
+	self, err := f.Resolve(cfg.Member, cfg.AdditionalPeerURLs...)
 	if err != nil {
 		return nil, err
 	}

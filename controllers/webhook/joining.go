@@ -123,11 +123,24 @@ func memberFlags(e *v1alpha1.Etcd) []string {
 		clientScheme = "https"
 	}
 	clientPort := ptr.Deref(e.Spec.Etcd.ClientPort, members.DefaultClientPort)
-	return []string{
+	flags := []string{
 		"--member-name=" + druidv1alpha1.GetMemberName(e.Spec.MemberNamePrefix, pod),
 		"--member-peer-urls=" + members.InClusterPeerURL(e, pod),
 		"--member-client-urls=" + clientScheme + "://" + pod + "." + members.PeerServiceDomain(e) + ":" + strconv.Itoa(int(clientPort)),
 	}
+	// Every member's entries: the pod picks its own. druid's file lacks
+	// them when spec.memberNamePrefix is set (druid looks them up by pod
+	// name), and the planner adds members with them.
+	var additional []string
+	for _, a := range e.Spec.Etcd.AdditionalAdvertisePeerURLs {
+		for _, u := range a.URLs {
+			additional = append(additional, a.MemberName+"="+u)
+		}
+	}
+	if len(additional) > 0 {
+		flags = append(flags, "--additional-peer-urls="+strings.Join(additional, ","))
+	}
+	return flags
 }
 
 func container(pod *corev1.PodSpec, name string) *corev1.Container {

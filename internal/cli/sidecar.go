@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -74,7 +75,11 @@ Mutating calls need a client certificate signed by --client-ca; plain HTTP
 				if member.name == "" {
 					return errors.New("--etcd-config needs --member-name")
 				}
-				joining = &sidecar.Joining{EtcdConfigFile: etcdConfig, Member: member.member(), AdmissionFile: admissionFile}
+				extra, err := member.additionalPeerURLs()
+				if err != nil {
+					return err
+				}
+				joining = &sidecar.Joining{EtcdConfigFile: etcdConfig, Member: member.member(), AdditionalPeerURLs: extra, AdmissionFile: admissionFile}
 			}
 			srv, err := sidecar.New(sidecar.Config{
 				Endpoints:            endpoints,
@@ -120,16 +125,33 @@ Mutating calls need a client certificate signed by --client-ca; plain HTTP
 type memberFlags struct {
 	name                 string
 	peerURLs, clientURLs []string
+	additional           []string
 }
 
 func (m *memberFlags) add(f *pflag.FlagSet) {
 	f.StringVar(&m.name, "member-name", "", "the local etcd member's name (druid: [<memberNamePrefix>-]<pod>)")
 	f.StringSliceVar(&m.peerURLs, "member-peer-urls", nil, "its peer URLs, used when druid's etcd.conf.yaml has no entry for it")
 	f.StringSliceVar(&m.clientURLs, "member-client-urls", nil, "its client URLs, likewise")
+	f.StringSliceVar(&m.additional, "additional-peer-urls", nil, "spec.etcd.additionalAdvertisePeerURLs as member=url entries; the local member's are advertised after druid's")
 }
 
 func (m *memberFlags) member() etcdconfig.Member {
 	return etcdconfig.Member{Name: m.name, PeerURLs: m.peerURLs, ClientURLs: m.clientURLs}
+}
+
+// additionalPeerURLs are the local member's entries of --additional-peer-urls.
+func (m *memberFlags) additionalPeerURLs() ([]string, error) {
+	var out []string
+	for _, entry := range m.additional {
+		name, url, ok := strings.Cut(entry, "=")
+		if !ok || name == "" || url == "" {
+			return nil, fmt.Errorf("--additional-peer-urls entry %q is not member=url", entry)
+		}
+		if name == m.name {
+			out = append(out, url)
+		}
+	}
+	return out, nil
 }
 
 // newBackupRestoreConfigCommand writes the etcd configuration file that
@@ -161,7 +183,11 @@ remove-and-re-add): druid-stretch's controller is the only one.`,
 			if err != nil {
 				return err
 			}
-			m, err := f.Resolve(member.member())
+			extra, err := member.additionalPeerURLs()
+			if err != nil {
+				return err
+			}
+			m, err := f.Resolve(member.member(), extra...)
 			if err != nil {
 				return err
 			}

@@ -20,8 +20,11 @@ package etcdconfig
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -117,16 +120,51 @@ func (f *File) Entry(name string) (m Member, ok bool) {
 }
 
 // Resolve completes m from druid's file: the URLs of druid's entry for
-// m.Name when it has one (they carry spec.etcd.additionalAdvertisePeerURLs),
-// otherwise m's own, which must then be set.
-func (f *File) Resolve(m Member) (Member, error) {
+// m.Name when it has one, otherwise m's own, which must then be set; then
+// the extra peer URLs not listed yet, each with a client URL on its host
+// (see clientURLBeside). Pass the member's
+// spec.etcd.additionalAdvertisePeerURLs as extra: druid's file has them
+// only when the member name is the pod name (druid looks them up by pod
+// name, its validation names them by member name, so with
+// spec.memberNamePrefix they never reach the file).
+func (f *File) Resolve(m Member, extraPeerURLs ...string) (Member, error) {
 	if e, ok := f.Entry(m.Name); ok {
-		return e, nil
-	}
-	if len(m.PeerURLs) == 0 || len(m.ClientURLs) == 0 {
+		m = e
+	} else if len(m.PeerURLs) == 0 || len(m.ClientURLs) == 0 {
 		return m, fmt.Errorf("druid's etcd configuration has no entry for member %s and no peer and client URLs were given for it", m.Name)
 	}
+	m.PeerURLs, m.ClientURLs = slices.Clone(m.PeerURLs), slices.Clone(m.ClientURLs)
+	for _, u := range extraPeerURLs {
+		if !slices.Contains(m.PeerURLs, u) {
+			m.PeerURLs = append(m.PeerURLs, u)
+		}
+		c, err := clientURLBeside(u, m.ClientURLs[0])
+		if err != nil {
+			return m, fmt.Errorf("member %s: %w", m.Name, err)
+		}
+		if !slices.Contains(m.ClientURLs, c) {
+			m.ClientURLs = append(m.ClientURLs, c)
+		}
+	}
 	return m, nil
+}
+
+// clientURLBeside is a client URL on the host of peerURL, with the scheme
+// and port of the client URL like: the name under which another cluster
+// reaches the member's peer port names the member for its clients too.
+// druid advertises only in-cluster client URLs, which another cluster
+// cannot resolve (or resolves to its own pod of the same name), and
+// druid-stretch's sidecars poll every member's health on its client URLs.
+func clientURLBeside(peerURL, like string) (string, error) {
+	p, err := url.Parse(peerURL)
+	if err != nil || p.Hostname() == "" {
+		return "", fmt.Errorf("peer URL %q: not a URL with a host", peerURL)
+	}
+	l, err := url.Parse(like)
+	if err != nil || l.Port() == "" {
+		return "", fmt.Errorf("client URL %q: not a URL with a port", like)
+	}
+	return (&url.URL{Scheme: l.Scheme, Host: net.JoinHostPort(p.Hostname(), l.Port())}).String(), nil
 }
 
 // ForMember is the configuration etcd starts with for member m: druid's,

@@ -55,6 +55,11 @@ func TestMembersOfDruidsFile(t *testing.T) {
 	m, err = f.Resolve(Member{Name: "seed-b-etcd-main-1", PeerURLs: []string{"http://x:2380"}, ClientURLs: []string{"http://x:2379"}})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(m.PeerURLs).To(HaveLen(2))
+	// An extra URL druid's entry has already gets its client URL all the same.
+	m, err = f.Resolve(Member{Name: "seed-b-etcd-main-1"}, "https://etcd-main-1.seed-b.example:2380")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(m.PeerURLs).To(HaveLen(2))
+	g.Expect(m.ClientURLs).To(Equal([]string{"http://etcd-main-1.etcd-main-peer.ns.svc:2379", "http://etcd-main-1.seed-b.example:2379"}))
 
 	// A pod outside druid's ordinals 0..replicas-1 has no entry: the
 	// given URLs are used, and without them it is an error naming it.
@@ -64,6 +69,15 @@ func TestMembersOfDruidsFile(t *testing.T) {
 	g.Expect(m).To(Equal(outside))
 	_, err = f.Resolve(Member{Name: "seed-b-etcd-main-3"})
 	g.Expect(err).To(MatchError(ContainSubstring("no entry for member seed-b-etcd-main-3")))
+
+	// Extra peer URLs (additionalAdvertisePeerURLs druid's file misses)
+	// come after druid's, each with a client URL on its host.
+	m, err = f.Resolve(outside, "https://etcd-main-3.seed-b.example:2380", "http://etcd-main-3.etcd-main-peer.ns.svc:2380")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(m.PeerURLs).To(Equal([]string{"http://etcd-main-3.etcd-main-peer.ns.svc:2380", "https://etcd-main-3.seed-b.example:2380"}))
+	g.Expect(m.ClientURLs).To(Equal([]string{"http://etcd-main-3.etcd-main-peer.ns.svc:2379", "http://etcd-main-3.seed-b.example:2379"}))
+	_, err = f.Resolve(outside, "etcd-main-3.seed-b.example")
+	g.Expect(err).To(MatchError(ContainSubstring("not a URL with a host")))
 }
 
 func TestForMember(t *testing.T) {

@@ -41,11 +41,6 @@ type Options struct {
 	// DestinationMemberNamePrefix, when set, is the destination's
 	// spec.memberNamePrefix when the move creates it.
 	DestinationMemberNamePrefix *string
-	// DestinationSpec, when set, adjusts the destination Etcd the move
-	// creates, after druid's spec was copied from the source: what differs
-	// between the two clusters (the backup store, TLS Secret names,
-	// spec.etcd.additionalAdvertisePeerURLs under the destination's names).
-	DestinationSpec func(*v1alpha1.Etcd)
 
 	// SourceAddresses and DestinationAddresses give the URLs under which the
 	// other cluster reaches each member. Required.
@@ -246,9 +241,6 @@ func (m *Mover) destinationTemplate(src, dst *v1alpha1.Etcd, replicas int32) (*v
 			p := *m.o.DestinationMemberNamePrefix
 			t.Spec.MemberNamePrefix = &p
 		}
-		if m.o.DestinationSpec != nil {
-			m.o.DestinationSpec(t)
-		}
 	}
 	t.Spec.Replicas = replicas
 	if err := move.CheckNames(src, t); err != nil {
@@ -289,27 +281,33 @@ func (m *Mover) joinDestination(ctx context.Context, src, dst *v1alpha1.Etcd) er
 			return err
 		}
 		move.JoinDestination(t, srcMembers)
+		if err := move.Advertise(t, m.o.DestinationAddresses); err != nil {
+			return err
+		}
 		if err := m.o.Destination.Create(ctx, t); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating the destination Etcd %s/%s: %w", t.Namespace, t.Name, err)
 		}
 	}
-	if err := m.patch(ctx, m.o.Destination, "destination", func(e *v1alpha1.Etcd) { move.JoinDestination(e, srcMembers) }); err != nil {
+	if err := m.patchAdvertised(ctx, func(e *v1alpha1.Etcd) { move.JoinDestination(e, srcMembers) }); err != nil {
 		return err
 	}
 	return m.wait(ctx, move.StepJoinDestination, func(_, dst *v1alpha1.Etcd) bool { return move.DestinationJoined(dst) })
 }
 
-// checkObservedPeerURLs refuses source addresses whose peer URLs are not the
-// ones etcd knows the members by: the destination would add nobody, but it
-// would not recognise the source's members either.
+// checkObservedPeerURLs refuses source addresses whose peer URLs are none
+// of the ones etcd knows the members by: the destination would add nobody,
+// but it would not recognise the source's members either. A member may
+// advertise more URLs than the other cluster uses (druid always advertises
+// its in-cluster name first, then spec.etcd.additionalAdvertisePeerURLs);
+// one in common identifies it, as the planner matches members.
 func checkObservedPeerURLs(src *v1alpha1.Etcd, listed []v1alpha1.ExternalMember) error {
 	if src.Status.Membership == nil {
 		return nil
 	}
 	for _, x := range listed {
 		for _, o := range src.Status.Membership.Members {
-			if o.Name == x.Name && !slices.Equal(slices.Sorted(slices.Values(o.PeerURLs)), slices.Sorted(slices.Values(x.PeerURLs))) {
-				return fmt.Errorf("the source addresses give member %s the peer URLs %v, but etcd knows it by %v: fix the source peer URL template", x.Name, x.PeerURLs, o.PeerURLs)
+			if o.Name == x.Name && !slices.ContainsFunc(x.PeerURLs, func(u string) bool { return slices.Contains(o.PeerURLs, u) }) {
+				return fmt.Errorf("the source addresses give member %s the peer URLs %v, but etcd knows it by %v: fix the source peer URL template, or advertise that URL (spec.etcd.additionalAdvertisePeerURLs)", x.Name, x.PeerURLs, o.PeerURLs)
 			}
 		}
 	}
@@ -320,7 +318,7 @@ func (m *Mover) retireSource(ctx context.Context, src, _ *v1alpha1.Etcd) error {
 	// The source lists every destination member: their number is the
 	// destination's final size, whatever it has now.
 	n := int32(len(src.Spec.ExternalMembers))
-	if err := m.patch(ctx, m.o.Destination, "destination", func(e *v1alpha1.Etcd) { move.RetireSource(e, n) }); err != nil {
+	if err := m.patchAdvertised(ctx, func(e *v1alpha1.Etcd) { move.RetireSource(e, n) }); err != nil {
 		return err
 	}
 	return m.wait(ctx, move.StepRetireSource, func(_, dst *v1alpha1.Etcd) bool { return move.SourceRetired(dst) })
@@ -367,6 +365,18 @@ func (m *Mover) abort(ctx context.Context, src, dst *v1alpha1.Etcd) error {
 		p := move.Phase(src, dst)
 		return p == move.PhaseAborted || (!joined && p == move.PhaseNotStarted && move.Converged(src))
 	})
+}
+
+// patchAdvertised changes the destination's spec with mutate, and makes its
+// members advertise the URLs under which the source reaches them for the
+// replicas mutate sets (move.Advertise).
+func (m *Mover) patchAdvertised(ctx context.Context, mutate func(*v1alpha1.Etcd)) error {
+	var advErr error
+	err := m.patch(ctx, m.o.Destination, "destination", func(e *v1alpha1.Etcd) {
+		mutate(e)
+		advErr = move.Advertise(e, m.o.DestinationAddresses)
+	})
+	return errors.Join(advErr, err)
 }
 
 // patch changes the spec of the Etcd in one cluster with a merge patch

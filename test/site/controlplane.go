@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/druid-stretch/druid-stretch/internal/testbin"
@@ -34,6 +36,13 @@ func (s *Site) startControlPlane(ctx context.Context) error {
 	// have it, and druid's pods rely on it for their API token
 	// (backup-restore renews the member leases with it).
 	env.ControlPlane.APIServer.Configure().Disable("disable-admission-plugins")
+	// A scheme of the site's own: envtest adds the CRD types to the scheme
+	// it installs CRDs with (client-go's global one by default), and sites
+	// start concurrently.
+	env.Scheme = runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(env.Scheme); err != nil {
+		return err
+	}
 	cfg, err := env.Start()
 	if err != nil {
 		return fmt.Errorf("starting etcd and kube-apiserver: %w", err)

@@ -17,8 +17,6 @@ import (
 	druidv1alpha1 "github.com/gardener/etcd-druid/api/core/v1alpha1"
 	. "github.com/onsi/gomega"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -317,19 +315,7 @@ func etcdClientOf(t *testing.T, s *Site, e *v1alpha1.Etcd, pods ...string) *clie
 	for _, p := range pods {
 		eps = append(eps, "http://"+podAddr(e, p, 2379))
 	}
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   eps,
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return s.DialContext(ctx, "tcp", addr)
-		})},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
-	return cli
+	return etcdClientVia(t, s, eps...)
 }
 
 func etcdClient(t *testing.T, s *Site, e *v1alpha1.Etcd) *clientv3.Client {

@@ -227,10 +227,12 @@ func eventReasons(t *testing.T, s *Site, e *v1alpha1.Etcd) []string {
 	return out
 }
 
-// membershipHistory is every distinct member list a poll saw, in order.
+// membershipHistory is every distinct member list a poll saw, in order,
+// with when it was first seen.
 type membershipHistory struct {
 	mu    sync.Mutex
 	lists [][]memberState
+	seen  []time.Time
 }
 
 type memberState struct {
@@ -286,6 +288,37 @@ func (h *membershipHistory) add(list []memberState) {
 		}
 	}
 	h.lists = append(h.lists, list)
+	h.seen = append(h.seen, time.Now())
+}
+
+// longestTie is the longest time the voters were split evenly between the
+// members side names and the rest (no side held a majority), as the polls
+// saw it (100 ms resolution), and how often that happened.
+func (h *membershipHistory) longestTie(side func(name string) bool) (longest time.Duration, ties int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i, list := range h.lists {
+		in, out := 0, 0
+		for _, m := range list {
+			switch {
+			case m.Learner:
+			case side(m.Name):
+				in++
+			default:
+				out++
+			}
+		}
+		if in == 0 || in != out {
+			continue
+		}
+		ties++
+		end := time.Now()
+		if i+1 < len(h.seen) {
+			end = h.seen[i+1]
+		}
+		longest = max(longest, end.Sub(h.seen[i]))
+	}
+	return longest, ties
 }
 
 // last is the member list last seen.

@@ -38,6 +38,7 @@ import (
 	"fmt"
 	"slices"
 
+	druidv1alpha1 "github.com/gardener/etcd-druid/api/core/v1alpha1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -90,6 +91,41 @@ func ExternalMembers(e *v1alpha1.Etcd, addr Addresses) ([]v1alpha1.ExternalMembe
 		out = append(out, m)
 	}
 	return out, nil
+}
+
+// Advertise makes e's local members advertise the peer URLs under which the
+// other cluster reaches them (addr): spec.etcd.additionalAdvertisePeerURLs
+// gets, for each member of e's ordinal range, the URLs addr gives that are
+// not druid's in-cluster one. druid advertises the in-cluster URL first
+// and these after it; the members of the other cluster dial them, since
+// the in-cluster name means another pod (or none) there. Entries of
+// members outside the range are dropped (druid's rule: each entry names a
+// member of the range), so call it again whenever spec.replicas changes.
+func Advertise(e *v1alpha1.Etcd, addr Addresses) error {
+	if addr == nil {
+		return errors.New("migration: no Addresses function to give the members' URLs")
+	}
+	r := members.LocalOrdinals(e)
+	var out []druidv1alpha1.MemberPeerURLs
+	for o := r.Start; o < r.End; o++ {
+		name, pod := members.MemberName(e, o), members.PodName(e, o)
+		m, err := addr(e, name, pod)
+		if err != nil {
+			return fmt.Errorf("migration: addresses of member %s (pod %s/%s): %w", name, e.Namespace, pod, err)
+		}
+		inCluster := members.InClusterPeerURL(e, pod)
+		var urls []string
+		for _, u := range m.PeerURLs {
+			if u != inCluster && !slices.Contains(urls, u) {
+				urls = append(urls, u)
+			}
+		}
+		if len(urls) > 0 {
+			out = append(out, druidv1alpha1.MemberPeerURLs{MemberName: name, URLs: urls})
+		}
+	}
+	e.Spec.Etcd.AdditionalAdvertisePeerURLs = out
+	return nil
 }
 
 // NewDestination is the destination Etcd for a move of src: the same name,
@@ -158,6 +194,21 @@ func RetireSource(dst *v1alpha1.Etcd, replicas int32) {
 // cluster (through them) and report convergence.
 func FinishSource(src *v1alpha1.Etcd) {
 	src.Spec.Replicas = 0
+	keepAdvertisedInRange(src)
+}
+
+// keepAdvertisedInRange drops the spec.etcd.additionalAdvertisePeerURLs of
+// members outside e's ordinal range: druid's validation refuses an entry
+// for a member the Etcd does not run, so scaling down must drop it.
+func keepAdvertisedInRange(e *v1alpha1.Etcd) {
+	r := members.LocalOrdinals(e)
+	e.Spec.Etcd.AdditionalAdvertisePeerURLs = slices.DeleteFunc(e.Spec.Etcd.AdditionalAdvertisePeerURLs, func(a druidv1alpha1.MemberPeerURLs) bool {
+		o, ok := members.Ordinal(e, a.MemberName)
+		return !ok || !r.Contains(o)
+	})
+	if len(e.Spec.Etcd.AdditionalAdvertisePeerURLs) == 0 {
+		e.Spec.Etcd.AdditionalAdvertisePeerURLs = nil
+	}
 }
 
 // ForgetExternalMembers drops the external members, policy Keep: the last
@@ -176,6 +227,7 @@ func FinishDestination(dst *v1alpha1.Etcd) { ForgetExternalMembers(dst) }
 func AbortDestination(dst *v1alpha1.Etcd) {
 	dst.Spec.Replicas = 0
 	dst.Spec.ExternalMembersPolicy = policy(v1alpha1.ExternalMembersPolicyKeep)
+	keepAdvertisedInRange(dst)
 }
 
 // Converged reports whether e's controller has planned from e's current

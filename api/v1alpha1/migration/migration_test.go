@@ -5,8 +5,10 @@ import (
 	"testing"
 	"time"
 
+	druidv1alpha1 "github.com/gardener/etcd-druid/api/core/v1alpha1"
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
@@ -262,4 +264,54 @@ func TestExternalMembersNamesTheFailingMember(t *testing.T) {
 		return v1alpha1.ExternalMember{}, nil
 	})
 	g.Expect(err).To(MatchError(ContainSubstring("has no peer URL")))
+}
+
+// TestScalingToZeroDropsAdvertisedURLs: the finish scales the source to
+// zero and an abort the destination; druid's validation refuses an
+// additional peer URL for a member the Etcd does not run, so both drop
+// them.
+func TestScalingToZeroDropsAdvertisedURLs(t *testing.T) {
+	g := NewWithT(t)
+	src := &v1alpha1.Etcd{}
+	src.Name = "etcd-main"
+	src.Spec.Replicas = 3
+	src.Spec.Etcd.AdditionalAdvertisePeerURLs = []druidv1alpha1.MemberPeerURLs{
+		{MemberName: "etcd-main-0", URLs: []string{"http://etcd-main-0.seed-a.example:2380"}},
+		{MemberName: "etcd-main-2", URLs: []string{"http://etcd-main-2.seed-a.example:2380"}},
+	}
+	dst := src.DeepCopy()
+	dst.Spec.OrdinalStart = ptr.To[int32](3)
+
+	migration.FinishSource(src)
+	g.Expect(src.Spec.Replicas).To(BeZero())
+	g.Expect(src.Spec.Etcd.AdditionalAdvertisePeerURLs).To(BeNil())
+
+	migration.AbortDestination(dst)
+	g.Expect(dst.Spec.Etcd.AdditionalAdvertisePeerURLs).To(BeNil())
+}
+
+// TestAdvertise: the destination's members advertise the URLs the source
+// reaches them by, for exactly its ordinal range, without druid's
+// in-cluster URL twice.
+func TestAdvertise(t *testing.T) {
+	g := NewWithT(t)
+	dst := &v1alpha1.Etcd{}
+	dst.Name, dst.Namespace = "etcd-main", "shoot"
+	dst.Spec.Replicas = 1
+	dst.Spec.OrdinalStart = ptr.To[int32](3)
+	addr := func(e *v1alpha1.Etcd, member, pod string) (v1alpha1.ExternalMember, error) {
+		return v1alpha1.ExternalMember{PeerURLs: []string{
+			"http://" + pod + ".etcd-main-peer.shoot.svc:2380", // druid's own: not repeated
+			"http://" + pod + ".shoot.seed-b.example:2380",
+		}}, nil
+	}
+	g.Expect(migration.Advertise(dst, addr)).To(Succeed())
+	g.Expect(dst.Spec.Etcd.AdditionalAdvertisePeerURLs).To(Equal([]druidv1alpha1.MemberPeerURLs{
+		{MemberName: "etcd-main-3", URLs: []string{"http://etcd-main-3.shoot.seed-b.example:2380"}},
+	}))
+	dst.Spec.Replicas = 3
+	g.Expect(migration.Advertise(dst, addr)).To(Succeed())
+	g.Expect(dst.Spec.Etcd.AdditionalAdvertisePeerURLs).To(HaveLen(3))
+	g.Expect(dst.Spec.Etcd.AdditionalAdvertisePeerURLs[2].MemberName).To(Equal("etcd-main-5"))
+	g.Expect(migration.Advertise(dst, nil)).To(MatchError(ContainSubstring("no Addresses function")))
 }

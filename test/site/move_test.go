@@ -1,0 +1,343 @@
+package site
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	. "github.com/onsi/gomega"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
+	"github.com/druid-stretch/druid-stretch/controllers/webhook"
+	"github.com/druid-stretch/druid-stretch/internal/migration"
+	"github.com/druid-stretch/druid-stretch/internal/workload"
+)
+
+// moveNamespace is the shoot namespace, the same in both sites as in two
+// Gardener seeds.
+const moveNamespace = "shoot--dev--move"
+
+// TestLiveMoveBetweenRealSites moves a 3-member Etcd from site A to site B,
+// two sites of real parts (real druid, real backup-restore, the injected
+// sidecar, pods run from their Pod objects) whose pod networks are peered,
+// with the migration adapter as gardenlet would drive it, while a client
+// writes and reads. Each site names its pods under its own external domain,
+// as a seed's DNS does, and the Etcds advertise those names
+// (spec.etcd.additionalAdvertisePeerURLs).
+func TestLiveMoveBetweenRealSites(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("a real site needs root: its pods get network namespaces and chroots")
+	}
+	g := NewWithT(t)
+	ctx := context.Background()
+	sites := startSites(t,
+		Options{DruidStretch: true, ClusterIdentity: "site-a", PodCIDR: "10.244.0.0/16", Domain: "site-a.test"},
+		Options{DruidStretch: true, ClusterIdentity: "site-b", PodCIDR: "10.245.0.0/16", Domain: "site-b.test"})
+	a, b := sites[0], sites[1]
+	g.Expect(Peer(a, b)).To(Succeed())
+	createNamespace(t, a, moveNamespace)
+	createNamespace(t, b, moveNamespace)
+
+	// The source: a shoot's etcd-main in A, opted in, advertising its
+	// members' external names.
+	src := applyEtcd(t, a, moveNamespace, "testdata/etcd-main.yaml", func(o *unstructured.Unstructured) {
+		g.Expect(unstructured.SetNestedField(o.Object, int64(0), "spec", "ordinalStart")).To(Succeed())
+		g.Expect(unstructured.SetNestedSlice(o.Object, externalPeerURLs("", "etcd-main", 3, "site-a.test"), "spec", "etcd", "additionalAdvertisePeerURLs")).To(Succeed())
+	})
+	waitEtcdReady(t, a, src, 3)
+	waitVoters(t, a, src, 3)
+
+	// Client traffic through the members' external client URLs, for the
+	// whole move: lost writes and linearizability are checked at the end.
+	var eps []string // A's members, then B's
+	for _, domain := range []string{"site-a.test", "site-b.test"} {
+		for i := range 3 {
+			if domain == "site-b.test" {
+				i += 3
+			}
+			eps = append(eps, fmt.Sprintf("http://etcd-main-%d.%s.%s:2379", i, moveNamespace, domain))
+		}
+	}
+	w, err := workload.New(workload.Options{
+		Endpoints: eps, DialContext: a.DialContext, Prefix: "/move/",
+		Log: logr.Discard(),
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = w.Close() })
+	g.Expect(w.Start(ctx)).To(Succeed())
+	t.Cleanup(w.Stop)
+
+	history := recordMembership(t, etcdClientVia(t, a, eps...))
+
+	templates := func(domain string) migration.URLTemplates {
+		return migration.URLTemplates{
+			Peer:    "http://{pod}.{namespace}." + domain + ":2380",
+			Client:  "http://{pod}.{namespace}." + domain + ":2379",
+			Sidecar: fmt.Sprintf("http://{pod}.{namespace}.%s:%d", domain, webhook.DefaultSidecarPort),
+		}
+	}
+	var (
+		reconciled    sync.WaitGroup
+		reconcileErrs []error
+	)
+	mover, err := migration.New(migration.Options{
+		Source: a.Client, Destination: b.Client,
+		Namespace: moveNamespace, Name: "etcd-main",
+		// B's pods take the ordinals after A's (etcd-main-3..5): in one shoot
+		// namespace of two seeds, druid's in-cluster peer URL of a pod of
+		// the same name is the same string, and etcd refuses a second
+		// member with a peer URL it knows. The adapter makes B's members
+		// advertise their site-b.test names.
+		SourceAddresses: templates("site-a.test").Addresses(), DestinationAddresses: templates("site-b.test").Addresses(),
+		StepTimeout: 5 * time.Minute,
+		Logger:      ctrlzap.New(ctrlzap.WriteTo(logFileOf(t, a, "mover.log"))),
+		Progress: func(e migration.Event) {
+			if e.Kind == migration.StepStarted || e.Kind == migration.StepDone {
+				w.Mark(string(e.Step) + " " + string(e.Kind))
+			}
+			// In the middle of the move, druid is made to reconcile both
+			// Etcds, as an operator's annotation does.
+			if e.Kind == migration.StepStarted && e.Step == move.StepRetireSource {
+				reconciled.Add(1)
+				go func() {
+					defer reconciled.Done()
+					for _, s := range []*Site{a, b} {
+						reconcileErrs = append(reconcileErrs, forceDruidReconcile(s, moveNamespace, "etcd-main"))
+					}
+				}()
+			}
+		},
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	w.MarkPhase("during")
+	moveStart := time.Now()
+	g.Expect(mover.Move(ctx)).To(Succeed())
+	t.Logf("the move took %s", time.Since(moveStart).Round(100*time.Millisecond))
+	w.MarkPhase("after")
+	reconciled.Wait()
+	g.Expect(errors.Join(reconcileErrs...)).NotTo(HaveOccurred(), "druid was asked to reconcile in the middle of the move")
+
+	dst := &v1alpha1.Etcd{}
+	dst.Namespace, dst.Name = moveNamespace, "etcd-main"
+	waitVoters(t, b, dst, 3)
+	// A member that joined by snapshot serves its first linearizable read
+	// (etcd-wrapper's readiness) some seconds after its promotion.
+	g.Eventually(func(g Gomega) {
+		pods := etcdPods(t, b, dst)
+		g.Expect(pods).To(HaveLen(3))
+		for _, p := range pods {
+			g.Expect(podReady(&p)).To(BeTrue(), "pod %s of B is ready", p.Name)
+		}
+	}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	w.Stop()
+	g.Expect(w.SetEndpoints(eps[3:]...)).To(Succeed())
+	f, lost, err := w.Verify(ctx, workload.VerifyOptions{LinearizabilityTimeout: time.Minute})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Logf("client traffic: %d writes, %d reads, %d failed (%v), %d retries, max write gap %s", f.Writes, f.Reads, f.FailedRequests, f.FailedErrors, f.Retries, f.MaxWriteGap)
+	g.Expect(lost.Lost).To(BeEmpty(), "no acknowledged write lost")
+	g.Expect(f.Linearizable).To(BeTrue(), "the client history is linearizable: %s", f.LinearizabilityResult)
+
+	steps := history.transitions()
+	t.Logf("membership steps: %s", strings.Join(steps, "; "))
+	// The planner's interleaved move, one change at a time, and nothing
+	// else: a destination member added and promoted, then a source member
+	// removed; where the majority changes sides, the promotion that makes
+	// the tie and the removal that ends it go in one sidecar call, so a
+	// poll sees them together.
+	g.Expect(steps).To(Equal([]string{
+		"add learner (unnamed)", "promote etcd-main-3", "remove etcd-main-0",
+		"add learner (unnamed)", "promote etcd-main-4 + remove etcd-main-1",
+		"add learner (unnamed)", "promote etcd-main-5", "remove etcd-main-2",
+	}), "membership history: %v", history.snapshot())
+	g.Expect(history.last()).To(ConsistOf(
+		HaveField("Name", "etcd-main-3"), HaveField("Name", "etcd-main-4"), HaveField("Name", "etcd-main-5")))
+	tie, ties := history.longestTie(func(name string) bool { return memberOrdinal(name) >= 3 })
+	t.Logf("polls saw the voters tied %d time(s), the longest for %s", ties, tie)
+	g.Expect(ties).To(BeNumerically("<=", 1), "the move passes through one tie at most")
+	g.Expect(tie).To(BeNumerically("<", time.Second), "the tie lasts one removal")
+	for _, m := range history.last() {
+		g.Expect(m.Learner).To(BeFalse(), "%s votes", m.Name)
+	}
+	for _, p := range etcdPods(t, b, dst) {
+		log := containerLog(t, b, p, "backup-restore")
+		g.Expect(log).NotTo(ContainSubstring("Attempting to promote member"), "backup-restore of %s promoted", p.Name)
+	}
+
+	// B's backup-restore takes a full snapshot of the moved cluster into
+	// B's store; a new Etcd restored from it holds every key.
+	before := readPrefix(t, etcdClientVia(t, b, eps[3:]...), "/move/", false)
+	g.Expect(before).NotTo(BeEmpty())
+	triggerFullSnapshot(t, b, dst)
+	store := filepath.Join(b.HostPathRoot, "etc", "gardener", "local-backupbuckets", "backups", "etcd-main")
+	g.Expect(fullSnapshots(t, store)).NotTo(BeEmpty(), "a full snapshot in B's store %s", store)
+	restored := applyEtcd(t, b, moveNamespace, "testdata/etcd-main.yaml", func(o *unstructured.Unstructured) {
+		o.SetName("etcd-restored")
+		g.Expect(unstructured.SetNestedField(o.Object, int64(1), "spec", "replicas")).To(Succeed())
+	})
+	waitEtcdReady(t, b, restored, 1)
+	g.Expect(readPrefix(t, etcdClientOf(t, b, restored, "etcd-restored-0"), "/move/", true)).To(Equal(before),
+		"the Etcd restored from B's snapshot holds every key of the moved cluster")
+}
+
+// forceDruidReconcile sets the operation annotation druid reconciles on.
+func forceDruidReconcile(s *Site, namespace, name string) error {
+	e := &v1alpha1.Etcd{}
+	if err := s.Client.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, e); err != nil {
+		return err
+	}
+	patch := client.MergeFrom(e.DeepCopy())
+	if e.Annotations == nil {
+		e.Annotations = map[string]string{}
+	}
+	e.Annotations["gardener.cloud/operation"] = "reconcile"
+	return s.Client.Patch(context.Background(), e, patch)
+}
+
+// readPrefix reads every key under prefix through cli, serializable (what
+// the member asked holds) or linearizable.
+func readPrefix(t *testing.T, cli *clientv3.Client, prefix string, serializable bool) map[string]string {
+	t.Helper()
+	opts := []clientv3.OpOption{clientv3.WithPrefix()}
+	if serializable {
+		opts = append(opts, clientv3.WithSerializable())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, prefix, opts...)
+	if err != nil {
+		t.Fatalf("reading %s: %v", prefix, err)
+	}
+	out := map[string]string{}
+	for _, kv := range resp.Kvs {
+		out[string(kv.Key)] = string(kv.Value)
+	}
+	return out
+}
+
+// startSites starts sites in parallel and stops them when the test ends.
+func startSites(t *testing.T, opts ...Options) []*Site {
+	t.Helper()
+	sites := make([]*Site, len(opts))
+	errs := make([]error, len(opts))
+	var wg sync.WaitGroup
+	for i, o := range opts {
+		dir, err := os.MkdirTemp("", "druid-stretch-site-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		logFile, err := os.Create(filepath.Join(dir, "site.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Dir, o.Logger = dir, ctrlzap.New(ctrlzap.WriteTo(logFile))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			sites[i], errs[i] = Start(ctx, o)
+			if errs[i] != nil {
+				errs[i] = fmt.Errorf("starting site %s (logs in %s): %w", o.ClusterIdentity, dir, errs[i])
+			}
+		}()
+		t.Cleanup(func() {
+			if s := sites[i]; s != nil {
+				if err := s.Stop(); err != nil {
+					t.Errorf("stopping site %s: %v", o.ClusterIdentity, err)
+				}
+			}
+			_ = logFile.Close()
+			if t.Failed() {
+				t.Logf("the logs of site %s (processes in logs/, containers in node/): %s", o.ClusterIdentity, dir)
+			} else {
+				_ = os.RemoveAll(dir)
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return sites
+}
+
+// externalPeerURLs is spec.etcd.additionalAdvertisePeerURLs giving the
+// pods 0..n-1 of Etcd name (member name prefix prefix) their name under
+// the site's domain.
+func externalPeerURLs(prefix, name string, n int, domain string) []any {
+	var out []any
+	for i := range n {
+		pod := fmt.Sprintf("%s-%d", name, i)
+		member := pod
+		if prefix != "" {
+			member = prefix + "-" + pod
+		}
+		out = append(out, map[string]any{"memberName": member,
+			"urls": []any{fmt.Sprintf("http://%s.%s.%s:2380", pod, moveNamespace, domain)}})
+	}
+	return out
+}
+
+// memberOrdinal is the ordinal at the end of a member name, -1 if none.
+func memberOrdinal(name string) int {
+	i := strings.LastIndex(name, "-")
+	n, err := strconv.Atoi(name[i+1:])
+	if i < 0 || err != nil {
+		return -1
+	}
+	return n
+}
+
+// waitVoters waits until druid-stretch reports n voters for e.
+func waitVoters(t *testing.T, s *Site, e *v1alpha1.Etcd, n int) {
+	t.Helper()
+	NewWithT(t).Eventually(func(g Gomega) {
+		var got v1alpha1.Etcd
+		g.Expect(s.Client.Get(context.Background(), client.ObjectKeyFromObject(e), &got)).To(Succeed())
+		g.Expect(got.Status.Membership).NotTo(BeNil())
+		g.Expect(got.Status.Membership.Voters()).To(HaveLen(n))
+	}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
+}
+
+// etcdClientVia is an etcd client of the given client URLs, dialing through
+// s's pod network (and its peers').
+func etcdClientVia(t *testing.T, s *Site, eps ...string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return s.DialContext(ctx, "tcp", addr)
+		})},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+// logFileOf is a log file in s's folder, closed when the test ends.
+func logFileOf(t *testing.T, s *Site, name string) *os.File {
+	f, err := os.Create(filepath.Join(s.Dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	return f
+}
