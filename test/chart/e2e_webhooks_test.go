@@ -263,7 +263,8 @@ sidecar:
 	g.Expect(admin.Create(ctx, plainSts)).To(Succeed())
 	g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(plainSts), stored)).To(Succeed())
 	g.Expect(stored.Spec.Ordinals).To(BeNil())
-	g.Expect(stored.Spec.Template.Spec.Containers).To(HaveLen(1))
+	g.Expect(stored.Spec.Template.Spec.Containers).To(HaveLen(2), "druid's two containers, no sidecar")
+	g.Expect(stored.Spec.Template.Spec.InitContainers).To(BeEmpty())
 
 	// An update that breaks the running cluster is refused (by the CRD's
 	// rule or, behind it, the webhook) and changes nothing.

@@ -15,6 +15,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
@@ -122,6 +123,23 @@ func installWebhooks(t *testing.T, release string, vals map[string]any, baseURL 
 // StatefulSet of an Etcd.
 func druidStatefulSet(namespace, etcdName string) *appsv1.StatefulSet {
 	sts := plainStatefulSet(namespace, etcdName)
+	// druid's two containers, as far as the webhook reads them: the
+	// wrapper's backup-restore flag, the data volume in both, the etcd
+	// configuration in backup-restore's.
+	data := corev1.VolumeMount{Name: etcdName, MountPath: "/var/etcd/data"}
+	sts.Spec.Template.Spec.Containers = []corev1.Container{
+		{Name: "etcd", Image: "etcd-wrapper", Args: []string{"start-etcd", "--backup-restore-host-port=" + etcdName + "-local:8080"},
+			VolumeMounts: []corev1.VolumeMount{data}},
+		{Name: "backup-restore", Image: "etcdbrctl", Args: []string{"server"},
+			VolumeMounts: []corev1.VolumeMount{data, {Name: "etcd-config-file", MountPath: "/var/etcd/config/"}}},
+	}
+	sts.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "etcd-config-file", VolumeSource: corev1.VolumeSource{
+		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: etcdName + "-config"}}}}}
+	sts.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: etcdName},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		}}}
 	sts.Labels = map[string]string{
 		"app.kubernetes.io/managed-by": "etcd-druid",
 		"app.kubernetes.io/component":  "etcd-statefulset",
