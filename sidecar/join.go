@@ -54,6 +54,11 @@ const ReasonHasData = "HasData"
 // admitted and that has no data.
 const ReasonNotAdmitted = "NotAdmitted"
 
+// ReasonJoinStateUnreadable: the sidecar could not read what decides its
+// member's start (druid's configuration, etcd's data directory, the
+// admission file).
+const ReasonJoinStateUnreadable = "JoinStateUnreadable"
+
 // Joining makes the sidecar etcd-wrapper's initialisation and configuration
 // server for its member (see Config.Joining).
 type Joining struct {
@@ -158,7 +163,7 @@ func (s *Server) joinRoutes(mux *http.ServeMux) {
 		if err != nil {
 			var apiErr *Error
 			if !errors.As(err, &apiErr) {
-				apiErr = &Error{StatusCode: http.StatusInternalServerError, Reason: ReasonInvalidArgument, Message: err.Error()}
+				apiErr = &Error{StatusCode: http.StatusInternalServerError, Reason: ReasonJoinStateUnreadable, Message: err.Error()}
 			}
 			s.log.Info("refused etcd-wrapper's /config", "member", j.self.Name, "reason", apiErr.Reason, "message", apiErr.Message)
 			w.Header().Set("Content-Type", "application/json")
@@ -173,7 +178,7 @@ func (s *Server) joinRoutes(mux *http.ServeMux) {
 	s.handle(mux, "GET /v1/join", "", false, func(*http.Request) (int, any, *Error) {
 		st, err := j.status()
 		if err != nil {
-			return 0, nil, &Error{StatusCode: http.StatusInternalServerError, Reason: ReasonInvalidArgument, Message: err.Error()}
+			return 0, nil, &Error{StatusCode: http.StatusInternalServerError, Reason: ReasonJoinStateUnreadable, Message: err.Error()}
 		}
 		j.mu.Lock()
 		st.Initialization = j.state
@@ -231,8 +236,9 @@ func (j *joiner) status() (*JoinStatus, error) {
 }
 
 // config is etcd's configuration for this member: with the admission's
-// initial cluster and state, or, for a member that has data, as it stands
-// in druid's file (etcd reads its membership from its log then).
+// initial cluster and state, or, for a member that has data, with itself
+// as the initial cluster (etcd reads its membership from its log then and
+// ignores both).
 func (j *joiner) config() ([]byte, error) {
 	st, err := j.status()
 	if err != nil {
@@ -264,7 +270,7 @@ func (j *joiner) admit(a Admission) (*JoinStatus, *Error) {
 	defer j.mu.Unlock()
 	hasData, err := walExists(j.file.DataDir())
 	if err != nil {
-		return nil, &Error{StatusCode: http.StatusInternalServerError, Reason: ReasonInvalidArgument, Message: err.Error()}
+		return nil, &Error{StatusCode: http.StatusInternalServerError, Reason: ReasonJoinStateUnreadable, Message: err.Error()}
 	}
 	if hasData {
 		return nil, &Error{StatusCode: http.StatusConflict, Reason: ReasonHasData,
@@ -275,7 +281,7 @@ func (j *joiner) admit(a Admission) (*JoinStatus, *Error) {
 		return nil, &Error{StatusCode: http.StatusInternalServerError, Reason: ReasonInvalidArgument, Message: err.Error()}
 	}
 	if err := etcdconfig.WriteFile(j.cfg.AdmissionFile, b); err != nil {
-		return nil, &Error{StatusCode: http.StatusInternalServerError, Reason: ReasonInvalidArgument,
+		return nil, &Error{StatusCode: http.StatusInternalServerError, Reason: ReasonJoinStateUnreadable,
 			Message: fmt.Sprintf("keeping the admission in %s: %v", j.cfg.AdmissionFile, err)}
 	}
 	return &JoinStatus{Member: j.self.Name, PeerURLs: j.self.PeerURLs, ClientURLs: j.self.ClientURLs, Admission: &a, Initialization: j.state}, nil
