@@ -125,7 +125,7 @@ func Summarize(h *History) Figures {
 	}
 	f.WriteLatency = writeLatency(ops)
 	done := completions(ops)
-	f.MaxWriteGap, f.MaxWriteGapAt = maxGapWithin(done, 0, end)
+	f.MaxWriteGap, f.MaxWriteGapAt = MaxGapWithin(done, 0, end)
 
 	phases := phaseMarks(marks)
 	for i, m := range phases {
@@ -149,7 +149,7 @@ func Summarize(h *History) Figures {
 			}
 		}
 		p.WriteLatency = writeLatency(in)
-		p.MaxWriteGap, _ = maxGapWithin(done, p.Start, p.End)
+		p.MaxWriteGap, _ = MaxGapWithin(done, p.Start, p.End)
 		f.Phases = append(f.Phases, p)
 	}
 	return f
@@ -176,11 +176,12 @@ func writeLatency(ops []Op) Latency {
 		return Latency{}
 	}
 	slices.Sort(lat)
-	return Latency{Count: len(lat), P50: percentile(lat, 50), P99: percentile(lat, 99), Max: lat[len(lat)-1]}
+	return Latency{Count: len(lat), P50: Percentile(lat, 50), P99: Percentile(lat, 99), Max: lat[len(lat)-1]}
 }
 
-// percentile is the nearest-rank percentile of sorted values.
-func percentile(sorted []time.Duration, p int) time.Duration {
+// Percentile is the nearest-rank percentile p (1-100) of sorted values,
+// which must not be empty.
+func Percentile(sorted []time.Duration, p int) time.Duration {
 	rank := (p*len(sorted) + 99) / 100
 	return sorted[max(rank, 1)-1]
 }
@@ -197,9 +198,10 @@ func completions(ops []Op) []time.Duration {
 	return done
 }
 
-// maxGapWithin is the longest time between two consecutive completions,
-// counting only the part of it that lies within [from, to].
-func maxGapWithin(done []time.Duration, from, to time.Duration) (gap, at time.Duration) {
+// MaxGapWithin is the longest time between two consecutive completion
+// times of sorted done, counting only the part of it that lies within
+// [from, to], and where that part starts.
+func MaxGapWithin(done []time.Duration, from, to time.Duration) (gap, at time.Duration) {
 	for i := 1; i < len(done); i++ {
 		start, end := max(done[i-1], from), min(done[i], to)
 		if d := end - start; d > gap {

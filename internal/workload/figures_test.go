@@ -88,10 +88,10 @@ func TestPercentileIsNearestRank(t *testing.T) {
 	for i := 1; i <= 200; i++ {
 		v = append(v, ms(i))
 	}
-	g.Expect(percentile(v, 50)).To(Equal(ms(100)))
-	g.Expect(percentile(v, 99)).To(Equal(ms(198)))
-	g.Expect(percentile(v[:1], 99)).To(Equal(ms(1)))
-	g.Expect(percentile(v[:3], 50)).To(Equal(ms(2)))
+	g.Expect(Percentile(v, 50)).To(Equal(ms(100)))
+	g.Expect(Percentile(v, 99)).To(Equal(ms(198)))
+	g.Expect(Percentile(v[:1], 99)).To(Equal(ms(1)))
+	g.Expect(Percentile(v[:3], 50)).To(Equal(ms(2)))
 }
 
 func TestIsTransient(t *testing.T) {

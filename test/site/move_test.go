@@ -27,6 +27,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
+	"github.com/druid-stretch/druid-stretch/internal/apiload"
 	"github.com/druid-stretch/druid-stretch/internal/migration"
 	"github.com/druid-stretch/druid-stretch/internal/workload"
 )
@@ -87,6 +88,24 @@ func TestLiveMoveBetweenRealSites(t *testing.T) {
 
 	history := recordMembership(t, etcdClientVia(t, a, eps...))
 
+	// The clients that matter: client-go clients of the shoot's
+	// kube-apiservers, one per site, each on the etcd client Service of its
+	// own site, as Gardener runs a shoot's control plane in each seed
+	// during a move. B's serves once B's members are ready.
+	var servers []apiload.Server
+	for _, s := range []*Site{a, b} {
+		api, err := s.StartShootAPIServer(ctx, s.opts.ClusterIdentity, moveNamespace, "etcd-main")
+		g.Expect(err).NotTo(HaveOccurred())
+		servers = append(servers, apiload.Server{Name: api.Name, Config: api.Config})
+	}
+	load, err := apiload.New(apiload.Options{Servers: servers,
+		Log: ctrlzap.New(ctrlzap.WriteTo(logFileOf(t, a, "apiload.log")))})
+	g.Expect(err).NotTo(HaveOccurred())
+	startCtx, cancelStart := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancelStart()
+	g.Expect(load.Start(startCtx)).To(Succeed(), "A's kube-apiserver serves")
+	t.Cleanup(load.Stop)
+
 	templates := func(domain string) migration.URLTemplates {
 		return migration.URLTemplates{
 			Peer:    "http://{pod}.{namespace}." + domain + ":2380",
@@ -112,6 +131,7 @@ func TestLiveMoveBetweenRealSites(t *testing.T) {
 		Progress: func(e migration.Event) {
 			if e.Kind == migration.StepStarted || e.Kind == migration.StepDone {
 				w.Mark(string(e.Step) + " " + string(e.Kind))
+				load.Mark(string(e.Step) + " " + string(e.Kind))
 			}
 			// In the middle of the move, druid is made to reconcile both
 			// Etcds, as an operator's annotation does.
@@ -128,10 +148,13 @@ func TestLiveMoveBetweenRealSites(t *testing.T) {
 	})
 	g.Expect(err).NotTo(HaveOccurred())
 	w.MarkPhase("during")
+	load.MarkPhase("during")
 	moveStart := time.Now()
 	g.Expect(mover.Move(ctx)).To(Succeed())
 	t.Logf("the move took %s", time.Since(moveStart).Round(100*time.Millisecond))
 	w.MarkPhase("after")
+	load.MarkPhase("after")
+	afterMove := time.Since(load.StartedAt())
 	reconciled.Wait()
 	g.Expect(errors.Join(reconcileErrs...)).NotTo(HaveOccurred(), "druid was asked to reconcile in the middle of the move")
 
@@ -154,6 +177,16 @@ func TestLiveMoveBetweenRealSites(t *testing.T) {
 	t.Logf("client traffic: %d writes, %d reads, %d failed (%v), %d retries, max write gap %s", f.Writes, f.Reads, f.FailedRequests, f.FailedErrors, f.Retries, f.MaxWriteGap)
 	g.Expect(lost.Lost).To(BeEmpty(), "no acknowledged write lost")
 	g.Expect(f.Linearizable).To(BeTrue(), "the client history is linearizable: %s", f.LinearizabilityResult)
+
+	// What the kube-apiservers' clients saw.
+	g.Eventually(func() bool { return wroteSince(load, "site-b", afterMove) }).WithTimeout(time.Minute).WithPolling(time.Second).
+		Should(BeTrue(), "B's kube-apiserver serves writes on the moved etcd")
+	load.Stop()
+	api, err := load.Results(ctx, apiload.VerifyOptions{LinearizabilityTimeout: time.Minute})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Logf("kube-apiserver clients:\n%s", api)
+	g.Expect(api.LostAcknowledgedWrites).To(BeZero(), "no write a kube-apiserver acknowledged is lost: %v", api.LostWrites)
+	g.Expect(api.Linearizable).To(BeTrue(), "the kube-apiservers' history is linearizable: %s", api.LinearizabilityResult)
 
 	steps := history.transitions()
 	t.Logf("membership steps: %s", strings.Join(steps, "; "))
@@ -386,4 +419,15 @@ func logFileOf(t *testing.T, s *Site, name string) *os.File {
 	}
 	t.Cleanup(func() { _ = f.Close() })
 	return f
+}
+
+// wroteSince tells whether server had a write acknowledged that it was
+// called at or after since, an offset on the load's clock.
+func wroteSince(l *apiload.Load, server string, since time.Duration) bool {
+	for _, r := range l.Requests() {
+		if r.Server == server && r.Acknowledged() && r.Call >= since {
+			return true
+		}
+	}
+	return false
 }

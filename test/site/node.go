@@ -25,6 +25,7 @@ const SidecarImage = "registry.local/druid-stretch:site"
 //	etcd-wrapper   bin/etcd-wrapper, the etcd-wrapper stand-in (hack/standins/etcd-wrapper), at /etcd-wrapper
 //	etcdbrctl      bin/etcdbrctl, the real etcd-backup-restore, at /etcdbrctl
 //	druid-stretch  bin/druid-stretch-static, at /druid-stretch
+//	kube-apiserver bin/envtest/kube-apiserver, the site's own, at /kube-apiserver (a shoot's, see StartShootAPIServer)
 //	alpine         no binary: the host's shell and tools (druid's init container runs chown)
 func Images() (podhost.Images, error) {
 	wrapper, err := testbin.EtcdWrapper()
@@ -39,11 +40,16 @@ func Images() (podhost.Images, error) {
 	if err != nil {
 		return nil, err
 	}
+	apiserver, err := testbin.KubeAPIServer()
+	if err != nil {
+		return nil, err
+	}
 	return podhost.Images{
-		"etcd-wrapper":  {Binary: wrapper, Entrypoint: "/etcd-wrapper"},
-		"etcdbrctl":     {Binary: br, Entrypoint: "/etcdbrctl"},
-		"druid-stretch": {Binary: stretch, Entrypoint: "/druid-stretch"},
-		"alpine":        {},
+		"etcd-wrapper":   {Binary: wrapper, Entrypoint: "/etcd-wrapper"},
+		"etcdbrctl":      {Binary: br, Entrypoint: "/etcdbrctl"},
+		"druid-stretch":  {Binary: stretch, Entrypoint: "/druid-stretch"},
+		"kube-apiserver": {Binary: apiserver, Entrypoint: "/kube-apiserver"},
+		"alpine":         {},
 	}, nil
 }
 

@@ -1,0 +1,166 @@
+package site
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"strconv"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"github.com/druid-stretch/druid-stretch/internal/pki"
+)
+
+// ShootAPIServerImage is the image reference of a shoot's kube-apiserver;
+// the node runs the site's own kube-apiserver binary for it (see Images).
+const ShootAPIServerImage = "registry.local/kube-apiserver:site"
+
+// shootAPIServerName names the Deployment, Service and Secret of a shoot's
+// kube-apiserver, as in a Gardener seed's shoot namespace.
+const shootAPIServerName = "kube-apiserver"
+
+// shootAPIServerPort is the port kube-apiserver serves on in its pod.
+const shootAPIServerPort = 6443
+
+// ShootAPIServer is a shoot's kube-apiserver running in a site: a
+// Deployment in the shoot namespace whose storage is the Etcd etcd-main of
+// that namespace, reached through that Etcd's client Service of the same
+// site, as a Gardener shoot control plane reaches its etcd.
+type ShootAPIServer struct {
+	// Name names the server in reports (the site's cluster identity).
+	Name string
+	// Config is a client configuration of a system:masters user, dialing
+	// through the site's pod network; client-go defaults otherwise.
+	Config *rest.Config
+}
+
+// StartShootAPIServer creates a shoot's kube-apiserver in namespace, with
+// the Etcd etcdName's client Service (in-cluster DNS name, plain HTTP like
+// the site's Etcds) as its only etcd endpoint. It returns once the objects
+// exist; the server becomes ready when its etcd serves it (its pod's
+// readiness probe is /readyz). The pod runs the real kube-apiserver on the
+// node stand-in; it goes when the site stops.
+func (s *Site) StartShootAPIServer(ctx context.Context, name, namespace, etcdName string) (*ShootAPIServer, error) {
+	ca, err := pki.NewCA("shoot-ca")
+	if err != nil {
+		return nil, err
+	}
+	svc := shootAPIServerName + "." + namespace + ".svc"
+	serving, err := ca.Issue(shootAPIServerName, shootAPIServerName, shootAPIServerName+"."+namespace, svc, svc+"."+ClusterDomain, "localhost", "127.0.0.1")
+	if err != nil {
+		return nil, err
+	}
+	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	saDER, err := x509.MarshalECPrivateKey(saKey)
+	if err != nil {
+		return nil, err
+	}
+	token := make([]byte, 16)
+	if _, err := rand.Read(token); err != nil {
+		return nil, err
+	}
+	adminToken := hex.EncodeToString(token)
+
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: shootAPIServerName, Namespace: namespace},
+		Data: map[string][]byte{
+			"ca.crt":  ca.CertPEM(),
+			"tls.crt": serving.CertPEM,
+			"tls.key": serving.KeyPEM,
+			"sa.key":  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: saDER}),
+			// A static token of a system:masters user: the test's clients.
+			"tokens.csv": fmt.Appendf(nil, "%s,shoot-admin,shoot-admin,system:masters\n", adminToken),
+		},
+	}
+	labels := map[string]string{"app": shootAPIServerName}
+	const dir = "/srv/kubernetes"
+	probe := func(path string) *corev1.Probe {
+		return &corev1.Probe{
+			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+				Path: path, Port: intstr.FromInt32(shootAPIServerPort), Scheme: corev1.URISchemeHTTPS}},
+			PeriodSeconds: 1, FailureThreshold: 1, SuccessThreshold: 1, TimeoutSeconds: 1,
+		}
+	}
+	deploy := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: shootAPIServerName, Namespace: namespace},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					Containers: []corev1.Container{{
+						Name:    shootAPIServerName,
+						Image:   ShootAPIServerImage,
+						Command: []string{"/kube-apiserver"},
+						Args: []string{
+							// The shoot's etcd, as a Gardener shoot control plane
+							// names it: the client Service of its own seed.
+							fmt.Sprintf("--etcd-servers=http://%s-client.%s.svc.%s:2379", etcdName, namespace, ClusterDomain),
+							fmt.Sprintf("--secure-port=%d", shootAPIServerPort),
+							"--tls-cert-file=" + dir + "/tls.crt",
+							"--tls-private-key-file=" + dir + "/tls.key",
+							"--token-auth-file=" + dir + "/tokens.csv",
+							"--authorization-mode=RBAC",
+							"--service-account-issuer=https://" + svc,
+							"--service-account-key-file=" + dir + "/sa.key",
+							"--service-account-signing-key-file=" + dir + "/sa.key",
+							"--service-cluster-ip-range=10.96.0.0/16",
+							"--profiling=false",
+							// No --advertise-address: kube-apiserver takes the
+							// address of the pod's default route, its pod IP
+							// (the node stand-in cannot resolve status.podIP
+							// for the environment).
+						},
+						Ports:          []corev1.ContainerPort{{Name: "https", ContainerPort: shootAPIServerPort}},
+						ReadinessProbe: probe("/readyz"),
+						VolumeMounts:   []corev1.VolumeMount{{Name: "secrets", MountPath: dir, ReadOnly: true}},
+					}},
+					Volumes: []corev1.Volume{{Name: "secrets", VolumeSource: corev1.VolumeSource{
+						Secret: &corev1.SecretVolumeSource{SecretName: shootAPIServerName}}}},
+					TerminationGracePeriodSeconds: ptr.To[int64](5),
+				},
+			},
+		},
+	}
+	service := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: shootAPIServerName, Namespace: namespace},
+		Spec: corev1.ServiceSpec{
+			Selector: labels,
+			// The pod's own port: the site has no kube-proxy to map a
+			// Service port (see docs/sites.md).
+			Ports: []corev1.ServicePort{{Name: "https", Port: shootAPIServerPort, TargetPort: intstr.FromInt32(shootAPIServerPort)}},
+		},
+	}
+	if _, err := s.Kube.CoreV1().Secrets(namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("creating the shoot kube-apiserver's Secret: %w", err)
+	}
+	if _, err := s.Kube.CoreV1().Services(namespace).Create(ctx, service, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("creating the shoot kube-apiserver's Service: %w", err)
+	}
+	if _, err := s.Kube.AppsV1().Deployments(namespace).Create(ctx, deploy, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("creating the shoot kube-apiserver's Deployment: %w", err)
+	}
+	return &ShootAPIServer{Name: name, Config: &rest.Config{
+		// The Service's in-cluster name: the site's DNS answers it with the
+		// ready pods' addresses, as kube-proxy would route it.
+		Host:            "https://" + net.JoinHostPort(svc, strconv.Itoa(shootAPIServerPort)),
+		BearerToken:     adminToken,
+		TLSClientConfig: rest.TLSClientConfig{CAData: ca.CertPEM(), ServerName: svc},
+		Dial:            s.DialContext,
+	}}, nil
+}
