@@ -1,0 +1,384 @@
+// Package clientgate is a gate in front of an etcd member's client port: a
+// reverse proxy for etcd's gRPC (HTTP/2) and HTTP/1 API that the
+// membership controller can drain before it removes the member, and hold
+// shut for the fraction of a second of a leader transfer.
+//
+// Why: kube-apiserver, the client that matters, does not retry a write
+// once it was sent. A write in flight at a member that applies its own
+// removal fails ("raft: stopped"), and so does a write that the old leader
+// drops during a leader transfer, silently when a follower forwarded it
+// (the request then hangs until etcd's request timeout). etcd offers no
+// way to move a client elsewhere or to pause proposals. The gate does both
+// from outside etcd:
+//
+//   - Drain stops accepting connections, sends HTTP/2 GOAWAY on every
+//     connection (a gRPC client then opens its next calls on another
+//     address and keeps the calls it has in flight), waits for the unary
+//     calls in flight to finish, then ends the streams (watches, lease
+//     keep-alives), which their clients re-establish elsewhere. A member
+//     whose gate drained serves nobody and can be removed without a failed
+//     request. etcd itself cannot do this when it serves TLS: its graceful
+//     stop applies only to plain listeners.
+//   - Hold makes new unary calls wait, and returns once the calls already
+//     forwarded have finished: with every member's gate held, no proposal
+//     is in flight toward the old leader during a leader transfer, so none
+//     is dropped. A hold ends at Release or after its maximum duration,
+//     whichever comes first, so a controller that dies mid-transfer stalls
+//     clients for that long at most.
+package clientgate
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+)
+
+// Options configure a Gate.
+type Options struct {
+	// Listener accepts the clients' connections: the member's advertised
+	// client port. Required; the gate closes it.
+	Listener net.Listener
+	// Backend is the member's own client URL, on loopback (http or https).
+	// Required.
+	Backend *url.URL
+	// ServerTLS, when set, serves TLS to the clients (HTTP/2 through ALPN);
+	// else the gate serves plain HTTP/1 and HTTP/2 without TLS (prior
+	// knowledge, as gRPC's insecure transport speaks it).
+	ServerTLS *tls.Config
+	// BackendTLS is the client TLS configuration toward an https Backend.
+	BackendTLS *tls.Config
+	// Log receives drains, holds and proxy errors.
+	Log logr.Logger
+}
+
+// Gate is a running gate. It is safe for concurrent use.
+type Gate struct {
+	o     Options
+	srv   *http.Server
+	proxy *httputil.ReverseProxy
+
+	mu       sync.Mutex
+	changed  chan struct{} // closed and replaced on every state change
+	inFlight int           // unary calls forwarded and not yet answered
+	heldTill time.Time     // new unary calls wait until then, or Release
+	hold     uint64        // the current hold, so a stale Release is a no-op
+	draining bool
+	// streamsEnded refuses new streaming calls: a stream opened after the
+	// drain ended the others would keep the drain waiting.
+	streamsEnded bool
+	streams      map[*stream]struct{}
+}
+
+// stream is a streaming call (a watch, a lease keep-alive): it is not
+// counted in flight and ends when the gate drains.
+type stream struct{ cancel context.CancelFunc }
+
+// streamingMethods are etcd's gRPC methods that stream: they stay open for
+// as long as the client wants, so a drain ends them instead of waiting.
+var streamingMethods = map[string]bool{
+	"/etcdserverpb.Watch/Watch":          true,
+	"/etcdserverpb.Lease/LeaseKeepAlive": true,
+	"/etcdserverpb.Maintenance/Snapshot": true,
+	"/v3electionpb.Election/Observe":     true,
+}
+
+// New builds a gate; Serve runs it.
+func New(o Options) (*Gate, error) {
+	if o.Listener == nil || o.Backend == nil {
+		return nil, errors.New("clientgate: Listener and Backend are required")
+	}
+	if o.Backend.Scheme != "http" && o.Backend.Scheme != "https" {
+		return nil, fmt.Errorf("clientgate: Backend %s: the scheme must be http or https", o.Backend)
+	}
+	if o.Log.GetSink() == nil {
+		o.Log = logr.Discard()
+	}
+	g := &Gate{o: o, changed: make(chan struct{}), streams: map[*stream]struct{}{}}
+
+	// HTTP/2 toward etcd for gRPC (prior knowledge without TLS), HTTP/1 for
+	// the rest (/health, /metrics): etcd serves both on its client port.
+	var h2, h1 http.Protocols
+	if o.Backend.Scheme == "https" {
+		h2.SetHTTP2(true)
+	} else {
+		h2.SetUnencryptedHTTP2(true)
+	}
+	h1.SetHTTP1(true)
+	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	grpcTransport := &http.Transport{Protocols: &h2, TLSClientConfig: o.BackendTLS, DialContext: dialer.DialContext}
+	httpTransport := &http.Transport{Protocols: &h1, TLSClientConfig: o.BackendTLS, DialContext: dialer.DialContext}
+	g.proxy = &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(o.Backend)
+			r.Out.Host = r.In.Host
+		},
+		Transport: roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			if isGRPC(r) {
+				return grpcTransport.RoundTrip(r)
+			}
+			return httpTransport.RoundTrip(r)
+		}),
+		// gRPC answers stream: every frame goes out as it comes.
+		FlushInterval: -1,
+		ErrorHandler:  g.proxyError,
+		// A stream the gate ended at a drain shows here as a cancelled
+		// copy: expected, so at V(1).
+		ErrorLog: log.New(logWriter{o.Log.V(1)}, "", 0),
+	}
+
+	var served http.Protocols
+	served.SetHTTP1(true)
+	if o.ServerTLS != nil {
+		served.SetHTTP2(true)
+	} else {
+		served.SetUnencryptedHTTP2(true)
+	}
+	g.srv = &http.Server{
+		Handler:           g,
+		Protocols:         &served,
+		TLSConfig:         o.ServerTLS,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       5 * time.Minute,
+		ErrorLog:          log.New(logWriter{o.Log}, "", 0),
+	}
+	return g, nil
+}
+
+// Serve serves until Drain or Close; it returns nil after either.
+func (g *Gate) Serve() error {
+	var err error
+	if g.o.ServerTLS != nil {
+		err = g.srv.ServeTLS(g.o.Listener, "", "")
+	} else {
+		err = g.srv.Serve(g.o.Listener)
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Close ends every connection at once.
+func (g *Gate) Close() error {
+	g.endStreams()
+	return g.srv.Close()
+}
+
+// Ready tells whether the gate takes clients: false once a drain began.
+func (g *Gate) Ready() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return !g.draining
+}
+
+// InFlight is the number of unary calls forwarded and not yet answered.
+func (g *Gate) InFlight() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.inFlight
+}
+
+// closeGrace bounds how long a drain waits, after its last call ended, for
+// the clients to close their connections (they got GOAWAY) before the gate
+// closes them: a connection left then carries no call.
+const closeGrace = time.Second
+
+// Drain moves the gate's clients away (see the package comment) and
+// returns once no call is left, or with ctx's error after ending whatever
+// was left. The gate serves nobody afterwards.
+func (g *Gate) Drain(ctx context.Context) error {
+	g.mu.Lock()
+	g.draining = true
+	g.notifyLocked()
+	g.mu.Unlock()
+
+	// Shutdown closes the listener and sends GOAWAY on every connection;
+	// it returns when every connection is closed, which the streams
+	// prevent until endStreams below.
+	shut := make(chan error, 1)
+	go func() { shut <- g.srv.Shutdown(context.WithoutCancel(ctx)) }()
+	if err := g.waitIdle(ctx); err != nil {
+		return errors.Join(err, g.Close())
+	}
+	n := g.endStreams()
+	g.o.Log.Info("drained: unary calls finished, streams ended", "streams", n)
+	grace := time.NewTimer(closeGrace)
+	defer grace.Stop()
+	select {
+	case <-shut:
+	case <-grace.C:
+		// A client that keeps a connection it was told to leave, with no
+		// call on it: closing it loses nothing.
+		_ = g.srv.Close()
+	case <-ctx.Done():
+		_ = g.srv.Close()
+	}
+	// A call that raced the GOAWAY finishes before the drain is done.
+	return g.waitIdle(ctx)
+}
+
+// Hold makes new unary calls wait for at most max, and returns once the
+// calls already forwarded have been answered (or with ctx's error, the
+// hold still in force until its end). Release ends the hold early.
+func (g *Gate) Hold(ctx context.Context, max time.Duration) (release func(), err error) {
+	g.mu.Lock()
+	g.hold++
+	id := g.hold
+	g.heldTill = time.Now().Add(max)
+	g.notifyLocked()
+	g.mu.Unlock()
+	// The hold ends by itself: a waiting call re-checks when notified.
+	timer := time.AfterFunc(max, func() {
+		g.mu.Lock()
+		g.notifyLocked()
+		g.mu.Unlock()
+	})
+	release = func() {
+		timer.Stop()
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.hold == id {
+			g.heldTill = time.Time{}
+			g.notifyLocked()
+		}
+	}
+	g.o.Log.V(1).Info("holding new calls", "max", max)
+	return release, g.waitIdle(ctx)
+}
+
+// waitIdle waits until no unary call is in flight.
+func (g *Gate) waitIdle(ctx context.Context) error {
+	for {
+		g.mu.Lock()
+		n, changed := g.inFlight, g.changed
+		g.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("clientgate: %d call(s) still in flight: %w", n, ctx.Err())
+		}
+	}
+}
+
+// endStreams cancels every streaming call and says how many there were.
+func (g *Gate) endStreams() int {
+	g.mu.Lock()
+	streams := g.streams
+	g.streams = map[*stream]struct{}{}
+	g.streamsEnded = true
+	g.mu.Unlock()
+	for s := range streams {
+		s.cancel()
+	}
+	return len(streams)
+}
+
+// notifyLocked wakes everyone waiting for a change. g.mu must be held.
+func (g *Gate) notifyLocked() {
+	close(g.changed)
+	g.changed = make(chan struct{})
+}
+
+// ServeHTTP forwards one call, counting unary calls in flight and making
+// new ones wait while a hold is in force.
+func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if isGRPC(r) && streamingMethods[r.URL.Path] {
+		ctx, cancel := context.WithCancel(r.Context())
+		s := &stream{cancel: cancel}
+		g.mu.Lock()
+		if g.streamsEnded {
+			g.mu.Unlock()
+			cancel()
+			g.proxyError(w, r, errors.New("the member is being drained"))
+			return
+		}
+		g.streams[s] = struct{}{}
+		g.mu.Unlock()
+		defer func() {
+			g.mu.Lock()
+			delete(g.streams, s)
+			g.mu.Unlock()
+			cancel()
+		}()
+		g.proxy.ServeHTTP(w, r.WithContext(ctx))
+		return
+	}
+	if err := g.enter(r.Context()); err != nil {
+		g.proxyError(w, r, err)
+		return
+	}
+	defer g.leave()
+	g.proxy.ServeHTTP(w, r)
+}
+
+// enter waits while a hold is in force, then counts the call in flight.
+func (g *Gate) enter(ctx context.Context) error {
+	for {
+		g.mu.Lock()
+		if wait := time.Until(g.heldTill); wait <= 0 {
+			g.inFlight++
+			g.mu.Unlock()
+			return nil
+		}
+		changed := g.changed
+		g.mu.Unlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (g *Gate) leave() {
+	g.mu.Lock()
+	g.inFlight--
+	g.notifyLocked()
+	g.mu.Unlock()
+}
+
+// proxyError answers a call the gate could not forward: as gRPC status
+// Unavailable for gRPC (the code etcd's own clients treat as "try another
+// member" for reads), as 502 otherwise.
+func (g *Gate) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	g.o.Log.Info("could not forward a call", "method", r.URL.Path, "error", err.Error())
+	if isGRPC(r) {
+		w.Header().Set("Content-Type", "application/grpc")
+		w.Header().Set("Grpc-Status", "14")
+		w.Header().Set("Grpc-Message", "druid-stretch client gate: "+err.Error())
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	http.Error(w, "druid-stretch client gate: "+err.Error(), http.StatusBadGateway)
+}
+
+// isGRPC tells a gRPC call from plain HTTP.
+func isGRPC(r *http.Request) bool {
+	return r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc")
+}
+
+// logWriter turns net/http's log lines into logr messages.
+type logWriter struct{ log logr.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.log.Info(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -1,0 +1,400 @@
+package clientgate_test
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/druid-stretch/druid-stretch/internal/clientgate"
+	"github.com/druid-stretch/druid-stretch/internal/localetcd"
+	"github.com/druid-stretch/druid-stretch/internal/localetcd/etcdtest"
+)
+
+// gated is a 3-member TLS cluster with a gate in front of each member's
+// client port.
+type gated struct {
+	cluster *etcdtest.Cluster
+	gates   map[string]*clientgate.Gate // by member name
+	addrs   map[string]string           // gate URL by member name
+}
+
+func startGated(t testing.TB) *gated {
+	t.Helper()
+	c := etcdtest.Start(t, etcdtest.Options{Names: etcdtest.Numbered("m", 3)})
+	serving, err := c.CA.Issue("gate", "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(serving.CertPEM, serving.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gated{cluster: c, gates: map[string]*clientgate.Gate{}, addrs: map[string]string{}}
+	for _, m := range c.Members {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		backend, err := url.Parse(m.LocalClientURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gate, err := clientgate.New(clientgate.Options{
+			Listener:   l,
+			Backend:    backend,
+			ServerTLS:  &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+			BackendTLS: m.ClientTLSConfig(),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		served := make(chan error, 1)
+		go func() { served <- gate.Serve() }()
+		t.Cleanup(func() {
+			_ = gate.Close()
+			if err := <-served; err != nil {
+				t.Errorf("gate of %s: %v", m.Name, err)
+			}
+		})
+		g.gates[m.Name], g.addrs[m.Name] = gate, "https://"+l.Addr().String()
+	}
+	return g
+}
+
+// client is an etcd client of the gates, configured as kube-apiserver
+// configures its own: the etcd client's defaults, so a write is retried
+// only when it was never sent.
+func (g *gated) client(t testing.TB, members ...string) *clientv3.Client {
+	t.Helper()
+	var eps []string
+	for _, m := range members {
+		eps = append(eps, g.addrs[m])
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, TLS: g.cluster.ClientTLS, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+// direct is a client of one member's own client port, past its gate.
+func direct(t testing.TB, m *localetcd.Member) *clientv3.Client {
+	t.Helper()
+	cli, err := m.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+// writers put keys through cli until stopped, a few at a time, each write
+// with a 10 s timeout and no retry of our own; they report every failed
+// write and the slowest one.
+type writers struct {
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	writes  int
+	failed  []string
+	slowest time.Duration
+}
+
+func startWriters(cli *clientv3.Client, n int) *writers {
+	w := &writers{stop: make(chan struct{})}
+	for i := range n {
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			for seq := 0; ; seq++ {
+				select {
+				case <-w.stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				start := time.Now()
+				_, err := cli.Put(ctx, fmt.Sprintf("/gate/%d", i), fmt.Sprint(seq))
+				took := time.Since(start)
+				cancel()
+				w.mu.Lock()
+				w.writes++
+				w.slowest = max(w.slowest, took)
+				if err != nil {
+					w.failed = append(w.failed, err.Error())
+				}
+				w.mu.Unlock()
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+	}
+	return w
+}
+
+func (w *writers) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.writes
+}
+
+func (w *writers) finish() (writes int, failed []string, slowest time.Duration) {
+	close(w.stop)
+	w.wg.Wait()
+	return w.writes, w.failed, w.slowest
+}
+
+// grows waits until the writers completed n more writes.
+func (w *writers) grows(g Gomega, n int) {
+	from := w.count()
+	g.Eventually(w.count).WithTimeout(30 * time.Second).WithPolling(10 * time.Millisecond).Should(BeNumerically(">=", from+n))
+}
+
+func leaderName(t testing.TB, g *gated) string {
+	t.Helper()
+	for _, m := range g.cluster.Members {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		st, err := direct(t, m).Status(ctx, m.ClientURL)
+		cancel()
+		if err == nil && st.Leader == st.Header.MemberId {
+			return m.Name
+		}
+	}
+	t.Fatal("no member says it is the leader")
+	return ""
+}
+
+func memberID(t testing.TB, cli *clientv3.Client, name string) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := cli.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range resp.Members {
+		if m.Name == name {
+			return m.ID
+		}
+	}
+	t.Fatalf("no member %s", name)
+	return 0
+}
+
+// A member whose gate drained serves no client: removing it fails no
+// write of a client that talked to every member, and the client's watch
+// goes on elsewhere without missing a revision.
+func TestDrainedMemberIsRemovedWithoutAFailedWrite(t *testing.T) {
+	g := NewWithT(t)
+	c := startGated(t)
+	leader := leaderName(t, c)
+	names := []string{"m-0", "m-1", "m-2"}
+	victim := names[slices.IndexFunc(names, func(n string) bool { return n != leader })]
+	cli := c.client(t, names...)
+
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	var revs []int64
+	var watchMu sync.Mutex
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for resp := range cli.Watch(clientv3.WithRequireLeader(watchCtx), "/gate/", clientv3.WithPrefix()) {
+			watchMu.Lock()
+			for _, ev := range resp.Events {
+				revs = append(revs, ev.Kv.ModRevision)
+			}
+			watchMu.Unlock()
+		}
+	}()
+
+	w := startWriters(cli, 6)
+	w.grows(g, 200)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	g.Expect(c.gates[victim].Drain(ctx)).To(Succeed())
+	g.Expect(c.gates[victim].Ready()).To(BeFalse())
+	g.Expect(c.gates[victim].InFlight()).To(BeZero())
+
+	via := c.cluster.Runtime.Member(leader)
+	id := memberID(t, direct(t, via), victim)
+	// etcd refuses a removal until every member was connected for 5 s
+	// (its strict reconfiguration check); the cluster is younger.
+	g.Eventually(func() error {
+		_, err := direct(t, via).MemberRemove(ctx, id)
+		return err
+	}).WithTimeout(15 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+	w.grows(g, 200)
+	writes, failed, slowest := w.finish()
+	t.Logf("%d writes, slowest %s, failed: %v", writes, slowest, failed)
+	g.Expect(failed).To(BeEmpty(), "no write failed while %s was drained and removed", victim)
+
+	resp, err := direct(t, via).MemberList(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(resp.Members).To(HaveLen(2), "the drained member is removed")
+
+	// The watch saw every revision from its first event to the last write.
+	last, err := direct(t, via).Get(ctx, "/gate/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortDescend), clientv3.WithLimit(1))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func() int64 {
+		watchMu.Lock()
+		defer watchMu.Unlock()
+		if len(revs) == 0 {
+			return 0
+		}
+		return revs[len(revs)-1]
+	}).WithTimeout(20 * time.Second).Should(BeNumerically(">=", last.Kvs[0].ModRevision))
+	stopWatch()
+	<-watched
+	for i := 1; i < len(revs); i++ {
+		g.Expect(revs[i]).To(Equal(revs[i-1]+1), "the watch went on after the drain without a gap")
+	}
+}
+
+// With every member's gate held, a leader transfer drops no proposal: the
+// writes that would have been forwarded to the old leader wait at the
+// gates instead, and none fails or hangs.
+func TestHoldAroundLeaderTransferFailsNoWrite(t *testing.T) {
+	g := NewWithT(t)
+	c := startGated(t)
+	names := []string{"m-0", "m-1", "m-2"}
+	cli := c.client(t, names...)
+	w := startWriters(cli, 6)
+	w.grows(g, 200)
+
+	for round := range 3 {
+		leader := leaderName(t, c)
+		target := names[slices.IndexFunc(names, func(n string) bool { return n != leader })]
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var releases []func()
+		for _, gate := range c.gates {
+			release, err := gate.Hold(ctx, 3*time.Second)
+			g.Expect(err).NotTo(HaveOccurred())
+			releases = append(releases, release)
+		}
+		via := direct(t, c.cluster.Runtime.Member(leader))
+		_, err := via.MoveLeader(ctx, memberID(t, via, target))
+		g.Expect(err).NotTo(HaveOccurred(), "round %d", round)
+		for _, release := range releases {
+			release()
+		}
+		cancel()
+		g.Expect(leaderName(t, c)).To(Equal(target))
+		w.grows(g, 100)
+	}
+	writes, failed, slowest := w.finish()
+	t.Logf("%d writes, slowest %s, failed: %v", writes, slowest, failed)
+	g.Expect(failed).To(BeEmpty(), "no write failed across three leader transfers")
+	g.Expect(slowest).To(BeNumerically("<", 3*time.Second), "no write waited out a timeout")
+}
+
+// A hold ends by itself after its maximum, so a controller that dies in
+// the middle of a transfer stalls clients for that long at most.
+func TestHoldEndsByItself(t *testing.T) {
+	g := NewWithT(t)
+	c := startGated(t)
+	cli := c.client(t, "m-0")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := c.gates["m-0"].Hold(ctx, 500*time.Millisecond)
+	g.Expect(err).NotTo(HaveOccurred())
+	start := time.Now()
+	_, err = cli.Put(ctx, "/gate/held", "x")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(time.Since(start)).To(BeNumerically(">=", 400*time.Millisecond), "the write waited for the hold")
+}
+
+// BenchmarkMembershipChangeUnderLoad prints, for a member removal and for
+// a leader transfer under write load, the writes that failed and the
+// slowest write without the gate's help (the baseline) and with it, all
+// measured in the same run.
+func BenchmarkMembershipChangeUnderLoad(b *testing.B) {
+	for _, bc := range []struct {
+		name   string
+		change func(testing.TB, *gated, bool)
+	}{
+		{"removal", removeFollower},
+		{"leader-transfer", transferLeader},
+	} {
+		for _, gateOn := range []bool{false, true} {
+			name := bc.name + "/baseline"
+			if gateOn {
+				name = bc.name + "/gate"
+			}
+			b.Run(name, func(b *testing.B) {
+				var failed, writes int
+				var slowest time.Duration
+				for range b.N {
+					c := startGated(b)
+					w := startWriters(c.client(b, "m-0", "m-1", "m-2"), 6)
+					w.grows(NewWithT(b), 200)
+					bc.change(b, c, gateOn)
+					w.grows(NewWithT(b), 200)
+					n, f, s := w.finish()
+					writes, failed, slowest = writes+n, failed+len(f), max(slowest, s)
+				}
+				b.ReportMetric(float64(failed)/float64(b.N), "failed-writes/op")
+				b.ReportMetric(float64(writes)/float64(b.N), "writes/op")
+				b.ReportMetric(slowest.Seconds(), "slowest-write-s")
+			})
+		}
+	}
+}
+
+// removeFollower removes a follower, after draining its gate when gateOn.
+func removeFollower(t testing.TB, c *gated, gateOn bool) {
+	leader := leaderName(t, c)
+	victim := "m-0"
+	if leader == victim {
+		victim = "m-1"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if gateOn {
+		if err := c.gates[victim].Drain(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	via := direct(t, c.cluster.Runtime.Member(leader))
+	id := memberID(t, via, victim)
+	NewWithT(t).Eventually(func() error {
+		_, err := via.MemberRemove(ctx, id)
+		return err
+	}).WithTimeout(15 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+}
+
+// transferLeader moves leadership to a follower, with every gate held
+// around it when gateOn.
+func transferLeader(t testing.TB, c *gated, gateOn bool) {
+	leader := leaderName(t, c)
+	target := "m-0"
+	if leader == target {
+		target = "m-1"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if gateOn {
+		for _, gate := range c.gates {
+			release, err := gate.Hold(ctx, 3*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer release()
+		}
+	}
+	via := direct(t, c.cluster.Runtime.Member(leader))
+	if _, err := via.MoveLeader(ctx, memberID(t, via, target)); err != nil {
+		t.Fatal(err)
+	}
+}
