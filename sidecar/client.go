@@ -123,6 +123,31 @@ func (c *Client) ReleaseLock(ctx context.Context, holder string) error {
 	return c.do(ctx, http.MethodDelete, "/v1/lock", nil, CallOptions{LockHolder: holder}, nil)
 }
 
+// DrainClients moves the clients of the sidecar's member to other members
+// and returns once none is left (*Error NoClientGate without a gate).
+func (c *Client) DrainClients(ctx context.Context, o CallOptions) (*ClientGateStatus, error) {
+	var out ClientGateStatus
+	if err := c.do(ctx, http.MethodPost, "/v1/clients/drain", nil, o, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// HoldClients makes the member's new calls wait for at most d and returns
+// once the calls forwarded before have been answered.
+func (c *Client) HoldClients(ctx context.Context, d time.Duration, o CallOptions) (*ClientGateStatus, error) {
+	var out ClientGateStatus
+	if err := c.do(ctx, http.MethodPost, "/v1/clients/hold", ClientHold{Seconds: d.Seconds()}, o, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ReleaseClients ends the member's hold early.
+func (c *Client) ReleaseClients(ctx context.Context, o CallOptions) error {
+	return c.do(ctx, http.MethodDelete, "/v1/clients/hold", nil, o, nil)
+}
+
 // Ready reports whether the sidecar's local etcd member answers (/readyz).
 func (c *Client) Ready(ctx context.Context) error {
 	return c.do(ctx, http.MethodGet, "/readyz", nil, CallOptions{}, nil)

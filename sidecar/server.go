@@ -57,6 +57,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/druid-stretch/druid-stretch/internal/clientgate"
 )
 
 // Config configures a sidecar Server.
@@ -107,6 +109,12 @@ type Config struct {
 	Registry *prometheus.Registry
 	// Logger receives one structured line per mutating call.
 	Logger logr.Logger
+	// ClientGate, when set, is the gate in front of the local member's
+	// client port (internal/clientgate): the sidecar drains and holds the
+	// member's clients through it (POST /v1/clients/drain,
+	// /v1/clients/hold) and is not ready once it drained. The caller serves
+	// and closes it.
+	ClientGate *clientgate.Gate
 	// Joining, when set, also makes the sidecar the server etcd-wrapper
 	// asks for initialisation and configuration (see join.go): its member
 	// starts only once druid-stretch admitted it.
@@ -164,6 +172,7 @@ type Server struct {
 	healthySince  map[uint64]time.Time
 	removalsSent  map[uint64]time.Time // member ID -> until when it stays unpolled
 	tombstones    tombstoneLease
+	releaseHold   func() // ends the client gate's current hold
 
 	stopPolling context.CancelFunc
 	pollingDone chan struct{}
@@ -361,6 +370,7 @@ func (s *Server) routes() {
 	s.handle(mux, "DELETE /v1/lock", "release_lock", true, s.releaseLock)
 	s.handle(mux, "PUT /v1/retired/{name}", "retire", true, s.retire)
 	s.handle(mux, "DELETE /v1/retired/{name}", "unretire", true, s.unretire)
+	s.clientRoutes(mux)
 	s.handle(mux, "GET /healthz", "", false, func(*http.Request) (int, any, *Error) {
 		return http.StatusOK, map[string]string{"status": "ok"}, nil
 	})
@@ -479,6 +489,11 @@ func (s *Server) readyz(r *http.Request) (int, any, *Error) {
 	s.mu.Unlock()
 	if removing {
 		return 0, nil, &Error{StatusCode: http.StatusServiceUnavailable, Reason: ReasonNotReady, Message: "the local member is being removed"}
+	}
+	// A drained member takes no client: not ready, so that its pod leaves
+	// the client Service before the member's removal.
+	if g := s.cfg.ClientGate; g != nil && !g.Ready() {
+		return 0, nil, &Error{StatusCode: http.StatusServiceUnavailable, Reason: ReasonNotReady, Message: "the local member's clients were drained before its removal"}
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.StatusTimeout)
 	defer cancel()

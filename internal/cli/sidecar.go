@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/druid-stretch/druid-stretch/internal/clientgate"
 	"github.com/druid-stretch/druid-stretch/internal/etcdconfig"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
@@ -29,6 +32,7 @@ func newSidecarCommand() *cobra.Command {
 		minLearnerHealthy                     time.Duration
 		etcdConfig, admissionFile             string
 		member                                memberFlags
+		gate                                  gateFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "sidecar",
@@ -81,7 +85,13 @@ Mutating calls need a client certificate signed by --client-ca; plain HTTP
 				}
 				joining = &sidecar.Joining{EtcdConfigFile: etcdConfig, Member: member.member(), AdditionalPeerURLs: extra, AdmissionFile: admissionFile}
 			}
+			g, stopGate, err := gate.start(etcdTLS, log.WithName("client-gate"))
+			if err != nil {
+				return err
+			}
+			defer stopGate()
 			srv, err := sidecar.New(sidecar.Config{
+				ClientGate:           g,
 				Endpoints:            endpoints,
 				EtcdTLS:              etcdTLS,
 				AllowUnauthenticated: insecureHTTP,
@@ -117,6 +127,8 @@ Mutating calls need a client certificate signed by --client-ca; plain HTTP
 	f.StringVar(&etcdConfig, "etcd-config", "", "druid's etcd.conf.yaml: also serve etcd-wrapper's /initialization and /config for the local member, which starts once druid-stretch admits it")
 	f.StringVar(&admissionFile, "admission-file", "", "where the admission is kept (default: beside etcd's data directory)")
 	member.add(f)
+	gate.add(f)
+	gate.add(f)
 	return cmd
 }
 
@@ -207,4 +219,60 @@ remove-and-re-add): druid-stretch's controller is the only one.`,
 	f.StringVar(&output, "output", "", "the file to write")
 	member.add(f)
 	return cmd
+}
+
+// gateFlags configure the client gate in front of the local member's
+// client port.
+type gateFlags struct {
+	address, backend, cert, key string
+}
+
+func (g *gateFlags) add(f *pflag.FlagSet) {
+	f.StringVar(&g.address, "client-gate-address", "", "serve etcd's clients here, through a gate the sidecar drains before the member's removal and holds during a leader transfer (etcd then listens on --client-gate-backend)")
+	f.StringVar(&g.backend, "client-gate-backend", "", "the local member's own client URL behind the gate, on loopback (for example http://127.0.0.1:12379)")
+	f.StringVar(&g.cert, "client-gate-cert", "", "the gate's serving certificate toward etcd's clients (etcd's own server certificate); without it the gate serves plain HTTP")
+	f.StringVar(&g.key, "client-gate-key", "", "the key of --client-gate-cert")
+}
+
+// start runs the gate when --client-gate-address is set; stop closes it.
+func (g *gateFlags) start(backendTLS *tls.Config, log logr.Logger) (*clientgate.Gate, func(), error) {
+	if g.address == "" {
+		if g.backend != "" || g.cert != "" || g.key != "" {
+			return nil, nil, errors.New("--client-gate-backend, --client-gate-cert and --client-gate-key need --client-gate-address")
+		}
+		return nil, func() {}, nil
+	}
+	if g.backend == "" {
+		return nil, nil, errors.New("--client-gate-address needs --client-gate-backend, the member's own client URL")
+	}
+	backend, err := url.Parse(g.backend)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--client-gate-backend %q: %w", g.backend, err)
+	}
+	var serverTLS *tls.Config
+	if g.cert != "" || g.key != "" {
+		cert, err := tls.LoadX509KeyPair(g.cert, g.key)
+		if err != nil {
+			return nil, nil, fmt.Errorf("loading --client-gate-cert %s and --client-gate-key %s: %w", g.cert, g.key, err)
+		}
+		serverTLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	l, err := net.Listen("tcp", g.address)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listening on --client-gate-address %s: %w", g.address, err)
+	}
+	gate, err := clientgate.New(clientgate.Options{Listener: l, Backend: backend, ServerTLS: serverTLS, BackendTLS: backendTLS, Log: log})
+	if err != nil {
+		_ = l.Close()
+		return nil, nil, err
+	}
+	served := make(chan error, 1)
+	go func() { served <- gate.Serve() }()
+	log.Info("client gate serving", "address", l.Addr().String(), "backend", backend.String(), "tls", serverTLS != nil)
+	return gate, func() {
+		_ = gate.Close()
+		if err := <-served; err != nil {
+			log.Error(err, "client gate")
+		}
+	}, nil
 }

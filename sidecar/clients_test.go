@@ -1,0 +1,132 @@
+package sidecar_test
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"net/http/httptest"
+	"net/url"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/druid-stretch/druid-stretch/internal/clientgate"
+	"github.com/druid-stretch/druid-stretch/internal/localetcd"
+	"github.com/druid-stretch/druid-stretch/internal/localetcd/etcdtest"
+	"github.com/druid-stretch/druid-stretch/sidecar"
+)
+
+// gatedSidecar is a sidecar of member m whose clients come through a gate,
+// as in a pod druid-stretch's webhook set up; the sidecar serves plain
+// HTTP and lets every caller mutate (the refusal tests cover TLS).
+func gatedSidecar(t *testing.T, c *etcdtest.Cluster, m *localetcd.Member) (*sidecar.Client, *clientgate.Gate, string) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend, err := url.Parse(m.LocalClientURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := c.CA.Issue("gate", "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(pair.CertPEM, pair.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate, err := clientgate.New(clientgate.Options{Listener: l, Backend: backend, BackendTLS: m.ClientTLSConfig(),
+		ServerTLS: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- gate.Serve() }()
+	srv, err := sidecar.New(sidecar.Config{
+		Endpoints:            localetcd.SidecarEndpoints(m, c.Runtime.Members()),
+		EtcdTLS:              m.ClientTLSConfig(),
+		AllowUnauthenticated: true,
+		ClientGate:           gate,
+		Registry:             prometheus.NewRegistry(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(func() {
+		hs.Close()
+		_ = srv.Close()
+		_ = gate.Close()
+		<-served
+	})
+	return sidecar.NewClient(hs.URL, nil), gate, "https://" + l.Addr().String()
+}
+
+// The sidecar drains and holds its member's clients through the gate, and
+// says it is not ready once drained; bad holds change nothing.
+func TestClientGateEndpoints(t *testing.T) {
+	g := NewWithT(t)
+	c := etcdtest.Start(t, etcdtest.Options{Names: etcdtest.Numbered("m", 3)})
+	sc, gate, gateURL := gatedSidecar(t, c, c.Members[0])
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{gateURL}, TLS: c.ClientTLS, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer cli.Close()
+	_, err = cli.Put(ctx, "/through/the/gate", "x")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(sc.Ready(ctx)).To(Succeed())
+
+	for _, bad := range []time.Duration{0, -time.Second, sidecar.MaxClientHold + time.Second} {
+		_, err := sc.HoldClients(ctx, bad, sidecar.CallOptions{})
+		g.Expect(sidecar.IsReason(err, sidecar.ReasonInvalidArgument)).To(BeTrue(), "a hold of %s is refused: %v", bad, err)
+	}
+	put := func() time.Duration {
+		start := time.Now()
+		_, err := cli.Put(ctx, "/through/the/gate", "y")
+		g.Expect(err).NotTo(HaveOccurred())
+		return time.Since(start)
+	}
+	g.Expect(put()).To(BeNumerically("<", 300*time.Millisecond), "the refused holds held nothing")
+
+	st, err := sc.HoldClients(ctx, 2*time.Second, sidecar.CallOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(st.HeldSeconds).To(Equal(2.0))
+	g.Expect(st.InFlight).To(BeZero())
+	released := make(chan error, 1)
+	time.AfterFunc(300*time.Millisecond, func() { released <- sc.ReleaseClients(ctx, sidecar.CallOptions{}) })
+	took := put()
+	g.Expect(<-released).To(Succeed())
+	g.Expect(took).To(And(BeNumerically(">=", 250*time.Millisecond), BeNumerically("<", 2*time.Second)),
+		"the write waited for the hold and went on at its release")
+
+	st, err = sc.DrainClients(ctx, sidecar.CallOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(st.Ready).To(BeFalse())
+	g.Expect(gate.Ready()).To(BeFalse())
+	g.Expect(sidecar.IsReason(sc.Ready(ctx), sidecar.ReasonNotReady)).To(BeTrue(), "a drained member's sidecar is not ready")
+	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+	defer cancelShort()
+	_, err = cli.Put(short, "/through/the/gate", "z")
+	g.Expect(err).To(HaveOccurred(), "a drained gate takes no call")
+}
+
+// A sidecar without a gate says so, and the caller goes on without.
+func TestNoClientGate(t *testing.T) {
+	g := NewWithT(t)
+	tc := startCluster(t, 1, clusterOptions{})
+	c := tc.client(tc.Members[0])
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	_, err := c.DrainClients(ctx, sidecar.CallOptions{})
+	g.Expect(sidecar.IsReason(err, sidecar.ReasonNoClientGate)).To(BeTrue(), "%v", err)
+	_, err = c.HoldClients(ctx, time.Second, sidecar.CallOptions{})
+	g.Expect(sidecar.IsReason(err, sidecar.ReasonNoClientGate)).To(BeTrue(), "%v", err)
+	g.Expect(c.Ready(ctx)).To(Succeed())
+}
