@@ -19,8 +19,8 @@
 //     whose gate drained serves nobody and can be removed without a failed
 //     request. etcd itself cannot do this when it serves TLS: its graceful
 //     stop applies only to plain listeners.
-//   - Hold makes new unary calls wait, and returns once the calls already
-//     forwarded have finished: with every member's gate held, no proposal
+//   - Hold makes new data calls (KV, lease grants) wait, and returns once
+//     the data calls already forwarded have finished: with every member's gate held, no proposal
 //     is in flight toward the old leader during a leader transfer, so none
 //     is dropped. A hold ends at Release or after its maximum duration,
 //     whichever comes first, so a controller that dies mid-transfer stalls
@@ -68,12 +68,13 @@ type Gate struct {
 	srv   *http.Server
 	proxy *httputil.ReverseProxy
 
-	mu       sync.Mutex
-	changed  chan struct{} // closed and replaced on every state change
-	inFlight int           // unary calls forwarded and not yet answered
-	heldTill time.Time     // new unary calls wait until then, or Release
-	hold     uint64        // the current hold, so a stale Release is a no-op
-	draining bool
+	mu        sync.Mutex
+	changed   chan struct{} // closed and replaced on every state change
+	inFlight  int           // unary calls forwarded and not yet answered
+	dataCalls int           // of them, calls a hold holds (see heldCall)
+	heldTill  time.Time     // new unary calls wait until then, or Release
+	hold      uint64        // the current hold, so a stale Release is a no-op
+	draining  bool
 	// streamsEnded refuses new streaming calls: a stream opened after the
 	// drain ended the others would keep the drain waiting.
 	streamsEnded bool
@@ -91,6 +92,16 @@ var streamingMethods = map[string]bool{
 	"/etcdserverpb.Lease/LeaseKeepAlive": true,
 	"/etcdserverpb.Maintenance/Snapshot": true,
 	"/v3electionpb.Election/Observe":     true,
+}
+
+// heldCall tells the calls a hold makes wait: the clients' data path, the
+// calls that become raft proposals or read indexes (KV, lease grant and
+// revoke). Cluster and Maintenance calls pass, so that the membership
+// controller's own calls (status polls, the leader transfer itself) go
+// through a held gate.
+func heldCall(method string) bool {
+	return strings.HasPrefix(method, "/etcdserverpb.KV/") ||
+		method == "/etcdserverpb.Lease/LeaseGrant" || method == "/etcdserverpb.Lease/LeaseRevoke"
 }
 
 // New builds a gate; Serve runs it.
@@ -208,7 +219,7 @@ func (g *Gate) Drain(ctx context.Context) error {
 	// prevent until endStreams below.
 	shut := make(chan error, 1)
 	go func() { shut <- g.srv.Shutdown(context.WithoutCancel(ctx)) }()
-	if err := g.waitIdle(ctx); err != nil {
+	if err := g.waitIdle(ctx, false); err != nil {
 		return errors.Join(err, g.Close())
 	}
 	n := g.endStreams()
@@ -225,12 +236,13 @@ func (g *Gate) Drain(ctx context.Context) error {
 		_ = g.srv.Close()
 	}
 	// A call that raced the GOAWAY finishes before the drain is done.
-	return g.waitIdle(ctx)
+	return g.waitIdle(ctx, false)
 }
 
-// Hold makes new unary calls wait for at most max, and returns once the
-// calls already forwarded have been answered (or with ctx's error, the
-// hold still in force until its end). Release ends the hold early.
+// Hold makes new data calls (see heldCall) wait for at most max, and
+// returns once the data calls already forwarded have been answered (or
+// with ctx's error, the hold still in force until its end). Release ends
+// the hold early.
 func (g *Gate) Hold(ctx context.Context, max time.Duration) (release func(), err error) {
 	g.mu.Lock()
 	g.hold++
@@ -254,14 +266,18 @@ func (g *Gate) Hold(ctx context.Context, max time.Duration) (release func(), err
 		}
 	}
 	g.o.Log.V(1).Info("holding new calls", "max", max)
-	return release, g.waitIdle(ctx)
+	return release, g.waitIdle(ctx, true)
 }
 
-// waitIdle waits until no unary call is in flight.
-func (g *Gate) waitIdle(ctx context.Context) error {
+// waitIdle waits until no unary call is in flight, or, with dataOnly, no
+// data call.
+func (g *Gate) waitIdle(ctx context.Context, dataOnly bool) error {
 	for {
 		g.mu.Lock()
 		n, changed := g.inFlight, g.changed
+		if dataOnly {
+			n = g.dataCalls
+		}
 		g.mu.Unlock()
 		if n == 0 {
 			return nil
@@ -317,20 +333,25 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.proxy.ServeHTTP(w, r.WithContext(ctx))
 		return
 	}
-	if err := g.enter(r.Context()); err != nil {
+	data := isGRPC(r) && heldCall(r.URL.Path)
+	if err := g.enter(r.Context(), data); err != nil {
 		g.proxyError(w, r, err)
 		return
 	}
-	defer g.leave()
+	defer g.leave(data)
 	g.proxy.ServeHTTP(w, r)
 }
 
-// enter waits while a hold is in force, then counts the call in flight.
-func (g *Gate) enter(ctx context.Context) error {
+// enter counts the call in flight; a data call first waits while a hold
+// is in force.
+func (g *Gate) enter(ctx context.Context, data bool) error {
 	for {
 		g.mu.Lock()
-		if wait := time.Until(g.heldTill); wait <= 0 {
+		if !data || time.Until(g.heldTill) <= 0 {
 			g.inFlight++
+			if data {
+				g.dataCalls++
+			}
 			g.mu.Unlock()
 			return nil
 		}
@@ -344,9 +365,12 @@ func (g *Gate) enter(ctx context.Context) error {
 	}
 }
 
-func (g *Gate) leave() {
+func (g *Gate) leave(data bool) {
 	g.mu.Lock()
 	g.inFlight--
+	if data {
+		g.dataCalls--
+	}
 	g.notifyLocked()
 	g.mu.Unlock()
 }

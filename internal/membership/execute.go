@@ -153,6 +153,14 @@ func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []End
 			then = nil // the promotion alone; the removal is planned again
 		}
 	}
+	// The member to remove serves no client by the time it goes.
+	if removal.Kind == planner.Remove {
+		if err := c.drainClients(ctx, endpoints, removal.Member); err != nil {
+			res.Outcome, res.Reason, res.RetryAfter, res.Err = Retry, ReasonDrainFailed, time.Second, err
+			c.cfg.Logger.Info("membership step postponed", "step", string(plan.Step.Kind), "member", stepTarget(plan.Step), "reason", ReasonDrainFailed, "error", err.Error())
+			return res
+		}
+	}
 	if c.cfg.OnStep != nil {
 		c.cfg.OnStep(plan.Step, nil)
 		if then != nil {
@@ -171,6 +179,10 @@ func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []End
 				c.cfg.OnStep(*then, &removed)
 			}
 		}()
+	}
+	if plan.Step.Kind == planner.MoveLeader {
+		release := c.holdClients(ctx, endpoints)
+		defer release()
 	}
 	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 	defer cancel()

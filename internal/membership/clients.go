@@ -1,0 +1,104 @@
+package membership
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/druid-stretch/druid-stretch/sidecar"
+)
+
+// ReasonDrainFailed: the member to remove still had clients, because its
+// sidecar's gate could not drain them; the removal is not sent.
+const ReasonDrainFailed = "ClientDrainFailed"
+
+// leaderTransferHold is how long the members' gates hold new calls for a
+// leader transfer at most: MoveLeader takes 0.2 s within a site and 0.6 s
+// across sites at 180 ms RTT, and the hold is released as soon as it
+// answers.
+const leaderTransferHold = 2 * time.Second
+
+// drainClients moves the clients of member, which the step removes, to
+// other members through its sidecar's client gate: a member nobody talks
+// to is removed without failing a client's call (kube-apiserver does not
+// retry a write once sent). A sidecar without a gate is fine: the removal
+// goes on as etcd alone would do it.
+func (c *Cluster) drainClients(ctx context.Context, endpoints []Endpoint, member string) error {
+	for _, e := range endpoints {
+		if e.Member != member || e.URL == "" {
+			continue
+		}
+		callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+		start := time.Now()
+		_, err := c.client(e.URL).DrainClients(callCtx, sidecar.CallOptions{LockHolder: c.cfg.Holder})
+		cancel()
+		switch {
+		case sidecar.IsReason(err, sidecar.ReasonNoClientGate):
+			return nil
+		case err != nil:
+			return fmt.Errorf("draining the clients of %s before its removal: %w", member, err)
+		}
+		c.cfg.Logger.Info("drained the clients of a member before its removal", "member", member, "took", time.Since(start).String())
+		return nil
+	}
+	// No sidecar of the member is known (an external member of another
+	// cluster whose sidecar is not listed): nothing to drain through.
+	return nil
+}
+
+// holdClients makes every member's gate hold new calls until release is
+// called, and returns once the calls in flight at each gate are answered:
+// during the leader transfer that follows, no proposal is on its way to
+// the old leader, which would drop it (silently, when a follower forwarded
+// it: its client then waits out etcd's request timeout). A gate that
+// cannot be held is logged and left: the transfer goes on, as etcd alone
+// would do it.
+func (c *Cluster) holdClients(ctx context.Context, endpoints []Endpoint) (release func()) {
+	var (
+		mu   sync.Mutex
+		held []*sidecar.Client
+		wg   sync.WaitGroup
+	)
+	for _, e := range endpoints {
+		if e.URL == "" {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl := c.client(e.URL)
+			callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+			defer cancel()
+			_, err := cl.HoldClients(callCtx, leaderTransferHold, sidecar.CallOptions{LockHolder: c.cfg.Holder})
+			switch {
+			case sidecar.IsReason(err, sidecar.ReasonNoClientGate):
+			case err != nil:
+				c.cfg.Logger.Info("could not hold a member's clients for the leader transfer", "sidecar", e.String(), "error", err.Error())
+			default:
+				mu.Lock()
+				held = append(held, cl)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return func() {
+		var wg sync.WaitGroup
+		for _, cl := range held {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// Not the step's context: a hold must end even when the
+				// reconcile that took it was cancelled (it also ends by
+				// itself after leaderTransferHold).
+				callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.CallTimeout)
+				defer cancel()
+				if err := cl.ReleaseClients(callCtx, sidecar.CallOptions{LockHolder: c.cfg.Holder}); err != nil {
+					c.cfg.Logger.Info("could not release a member's clients after the leader transfer; the hold ends by itself", "error", err.Error())
+				}
+			}()
+		}
+		wg.Wait()
+	}
+}
