@@ -75,6 +75,10 @@ type Joining struct {
 	// the sidecar; it belongs on the data volume (default: admission.json
 	// beside etcd's data directory), so it lives and dies with the data.
 	AdmissionFile string
+	// ListenClientURLs, when set, is where etcd serves its clients
+	// (listen-client-urls, comma-separated): the client gate's backend,
+	// with the gate on the advertised client port.
+	ListenClientURLs string
 }
 
 // Admission is the controller's word that a member may start, and with
@@ -244,15 +248,20 @@ func (j *joiner) config() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	var b []byte
 	switch {
 	case st.Admission != nil && !st.HasData:
-		return j.file.ForMember(j.self, st.Admission.InitialCluster, st.Admission.State)
+		b, err = j.file.ForMember(j.self, st.Admission.InitialCluster, st.Admission.State)
 	case st.HasData:
-		return j.file.ForMember(j.self, etcdconfig.FormatInitialCluster([]etcdconfig.Member{j.self}), etcdconfig.StateExisting)
+		b, err = j.file.ForMember(j.self, etcdconfig.FormatInitialCluster([]etcdconfig.Member{j.self}), etcdconfig.StateExisting)
 	default:
 		return nil, &Error{StatusCode: http.StatusServiceUnavailable, Reason: ReasonNotAdmitted,
 			Message: fmt.Sprintf("member %s has no data and druid-stretch has not admitted it yet", j.self.Name)}
 	}
+	if err != nil || j.cfg.ListenClientURLs == "" {
+		return b, err
+	}
+	return etcdconfig.WithListenClientURLs(b, j.cfg.ListenClientURLs)
 }
 
 func (j *joiner) admit(a Admission) (*JoinStatus, *Error) {

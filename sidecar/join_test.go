@@ -35,6 +35,13 @@ advertise-client-urls:
 // data volume under a temporary folder. No etcd runs: joining reads files.
 func joiningSidecar(t *testing.T) (url, dataVolume string) {
 	t.Helper()
+	return joiningSidecarListening(t, "")
+}
+
+// joiningSidecarListening is joiningSidecar with etcd's clients served on
+// listen (a client gate's backend), when not empty.
+func joiningSidecarListening(t *testing.T, listen string) (url, dataVolume string) {
+	t.Helper()
 	dir := t.TempDir()
 	dataVolume = filepath.Join(dir, "data")
 	if err := os.MkdirAll(dataVolume, 0o700); err != nil {
@@ -52,7 +59,7 @@ func joiningSidecar(t *testing.T) (url, dataVolume string) {
 			Name:       "etcd-main-3",
 			PeerURLs:   []string{"http://etcd-main-3.etcd-main-peer.ns.svc:2380"},
 			ClientURLs: []string{"http://etcd-main-3.etcd-main-peer.ns.svc:2379"},
-		}},
+		}, ListenClientURLs: listen},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -124,6 +131,22 @@ func TestMemberStartsOnlyOnceAdmitted(t *testing.T) {
 	g.Expect(cfg).To(HaveKeyWithValue("initial-cluster", cluster))
 	g.Expect(cfg).To(HaveKeyWithValue("initial-cluster-state", "existing"))
 	g.Expect(cfg).To(HaveKeyWithValue("initial-advertise-peer-urls", "http://etcd-main-3.etcd-main-peer.ns.svc:2380"))
+	g.Expect(cfg).To(HaveKeyWithValue("advertise-client-urls", "http://etcd-main-3.etcd-main-peer.ns.svc:2379"))
+}
+
+// With a client gate, etcd serves its clients on the gate's backend and
+// still advertises its client URL, which the gate serves.
+func TestGatedMemberListensBehindTheGate(t *testing.T) {
+	g := NewWithT(t)
+	url, _ := joiningSidecarListening(t, "http://127.0.0.1:12379")
+	cluster := "etcd-main-0=http://etcd-main-0.etcd-main-peer.a.svc:2380,etcd-main-3=http://etcd-main-3.etcd-main-peer.ns.svc:2380"
+	_, err := sidecar.NewClient(url, nil).Admit(context.Background(), sidecar.Admission{State: "existing", InitialCluster: cluster})
+	g.Expect(err).NotTo(HaveOccurred())
+	code, body := get(t, url+"/config")
+	g.Expect(code).To(Equal(http.StatusOK))
+	cfg := map[string]any{}
+	g.Expect(yaml.Unmarshal([]byte(body), &cfg)).To(Succeed())
+	g.Expect(cfg).To(HaveKeyWithValue("listen-client-urls", "http://127.0.0.1:12379"))
 	g.Expect(cfg).To(HaveKeyWithValue("advertise-client-urls", "http://etcd-main-3.etcd-main-peer.ns.svc:2379"))
 }
 

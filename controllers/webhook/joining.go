@@ -85,6 +85,9 @@ func interposeSidecar(pod *corev1.PodSpec, e *v1alpha1.Etcd, o Options) error {
 	sc.Env = setEnv(sc.Env, podName)
 	sc.Args = append(sc.Args, "--etcd-config="+druidConfig)
 	sc.Args = append(sc.Args, member...)
+	if err := gateClients(sc, e, o); err != nil {
+		return err
+	}
 	sc.VolumeMounts = append(sc.VolumeMounts, configMount, corev1.VolumeMount{Name: dataVolume, MountPath: mountEtcdData})
 
 	init := corev1.Container{
@@ -205,4 +208,36 @@ func setContainer(cs []corev1.Container, c corev1.Container) []corev1.Container 
 		}
 	}
 	return append(cs, c)
+}
+
+// gateClients puts the sidecar's client gate in front of etcd's client
+// port (Options.ClientGateBackendPort): the sidecar serves etcd's
+// configuration with etcd listening on 127.0.0.1 at the backend port, and
+// the gate on the client port forwards there. The sidecar itself talks to
+// its member past the gate: a drain or hold of the gate must not cut off
+// the sidecar that carries out the step.
+func gateClients(sc *corev1.Container, e *v1alpha1.Etcd, o Options) error {
+	if o.ClientGateBackendPort == 0 || e.Spec.Etcd.ClientUrlTLS != nil {
+		return nil
+	}
+	clientPort := ptr.Deref(e.Spec.Etcd.ClientPort, members.DefaultClientPort)
+	backend := fmt.Sprintf("http://127.0.0.1:%d", o.ClientGateBackendPort)
+	const endpointsFlag = "--endpoints="
+	var endpoints string
+	for _, a := range sc.Args {
+		if v, ok := strings.CutPrefix(a, endpointsFlag); ok {
+			endpoints = v
+		}
+	}
+	local, rest, _ := strings.Cut(endpoints, ",")
+	if local == "" {
+		return fmt.Errorf("the sidecar of Etcd %s has no %s flag to point past the client gate", e.Name, strings.TrimSuffix(endpointsFlag, "="))
+	}
+	value := backend
+	if rest != "" {
+		value += "," + rest
+	}
+	replaceFlag(sc, endpointsFlag, value)
+	sc.Args = append(sc.Args, fmt.Sprintf("--client-gate-address=:%d", clientPort), "--client-gate-backend="+backend)
+	return nil
 }

@@ -53,6 +53,13 @@ type Options struct {
 	// each Etcd's namespace holding the CA that signs the controller's client
 	// certificate; empty means the Etcd's spec.backup.tls.tlsCASecretRef.
 	SidecarClientCASecretName string
+	// ClientGateBackendPort, when not 0, puts the sidecar's client gate in
+	// front of etcd's client port in the pods of Etcds whose client URLs
+	// are plain HTTP: etcd listens on 127.0.0.1 at this port, the sidecar's
+	// gate on etcd's client port, so that the controller can drain a
+	// member's clients before removing it and hold them during a leader
+	// transfer (internal/clientgate). Etcds with client TLS get no gate yet.
+	ClientGateBackendPort int32
 }
 
 // AddFlags registers the webhook's flags on fs. --sidecar-port is not among
@@ -67,6 +74,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"image pull policy of the injected sidecar: Always, IfNotPresent or Never")
 	fs.StringVar(&o.SidecarClientCASecretName, "sidecar-client-ca-secret-name", o.SidecarClientCASecretName,
 		"Secret (key ca.crt) in each Etcd's namespace with the CA of the controller's client certificate; empty uses the Etcd's spec.backup.tls.tlsCASecretRef")
+	fs.Int32Var(&o.ClientGateBackendPort, "client-gate-backend-port", o.ClientGateBackendPort,
+		"when not 0, etcd listens on 127.0.0.1 at this port and the sidecar's client gate serves etcd's client port, so member removals and leader transfers fail no client call (plain-HTTP client URLs only)")
 	if o.SidecarResources.Requests == nil {
 		o.SidecarResources.Requests = corev1.ResourceList{}
 	}
@@ -124,6 +133,9 @@ func (o *Options) validate() error {
 	}
 	if o.SidecarPort < 1 || o.SidecarPort > 65535 {
 		errs = append(errs, fmt.Errorf("sidecar port %d (--sidecar-port) is not in 1-65535", o.SidecarPort))
+	}
+	if p := o.ClientGateBackendPort; p < 0 || p > 65535 || (p != 0 && p == o.SidecarPort) {
+		errs = append(errs, fmt.Errorf("client gate backend port %d (--client-gate-backend-port) is not 0 (no gate) or a port in 1-65535 other than the sidecar's", p))
 	}
 	if n := o.SidecarClientCASecretName; n != "" {
 		for _, msg := range validation.IsDNS1123Subdomain(n) {

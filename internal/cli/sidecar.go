@@ -83,7 +83,10 @@ Mutating calls need a client certificate signed by --client-ca; plain HTTP
 				if err != nil {
 					return err
 				}
-				joining = &sidecar.Joining{EtcdConfigFile: etcdConfig, Member: member.member(), AdditionalPeerURLs: extra, AdmissionFile: admissionFile}
+				// With a gate, etcd serves its clients on the gate's
+				// backend and the gate on the advertised client port.
+				joining = &sidecar.Joining{EtcdConfigFile: etcdConfig, Member: member.member(), AdditionalPeerURLs: extra,
+					AdmissionFile: admissionFile, ListenClientURLs: gate.backend}
 			}
 			g, stopGate, err := gate.start(etcdTLS, log.WithName("client-gate"))
 			if err != nil {
@@ -127,7 +130,6 @@ Mutating calls need a client certificate signed by --client-ca; plain HTTP
 	f.StringVar(&etcdConfig, "etcd-config", "", "druid's etcd.conf.yaml: also serve etcd-wrapper's /initialization and /config for the local member, which starts once druid-stretch admits it")
 	f.StringVar(&admissionFile, "admission-file", "", "where the admission is kept (default: beside etcd's data directory)")
 	member.add(f)
-	gate.add(f)
 	gate.add(f)
 	return cmd
 }

@@ -39,6 +39,7 @@ const (
 	KeyInitialClusterState      = "initial-cluster-state"
 	KeyInitialAdvertisePeerURLs = "initial-advertise-peer-urls"
 	KeyAdvertiseClientURLs      = "advertise-client-urls"
+	KeyListenClientURLs         = "listen-client-urls"
 	KeyMemberNamePrefix         = "member-name-prefix"
 )
 
@@ -183,6 +184,19 @@ func (f *File) ForMember(m Member, initialCluster, state string) ([]byte, error)
 	out[KeyAdvertiseClientURLs] = strings.Join(m.ClientURLs, ",")
 	out[KeyInitialCluster] = initialCluster
 	out[KeyInitialClusterState] = state
+	return yaml.Marshal(out)
+}
+
+// WithListenClientURLs is configuration b with etcd's listen-client-urls
+// set to urls (comma-separated): where etcd serves its clients when a gate
+// stands in front of its client port.
+func WithListenClientURLs(b []byte, urls string) ([]byte, error) {
+	f, err := Parse(b)
+	if err != nil {
+		return nil, err
+	}
+	out := f.copy()
+	out[KeyListenClientURLs] = urls
 	return yaml.Marshal(out)
 }
 

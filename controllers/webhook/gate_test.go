@@ -1,0 +1,58 @@
+package webhook
+
+import (
+	"testing"
+
+	druidv1alpha1 "github.com/gardener/etcd-druid/api/core/v1alpha1"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+)
+
+// With a client gate backend port, the sidecar of a plain-HTTP Etcd serves
+// etcd's client port through its gate and reaches its own member past it;
+// an Etcd with client TLS gets no gate (the gate would need etcd's server
+// certificate), and without the option nothing changes.
+func TestClientGateFlags(t *testing.T) {
+	g := NewWithT(t)
+	o := Options{SidecarImage: "registry.example/druid-stretch:test", ClientGateBackendPort: 12379}
+	g.Expect(o.validate()).To(Succeed())
+
+	plain := &v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Name: "etcd-events", Namespace: "ns"},
+		Spec: v1alpha1.EtcdSpec{EtcdSpec: druidv1alpha1.EtcdSpec{Replicas: 3}}}
+	sc, _ := sidecarContainer(plain, o)
+	before := append([]string(nil), sc.Args...)
+	g.Expect(gateClients(&sc, plain, o)).To(Succeed())
+	g.Expect(sc.Args).To(ContainElements(
+		"--endpoints=http://127.0.0.1:12379,http://etcd-events-client:2379",
+		"--client-gate-address=:2379",
+		"--client-gate-backend=http://127.0.0.1:12379",
+	))
+	g.Expect(sc.Args).NotTo(ContainElement("--endpoints=http://etcd-events-local:2379,http://etcd-events-client:2379"))
+	g.Expect(sc.Args).To(HaveLen(len(before) + 2))
+
+	tlsEtcd := plain.DeepCopy()
+	ref := druidv1alpha1.SecretReference{SecretReference: corev1.SecretReference{Name: "ca"}}
+	tlsEtcd.Spec.Etcd.ClientUrlTLS = &druidv1alpha1.TLSConfig{TLSCASecretRef: ref,
+		ServerTLSSecretRef: corev1.SecretReference{Name: "server"}, ClientTLSSecretRef: corev1.SecretReference{Name: "client"}}
+	sc, _ = sidecarContainer(tlsEtcd, o)
+	before = append([]string(nil), sc.Args...)
+	g.Expect(gateClients(&sc, tlsEtcd, o)).To(Succeed())
+	g.Expect(sc.Args).To(Equal(before), "an Etcd with client TLS gets no gate yet")
+
+	o.ClientGateBackendPort = 0
+	sc, _ = sidecarContainer(plain, o)
+	before = append([]string(nil), sc.Args...)
+	g.Expect(gateClients(&sc, plain, o)).To(Succeed())
+	g.Expect(sc.Args).To(Equal(before), "no gate without the option")
+
+	for _, bad := range []Options{
+		{SidecarImage: "i", ClientGateBackendPort: 70000},
+		{SidecarImage: "i", ClientGateBackendPort: DefaultSidecarPort},
+		{SidecarImage: "i", ClientGateBackendPort: -1},
+	} {
+		g.Expect(bad.validate()).To(MatchError(ContainSubstring("--client-gate-backend-port")))
+	}
+}
