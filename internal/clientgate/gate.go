@@ -141,8 +141,9 @@ func New(o Options) (*Gate, error) {
 			return httpTransport.RoundTrip(r)
 		}),
 		// gRPC answers stream: every frame goes out as it comes.
-		FlushInterval: -1,
-		ErrorHandler:  g.proxyError,
+		FlushInterval:  -1,
+		ModifyResponse: trailersOnly,
+		ErrorHandler:   g.proxyError,
 		// A stream the gate ended at a drain shows here as a cancelled
 		// copy: expected, so at V(1).
 		ErrorLog: log.New(logWriter{o.Log.V(1)}, "", 0),
@@ -381,13 +382,40 @@ func (g *Gate) leave(data bool) {
 func (g *Gate) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	g.o.Log.Info("could not forward a call", "method", r.URL.Path, "error", err.Error())
 	if isGRPC(r) {
+		// gRPC reads the status from the trailers: HTTP/2 sends the
+		// response headers without END_STREAM, so a status there would
+		// read as "closed the stream without sending trailers".
 		w.Header().Set("Content-Type", "application/grpc")
-		w.Header().Set("Grpc-Status", "14")
-		w.Header().Set("Grpc-Message", "druid-stretch client gate: "+err.Error())
 		w.WriteHeader(http.StatusOK)
+		w.Header().Set(http.TrailerPrefix+"Grpc-Status", "14")
+		w.Header().Set(http.TrailerPrefix+"Grpc-Message", url.PathEscape("druid-stretch client gate: "+err.Error()))
 		return
 	}
 	http.Error(w, "druid-stretch client gate: "+err.Error(), http.StatusBadGateway)
+}
+
+// grpcStatusHeaders are the fields of a gRPC status.
+var grpcStatusHeaders = []string{"Grpc-Status", "Grpc-Message", "Grpc-Status-Details-Bin"}
+
+// trailersOnly moves the status of a gRPC "trailers-only" answer (etcd's
+// errors: one HEADERS frame that ends the stream and carries the status)
+// into trailers. Forwarded as headers, they would reach the client on a
+// HEADERS frame that does not end the stream, which gRPC reads as a stream
+// closed without trailers: every etcd error would turn into that one.
+func trailersOnly(res *http.Response) error {
+	if !strings.HasPrefix(res.Header.Get("Content-Type"), "application/grpc") || res.Header.Get("Grpc-Status") == "" {
+		return nil
+	}
+	if res.Trailer == nil {
+		res.Trailer = http.Header{}
+	}
+	for _, k := range grpcStatusHeaders {
+		if v, ok := res.Header[k]; ok {
+			res.Trailer[k] = v
+			delete(res.Header, k)
+		}
+	}
+	return nil
 }
 
 // isGRPC tells a gRPC call from plain HTTP.

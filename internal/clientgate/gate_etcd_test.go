@@ -12,8 +12,11 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/druid-stretch/druid-stretch/internal/clientgate"
 	"github.com/druid-stretch/druid-stretch/internal/localetcd"
@@ -404,4 +407,52 @@ func transferLeader(t testing.TB, c *gated, gateOn bool) {
 	if _, err := via.MoveLeader(ctx, memberID(t, via, target)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A call the gate cannot forward (its member is down) gets gRPC's
+// Unavailable with the gate's reason, the code etcd's clients take as "try
+// another member".
+func TestUnforwardableCallIsUnavailable(t *testing.T) {
+	g := NewWithT(t)
+	down, err := net.Listen("tcp", "127.0.0.1:0")
+	g.Expect(err).NotTo(HaveOccurred())
+	backend, err := url.Parse("http://" + down.Addr().String())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(down.Close()).To(Succeed())
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	g.Expect(err).NotTo(HaveOccurred())
+	gate, err := clientgate.New(clientgate.Options{Listener: l, Backend: backend})
+	g.Expect(err).NotTo(HaveOccurred())
+	served := make(chan error, 1)
+	go func() { served <- gate.Serve() }()
+	defer func() { _ = gate.Close(); <-served }()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + l.Addr().String()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = cli.Put(ctx, "/k", "v")
+	st, ok := status.FromError(err)
+	g.Expect(ok).To(BeTrue(), "a gRPC status: %v", err)
+	g.Expect(st.Code()).To(Equal(codes.Unavailable))
+	g.Expect(st.Message()).To(ContainSubstring("druid-stretch client gate"))
+}
+
+// etcd's own errors reach the client through the gate as etcd sent them:
+// a read of a compacted revision is etcd's ErrCompacted, which
+// kube-apiserver's watch cache relies on.
+func TestEtcdErrorsPassThrough(t *testing.T) {
+	g := NewWithT(t)
+	c := startGated(t)
+	cli := c.client(t, "m-0")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	first, err := cli.Put(ctx, "/gate/compacted", "1")
+	g.Expect(err).NotTo(HaveOccurred())
+	last, err := cli.Put(ctx, "/gate/compacted", "2")
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = cli.Compact(ctx, last.Header.Revision)
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = cli.Get(ctx, "/gate/compacted", clientv3.WithRev(first.Header.Revision))
+	g.Expect(err).To(MatchError(rpctypes.ErrCompacted))
 }
