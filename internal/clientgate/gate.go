@@ -141,9 +141,8 @@ func New(o Options) (*Gate, error) {
 			return httpTransport.RoundTrip(r)
 		}),
 		// gRPC answers stream: every frame goes out as it comes.
-		FlushInterval:  -1,
-		ModifyResponse: trailersOnly,
-		ErrorHandler:   g.proxyError,
+		FlushInterval: -1,
+		ErrorHandler:  g.proxyError,
 		// A stream the gate ended at a drain shows here as a cancelled
 		// copy: expected, so at V(1).
 		ErrorLog: log.New(logWriter{o.Log.V(1)}, "", 0),
@@ -392,30 +391,6 @@ func (g *Gate) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	http.Error(w, "druid-stretch client gate: "+err.Error(), http.StatusBadGateway)
-}
-
-// grpcStatusHeaders are the fields of a gRPC status.
-var grpcStatusHeaders = []string{"Grpc-Status", "Grpc-Message", "Grpc-Status-Details-Bin"}
-
-// trailersOnly moves the status of a gRPC "trailers-only" answer (etcd's
-// errors: one HEADERS frame that ends the stream and carries the status)
-// into trailers. Forwarded as headers, they would reach the client on a
-// HEADERS frame that does not end the stream, which gRPC reads as a stream
-// closed without trailers: every etcd error would turn into that one.
-func trailersOnly(res *http.Response) error {
-	if !strings.HasPrefix(res.Header.Get("Content-Type"), "application/grpc") || res.Header.Get("Grpc-Status") == "" {
-		return nil
-	}
-	if res.Trailer == nil {
-		res.Trailer = http.Header{}
-	}
-	for _, k := range grpcStatusHeaders {
-		if v, ok := res.Header[k]; ok {
-			res.Trailer[k] = v
-			delete(res.Header, k)
-		}
-	}
-	return nil
 }
 
 // isGRPC tells a gRPC call from plain HTTP.
