@@ -126,8 +126,24 @@ func (m *StatefulSetMutator) mutate(sts *appsv1.StatefulSet, e *v1alpha1.Etcd) e
 	if err := injectSidecar(&sts.Spec.Template.Spec, e, m.Options); err != nil {
 		return err
 	}
-	return interposeSidecar(&sts.Spec.Template.Spec, e, m.Options)
+	if err := interposeSidecar(&sts.Spec.Template.Spec, e, m.Options); err != nil {
+		return err
+	}
+	// druid stamps the pod template with a checksum of its etcd ConfigMap,
+	// whose initial cluster lists ordinals 0..replicas-1: every replicas
+	// change of a move (1, 2, 3 destination members) would make a new
+	// revision, and the StatefulSet controller would restart the members
+	// that joined first, with their clients, once all are ready. A managed
+	// member takes its etcd configuration from the sidecar at every start,
+	// which reads druid's file as mounted then; a changed setting applies
+	// at the member's next restart instead of through a rolling restart.
+	delete(sts.Spec.Template.Annotations, DruidConfigChecksumAnnotation)
+	return nil
 }
+
+// DruidConfigChecksumAnnotation is the pod template annotation through
+// which druid rolls its pods whenever its etcd ConfigMap changes.
+const DruidConfigChecksumAnnotation = "checksum/etcd-configmap"
 
 // SyncPodWindow makes druid's StatefulSet of e follow e's pod window when
 // status.membership moved it (a member of the old ordinal range was removed,

@@ -114,7 +114,8 @@ func druidStatefulSet(e *v1alpha1.Etcd) *appsv1.StatefulSet {
 			PodManagementPolicy: appsv1.ParallelPodManagement,
 			UpdateStrategy:      appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: podLabels},
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels,
+					Annotations: map[string]string{"checksum/etcd-configmap": "2f1d4ca1"}},
 				Spec: corev1.PodSpec{
 					HostAliases:           []corev1.HostAlias{{IP: "127.0.0.1", Hostnames: []string{e.Name + "-local"}}},
 					ShareProcessNamespace: ptr.To(true),
@@ -276,6 +277,9 @@ func plainSidecar(ns string) corev1.Container {
 // the init container writes.
 func withWindow(spec appsv1.StatefulSetSpec, start, replicas int32, sidecar corev1.Container) appsv1.StatefulSetSpec {
 	out := *spec.DeepCopy()
+	// druid's ConfigMap checksum would roll the pods at every replicas
+	// change of a move.
+	delete(out.Template.Annotations, "checksum/etcd-configmap")
 	out.Replicas = ptr.To(replicas)
 	out.Ordinals = nil
 	if start != 0 {
