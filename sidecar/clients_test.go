@@ -41,13 +41,13 @@ func gatedSidecar(t *testing.T, c *etcdtest.Cluster, m *localetcd.Member) (*side
 	if err != nil {
 		t.Fatal(err)
 	}
-	gate, err := clientgate.New(clientgate.Options{Listener: l, Backend: backend, BackendTLS: m.ClientTLSConfig(),
+	gate, err := clientgate.New(clientgate.Options{Backend: backend, BackendTLS: m.ClientTLSConfig(),
 		ServerTLS: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	served := make(chan error, 1)
-	go func() { served <- gate.Serve() }()
+	go func() { served <- gate.Serve(l) }()
 	srv, err := sidecar.New(sidecar.Config{
 		Endpoints:            localetcd.SidecarEndpoints(m, c.Runtime.Members()),
 		EtcdTLS:              m.ClientTLSConfig(),

@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"strings"
 	"time"
@@ -237,6 +239,7 @@ func (g *gateFlags) add(f *pflag.FlagSet) {
 }
 
 // start runs the gate when --client-gate-address is set; stop closes it.
+// The gate listens only once its member serves (see serveWhenReady).
 func (g *gateFlags) start(backendTLS *tls.Config, log logr.Logger) (*clientgate.Gate, func(), error) {
 	if g.address == "" {
 		if g.backend != "" || g.cert != "" || g.key != "" {
@@ -259,22 +262,55 @@ func (g *gateFlags) start(backendTLS *tls.Config, log logr.Logger) (*clientgate.
 		}
 		serverTLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
-	l, err := net.Listen("tcp", g.address)
+	gate, err := clientgate.New(clientgate.Options{Backend: backend, ServerTLS: serverTLS, BackendTLS: backendTLS, Log: log})
 	if err != nil {
-		return nil, nil, fmt.Errorf("listening on --client-gate-address %s: %w", g.address, err)
-	}
-	gate, err := clientgate.New(clientgate.Options{Listener: l, Backend: backend, ServerTLS: serverTLS, BackendTLS: backendTLS, Log: log})
-	if err != nil {
-		_ = l.Close()
 		return nil, nil, err
 	}
-	served := make(chan error, 1)
-	go func() { served <- gate.Serve() }()
-	log.Info("client gate serving", "address", l.Addr().String(), "backend", backend.String(), "tls", serverTLS != nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		g.serveWhenReady(ctx, gate, backend, backendTLS, log)
+	}()
 	return gate, func() {
+		cancel()
 		_ = gate.Close()
-		if err := <-served; err != nil {
-			log.Error(err, "client gate")
-		}
+		<-done
 	}, nil
+}
+
+// serveWhenReady listens on the gate's address once etcd answers on the
+// backend, and serves until the gate is drained or closed. Before that,
+// a client's connection is refused, as by a member that is not up: a gate
+// that accepted it would only have errors to give (the member does not
+// serve yet, or, for a learner waiting for its admission, not at all).
+func (g *gateFlags) serveWhenReady(ctx context.Context, gate *clientgate.Gate, backend *url.URL, backendTLS *tls.Config, log logr.Logger) {
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: backendTLS}}
+	defer hc.CloseIdleConnections()
+	health := backend.JoinPath("/health").String()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		// Any HTTP answer, 503 included, means etcd serves its client port.
+		if resp, err := hc.Get(health); err == nil {
+			_ = resp.Body.Close()
+			if !gate.Ready() {
+				return // drained before it ever served
+			}
+			l, err := net.Listen("tcp", g.address)
+			if err == nil {
+				log.Info("client gate serving", "address", l.Addr().String(), "backend", backend.String(), "tls", g.cert != "")
+				if err := gate.Serve(l); err != nil {
+					log.Error(err, "client gate")
+				}
+				return
+			}
+			log.Error(err, "listening on --client-gate-address; trying again", "address", g.address)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }

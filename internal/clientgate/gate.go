@@ -46,9 +46,6 @@ import (
 
 // Options configure a Gate.
 type Options struct {
-	// Listener accepts the clients' connections: the member's advertised
-	// client port. Required; the gate closes it.
-	Listener net.Listener
 	// Backend is the member's own client URL, on loopback (http or https).
 	// Required.
 	Backend *url.URL
@@ -104,10 +101,10 @@ func heldCall(method string) bool {
 		method == "/etcdserverpb.Lease/LeaseGrant" || method == "/etcdserverpb.Lease/LeaseRevoke"
 }
 
-// New builds a gate; Serve runs it.
+// New builds a gate; Serve runs it on a listener.
 func New(o Options) (*Gate, error) {
-	if o.Listener == nil || o.Backend == nil {
-		return nil, errors.New("clientgate: Listener and Backend are required")
+	if o.Backend == nil {
+		return nil, errors.New("clientgate: Backend is required")
 	}
 	if o.Backend.Scheme != "http" && o.Backend.Scheme != "https" {
 		return nil, fmt.Errorf("clientgate: Backend %s: the scheme must be http or https", o.Backend)
@@ -166,15 +163,18 @@ func New(o Options) (*Gate, error) {
 	return g, nil
 }
 
-// Serve serves until Drain or Close; it returns nil after either.
-func (g *Gate) Serve() error {
+// Serve serves the clients that l accepts (the member's advertised client
+// port) until Drain or Close, and closes l; it returns nil after either,
+// also when either came first.
+func (g *Gate) Serve(l net.Listener) error {
 	var err error
 	if g.o.ServerTLS != nil {
-		err = g.srv.ServeTLS(g.o.Listener, "", "")
+		err = g.srv.ServeTLS(l, "", "")
 	} else {
-		err = g.srv.Serve(g.o.Listener)
+		err = g.srv.Serve(l)
 	}
 	if errors.Is(err, http.ErrServerClosed) {
+		_ = l.Close()
 		return nil
 	}
 	return err

@@ -53,7 +53,6 @@ func startGated(t testing.TB) *gated {
 			t.Fatal(err)
 		}
 		gate, err := clientgate.New(clientgate.Options{
-			Listener:   l,
 			Backend:    backend,
 			ServerTLS:  &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
 			BackendTLS: m.ClientTLSConfig(),
@@ -62,7 +61,7 @@ func startGated(t testing.TB) *gated {
 			t.Fatal(err)
 		}
 		served := make(chan error, 1)
-		go func() { served <- gate.Serve() }()
+		go func() { served <- gate.Serve(l) }()
 		t.Cleanup(func() {
 			_ = gate.Close()
 			if err := <-served; err != nil {
@@ -421,10 +420,10 @@ func TestUnforwardableCallIsUnavailable(t *testing.T) {
 	g.Expect(down.Close()).To(Succeed())
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	g.Expect(err).NotTo(HaveOccurred())
-	gate, err := clientgate.New(clientgate.Options{Listener: l, Backend: backend})
+	gate, err := clientgate.New(clientgate.Options{Backend: backend})
 	g.Expect(err).NotTo(HaveOccurred())
 	served := make(chan error, 1)
-	go func() { served <- gate.Serve() }()
+	go func() { served <- gate.Serve(l) }()
 	defer func() { _ = gate.Close(); <-served }()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + l.Addr().String()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	g.Expect(err).NotTo(HaveOccurred())
