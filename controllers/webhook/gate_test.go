@@ -56,3 +56,18 @@ func TestClientGateFlags(t *testing.T) {
 		g.Expect(bad.validate()).To(MatchError(ContainSubstring("--client-gate-backend-port")))
 	}
 }
+
+// The pod template carries only the advertised URLs of the members its
+// StatefulSet may run: the source's entries of a live move stay out, so
+// dropping them changes no template and restarts no pod.
+func TestMemberFlagsKeepOwnAdvertisedURLs(t *testing.T) {
+	g := NewWithT(t)
+	start := int32(3)
+	e := &v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Name: "etcd-main", Namespace: "ns"},
+		Spec: v1alpha1.EtcdSpec{OrdinalStart: &start, EtcdSpec: druidv1alpha1.EtcdSpec{Replicas: 1, Etcd: druidv1alpha1.EtcdConfig{
+			AdditionalAdvertisePeerURLs: []druidv1alpha1.MemberPeerURLs{
+				{MemberName: "etcd-main-0", URLs: []string{"http://etcd-main-0.ns.site-a.test:2380"}},
+				{MemberName: "etcd-main-3", URLs: []string{"http://etcd-main-3.ns.site-b.test:2380"}},
+			}}}}}
+	g.Expect(memberFlags(e)).To(ContainElement("--additional-peer-urls=etcd-main-3=http://etcd-main-3.ns.site-b.test:2380"))
+}

@@ -131,11 +131,17 @@ func memberFlags(e *v1alpha1.Etcd) []string {
 		"--member-peer-urls=" + members.InClusterPeerURL(e, pod),
 		"--member-client-urls=" + clientScheme + "://" + pod + "." + members.PeerServiceDomain(e) + ":" + strconv.Itoa(int(clientPort)),
 	}
-	// Every member's entries: the pod picks its own. druid's file lacks
-	// them when spec.memberNamePrefix is set (druid looks them up by pod
-	// name), and the planner adds members with them.
+	// The entries of the members this StatefulSet may run: the pod picks
+	// its own. druid's file lacks them when spec.memberNamePrefix is set
+	// (druid looks them up by pod name). Other members' entries (a live
+	// move lists the source's) stay out of the template: when they go, the
+	// template would change and the StatefulSet would restart its pods.
+	window := members.PodWindow(e)
 	var additional []string
 	for _, a := range e.Spec.Etcd.AdditionalAdvertisePeerURLs {
+		if o, ok := members.Ordinal(e, a.MemberName); !ok || !window.Contains(o) {
+			continue
+		}
 		for _, u := range a.URLs {
 			additional = append(additional, a.MemberName+"="+u)
 		}

@@ -14,11 +14,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -79,7 +80,7 @@ func TestLiveMoveBetweenRealSites(t *testing.T) {
 	}
 	w, err := workload.New(workload.Options{
 		Endpoints: eps, DialContext: a.DialContext, Prefix: "/move/",
-		Log: logr.Discard(),
+		Log: ctrlzap.New(ctrlzap.WriteTo(logFileOf(t, a, "workload.log"))),
 	})
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = w.Close() })
@@ -162,14 +163,19 @@ func TestLiveMoveBetweenRealSites(t *testing.T) {
 	dst.Namespace, dst.Name = moveNamespace, "etcd-main"
 	waitVoters(t, b, dst, 3)
 	// A member that joined by snapshot serves its first linearizable read
-	// (etcd-wrapper's readiness) some seconds after its promotion.
+	// (etcd-wrapper's readiness) some seconds after its promotion; B's
+	// StatefulSet has rolled out whatever druid changed at the move's end.
 	g.Eventually(func(g Gomega) {
 		pods := etcdPods(t, b, dst)
 		g.Expect(pods).To(HaveLen(3))
 		for _, p := range pods {
 			g.Expect(podReady(&p)).To(BeTrue(), "pod %s of B is ready", p.Name)
 		}
-	}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+		sts, err := b.Kube.AppsV1().StatefulSets(moveNamespace).Get(ctx, "etcd-main", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(sts.Status.CurrentRevision).To(Equal(sts.Status.UpdateRevision), "B's StatefulSet rolled out")
+		g.Expect(sts.Status.ReadyReplicas).To(BeNumerically("==", 3))
+	}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
 	w.Stop()
 	g.Expect(w.SetEndpoints(eps[3:]...)).To(Succeed())
 	f, lost, err := w.Verify(ctx, workload.VerifyOptions{LinearizabilityTimeout: time.Minute})
@@ -229,8 +235,9 @@ func TestLiveMoveBetweenRealSites(t *testing.T) {
 	for _, m := range history.last() {
 		g.Expect(m.Learner).To(BeFalse(), "%s votes", m.Name)
 	}
+	// Every run of B's pods, a pod druid restarted after the move included.
 	for _, p := range etcdPods(t, b, dst) {
-		log := containerLog(t, b, p, "backup-restore")
+		log := containerLogs(t, b, p, "backup-restore")
 		g.Expect(log).NotTo(ContainSubstring("Attempting to promote member"), "backup-restore of %s promoted", p.Name)
 	}
 
@@ -430,4 +437,24 @@ func wroteSince(l *apiload.Load, server string, since time.Duration) bool {
 		}
 	}
 	return false
+}
+
+// containerLogs is a container's output over every run of the pod of that
+// name on s's node, a deleted and recreated one included (the node keeps
+// each pod's folder, named by its UID).
+func containerLogs(t *testing.T, s *Site, p corev1.Pod, container string) string {
+	t.Helper()
+	dirs, err := filepath.Glob(filepath.Join(s.Dir, "node", "pods", p.Namespace+"_"+p.Name+"_*"))
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no folder of pod %s/%s on the node (%v)", p.Namespace, p.Name, err)
+	}
+	var out strings.Builder
+	for _, dir := range dirs {
+		b, err := os.ReadFile(filepath.Join(dir, container+".log"))
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatalf("reading the log of %s in %s: %v", container, dir, err)
+		}
+		out.Write(b)
+	}
+	return out.String()
 }
