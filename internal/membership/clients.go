@@ -2,6 +2,7 @@ package membership
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -22,8 +23,9 @@ const leaderTransferHold = 2 * time.Second
 // drainClients moves the clients of member, which the step removes, to
 // other members through its sidecar's client gate: a member nobody talks
 // to is removed without failing a client's call (kube-apiserver does not
-// retry a write once sent). A sidecar without a gate is fine: the removal
-// goes on as etcd alone would do it.
+// retry a write once sent). A sidecar without a gate, or one that does not
+// answer, is passed by: the removal goes on as etcd alone would do it. A
+// sidecar that answers with a refusal postpones the removal.
 func (c *Cluster) drainClients(ctx context.Context, endpoints []Endpoint, member string) error {
 	for _, e := range endpoints {
 		if e.Member != member || e.URL == "" {
@@ -33,11 +35,18 @@ func (c *Cluster) drainClients(ctx context.Context, endpoints []Endpoint, member
 		start := time.Now()
 		_, err := c.client(e.URL).DrainClients(callCtx, sidecar.CallOptions{LockHolder: c.cfg.Holder})
 		cancel()
+		var refused *sidecar.Error
 		switch {
 		case sidecar.IsReason(err, sidecar.ReasonNoClientGate):
 			return nil
-		case err != nil:
+		case errors.As(err, &refused):
 			return fmt.Errorf("draining the clients of %s before its removal: %w", member, err)
+		case err != nil:
+			// A sidecar that does not answer cannot drain, and a member
+			// whose pod is gone must still go: the removal proceeds as
+			// etcd alone would do it.
+			c.cfg.Logger.Info("could not reach the sidecar to drain a member's clients; removing it without", "member", member, "error", err.Error())
+			return nil
 		}
 		c.cfg.Logger.Info("drained the clients of a member before its removal", "member", member, "took", time.Since(start).String())
 		return nil
