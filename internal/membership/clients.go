@@ -20,6 +20,12 @@ const ReasonDrainFailed = "ClientDrainFailed"
 // answers.
 const leaderTransferHold = 2 * time.Second
 
+// drainTimeout bounds a drain: the calls in flight at the member and a
+// second for its clients to leave. A sidecar that takes longer counts as
+// one that does not answer, so a hung pod cannot hold its member's removal
+// for a whole call timeout.
+const drainTimeout = 5 * time.Second
+
 // drainClients moves the clients of member, which the step removes, to
 // other members through its sidecar's client gate: a member nobody talks
 // to is removed without failing a client's call (kube-apiserver does not
@@ -31,7 +37,7 @@ func (c *Cluster) drainClients(ctx context.Context, endpoints []Endpoint, member
 		if e.Member != member || e.URL == "" {
 			continue
 		}
-		callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+		callCtx, cancel := context.WithTimeout(ctx, min(c.cfg.CallTimeout, drainTimeout))
 		start := time.Now()
 		_, err := c.client(e.URL).DrainClients(callCtx, sidecar.CallOptions{LockHolder: c.cfg.Holder})
 		cancel()

@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -154,7 +155,9 @@ func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []End
 		}
 	}
 	// The member to remove serves no client by the time it goes.
-	if removal.Kind == planner.Remove {
+	// A learner serves no client's data calls: nothing to drain.
+	// (A learner that never started has no name yet: look it up by ID.)
+	if m := obs.Member(cmp.Or(removal.ID, removal.Member)); removal.Kind == planner.Remove && (m == nil || !m.IsLearner) {
 		if err := c.drainClients(ctx, endpoints, removal.Member); err != nil {
 			res.Outcome, res.Reason, res.RetryAfter, res.Err = Retry, ReasonDrainFailed, time.Second, err
 			c.cfg.Logger.Info("membership step postponed", "step", string(plan.Step.Kind), "member", stepTarget(plan.Step), "reason", ReasonDrainFailed, "error", err.Error())
