@@ -20,9 +20,9 @@
 //     request. etcd itself cannot do this when it serves TLS: its graceful
 //     stop applies only to plain listeners.
 //   - Hold makes new data calls (KV, lease grants) wait, and returns once
-//     the data calls already forwarded have finished: with every member's gate held, no proposal
-//     is in flight toward the old leader during a leader transfer, so none
-//     is dropped. A hold ends at Release or after its maximum duration,
+//     the data calls already forwarded have finished: with every member's
+//     gate held, no proposal is in flight toward the old leader during a
+//     leader transfer, so none is dropped. A hold ends at Release or after its maximum duration,
 //     whichever comes first, so a controller that dies mid-transfer stalls
 //     clients for that long at most.
 package clientgate
@@ -69,7 +69,7 @@ type Gate struct {
 	changed   chan struct{} // closed and replaced on every state change
 	inFlight  int           // unary calls forwarded and not yet answered
 	dataCalls int           // of them, calls a hold holds (see heldCall)
-	heldTill  time.Time     // new unary calls wait until then, or Release
+	heldTill  time.Time     // new data calls wait until then, or Release
 	hold      uint64        // the current hold, so a stale Release is a no-op
 	draining  bool
 	// streamsEnded refuses new streaming calls: a stream opened after the
