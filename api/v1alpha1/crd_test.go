@@ -25,6 +25,7 @@ var (
 		".spec.externalMembers",
 		".spec.externalMembersPolicy",
 		".spec.ordinalStart",
+		".spec.retainedExternalMembers",
 		".status.membership",
 	}
 	// druid's rule that assumes ordinals start at 0, and the rule that

@@ -22,6 +22,14 @@ func (s *EtcdSpec) GetExternalMembersPolicy() ExternalMembersPolicy {
 	return *s.ExternalMembersPolicy
 }
 
+// GetRetainedExternalMembers is spec.retainedExternalMembers, 0 when unset.
+func (s *EtcdSpec) GetRetainedExternalMembers() int {
+	if s.RetainedExternalMembers == nil {
+		return 0
+	}
+	return int(*s.RetainedExternalMembers)
+}
+
 // ExternalMember returns the external member with the given name.
 func (s *EtcdSpec) ExternalMember(name string) (ExternalMember, bool) {
 	for _, m := range s.ExternalMembers {

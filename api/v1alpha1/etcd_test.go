@@ -69,6 +69,9 @@ func TestDefaults(t *testing.T) {
 	var s v1alpha1.EtcdSpec
 	g.Expect(s.GetOrdinalStart()).To(Equal(int32(0)))
 	g.Expect(s.GetExternalMembersPolicy()).To(Equal(v1alpha1.ExternalMembersPolicyKeep))
+	g.Expect(s.GetRetainedExternalMembers()).To(BeZero())
+	s.RetainedExternalMembers = ptr.To[int32](1)
+	g.Expect(s.GetRetainedExternalMembers()).To(Equal(1))
 	e := stretched()
 	g.Expect(e.Spec.GetOrdinalStart()).To(Equal(int32(3)))
 	g.Expect(e.Spec.GetExternalMembersPolicy()).To(Equal(v1alpha1.ExternalMembersPolicyRetire))

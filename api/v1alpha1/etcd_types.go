@@ -87,6 +87,22 @@ type EtcdSpec struct {
 	// removes the external members from the etcd cluster.
 	// +optional
 	ExternalMembersPolicy *ExternalMembersPolicy `json:"externalMembersPolicy,omitempty"`
+
+	// RetainedExternalMembers is how many external members the Retire policy
+	// leaves voting until it is lowered; unset means 0. The controller
+	// retires the external members in its usual order (never the leader
+	// first, removals interleaved with additions) and stops when that many
+	// are left. A live move sets it to
+	// 1, so that the source site keeps one member for the clients that still
+	// reach the cluster there (its kube-apiserver, whose etcd endpoint is the
+	// source's client Service) while the votes move over, and lowers it to 0
+	// once those clients are switched to the destination: a kube-apiserver
+	// whose every etcd member is gone still answers /readyz and fails every
+	// request. Under the Keep policy it has no effect.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10
+	RetainedExternalMembers *int32 `json:"retainedExternalMembers,omitempty"`
 }
 
 // ExternalMembersPolicy is what the controller does with the external members.

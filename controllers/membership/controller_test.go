@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -85,14 +86,10 @@ func TestMoveOrdinalsLive(t *testing.T) {
 	t.Logf("moved 0-2 to 3-5 in %s; learner catch-up (add to promotion) %.1fs on average", took.Round(100*time.Millisecond), (sum-catchUpSum)/3)
 }
 
-// TestRetireExternals replaces three external members (run outside the
-// runner, listed with their sidecars, policy Retire) by three local ones.
-func TestRetireExternals(t *testing.T) {
-	g := NewWithT(t)
-	e := newEnv(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
-	defer cancel()
-	ext, err := localetcd.New(localetcd.Options{Dir: t.TempDir(), CA: e.ca, Logger: e.log, Sidecar: func(m *localetcd.Member) (http.Handler, error) {
+// startExternals starts three etcd members with sidecars outside the pod
+// runner: the external members of the tests that retire them.
+func startExternals(ctx context.Context, g Gomega, e *env) []*localetcd.Member {
+	ext, err := localetcd.New(localetcd.Options{Dir: e.t.TempDir(), CA: e.ca, Logger: e.log, Sidecar: func(m *localetcd.Member) (http.Handler, error) {
 		s, err := sidecar.New(sidecar.Config{Endpoints: []string{m.LocalClientURL}, EtcdTLS: m.ClientTLSConfig(), Registry: prometheus.NewRegistry()})
 		if err != nil {
 			return nil, err
@@ -100,18 +97,32 @@ func TestRetireExternals(t *testing.T) {
 		return closingHandler{Handler: e.calls.wrap(m.Name, s), close: s.Close}, nil
 	}})
 	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = ext.Close() })
+	e.t.Cleanup(func() { _ = ext.Close() })
 	externals, err := ext.StartCluster(ctx, names("ext", 0, 1, 2), localetcd.MemberOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
+	return externals
+}
 
-	etcd := e.newEtcd("loc", 3, func(x *v1alpha1.Etcd) {
+// retiring lists externals in an Etcd with policy Retire.
+func retiring(externals []*localetcd.Member) func(*v1alpha1.Etcd) {
+	return func(x *v1alpha1.Etcd) {
 		for _, m := range externals {
 			x.Spec.ExternalMembers = append(x.Spec.ExternalMembers, v1alpha1.ExternalMember{
 				Name: m.Name, PeerURLs: []string{m.PeerURL}, ClientURLs: []string{m.ClientURL}, SidecarURL: m.SidecarURL,
 			})
 		}
 		x.Spec.ExternalMembersPolicy = ptr.To(v1alpha1.ExternalMembersPolicyRetire)
-	})
+	}
+}
+
+// TestRetireExternals replaces three external members (run outside the
+// runner, listed with their sidecars, policy Retire) by three local ones.
+func TestRetireExternals(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	etcd := e.newEtcd("loc", 3, retiring(startExternals(ctx, g, e)))
 	ties, tieSum := histogram(g, "druid_stretch_membership_tie_duration_seconds")
 	start := time.Now()
 	e.startController()
@@ -129,6 +140,50 @@ func TestRetireExternals(t *testing.T) {
 	g.Expect(n-ties).To(BeNumerically("==", 1), "a move of the majority between two sides passes through one tie")
 	g.Expect(sum - tieSum).To(BeNumerically("<", 10))
 	t.Logf("retired 3 external members in %s; one tie of %.2fs (from the promotion that made it to the removal that ended it)", took.Round(100*time.Millisecond), sum-tieSum)
+}
+
+// TestRetainedExternalMemberStaysUntilLowered retires three external
+// members with spec.retainedExternalMembers 1: the controller interleaves
+// as for a full retirement (never more than 4 voters, one tie), converges
+// with the local members voting beside the last external member, and
+// removes that one only once the field is lowered to 0.
+func TestRetainedExternalMemberStaysUntilLowered(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	etcd := e.newEtcd("loc", 3, retiring(startExternals(ctx, g, e)), func(x *v1alpha1.Etcd) {
+		x.Spec.RetainedExternalMembers = ptr.To[int32](1)
+	})
+	e.startController()
+	var st *v1alpha1.MembershipStatus
+	g.Eventually(func(g Gomega) {
+		c := condition(g, etcd, v1alpha1.ConditionMembershipConverged)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.ObservedGeneration).To(Equal(int64(1)))
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue), "%s: %s", c.Reason, c.Message)
+		got := &v1alpha1.Etcd{}
+		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(etcd), got)).To(Succeed())
+		st = got.Status.Membership
+		g.Expect(st.Voters()).To(HaveLen(4))
+		g.Expect(st.Voters()).To(ContainElements(names("loc", 0, 1, 2)))
+	}).WithTimeout(3 * time.Minute).WithPolling(250 * time.Millisecond).Should(Succeed())
+	voters := st.Voters()
+	kept := slices.DeleteFunc(slices.Clone(voters), func(n string) bool { return slices.Contains(names("loc", 0, 1, 2), n) })
+	g.Expect(kept).To(HaveLen(1))
+	g.Expect(names("ext", 0, 1, 2)).To(ContainElement(kept[0]))
+	g.Expect(append(slices.Clone(st.RetiredMembers), kept[0])).To(ConsistOf(names("ext", 0, 1, 2)))
+	calls := e.calls.snapshot()
+	g.Expect(memberCounts(3, calls)).To(Equal([]int{3, 4, 3, 4, 3, 4}), "interleaved as a full retirement, without its last removal")
+	g.Expect(count(calls)).To(Equal(map[string]int{"AddLearner": 3, "Promote": 3, "MoveLeader": 1, "Remove": 2}))
+	// Converged means converged: nothing more happens while the field says 1.
+	g.Consistently(func() map[string]int { return count(e.calls.snapshot()) }).WithTimeout(3*time.Second).WithPolling(250*time.Millisecond).
+		Should(Equal(count(calls)), "the retained member stays while spec.retainedExternalMembers is 1")
+
+	gen := update(g, etcd, func(x *v1alpha1.Etcd) { x.Spec.RetainedExternalMembers = ptr.To[int32](0) })
+	st = converged(g, etcd, gen, 2*time.Minute, names("loc", 0, 1, 2)...)
+	g.Expect(st.RetiredMembers).To(ConsistOf(names("ext", 0, 1, 2)))
+	g.Expect(count(e.calls.snapshot())).To(Equal(map[string]int{"AddLearner": 3, "Promote": 3, "MoveLeader": 1, "Remove": 3}))
 }
 
 type closingHandler struct {

@@ -11,6 +11,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
 	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
 // Resolver tells where a local member of an Etcd is reached: its advertised
@@ -110,8 +111,9 @@ func (r *Reconciler) target(e *v1alpha1.Etcd, obs *membership.Observation) (memb
 		t.Add = append(t.Add, planner.Want{Name: name, PeerURLs: urls, Side: sideLocal})
 	}
 	retire := e.Spec.GetExternalMembersPolicy() == v1alpha1.ExternalMembersPolicyRetire
+	retained := retainedExternal(e, obs)
 	for _, x := range e.Spec.ExternalMembers {
-		if retire {
+		if retire && !retained[x.Name] {
 			t.Remove = append(t.Remove, x.Name)
 		} else {
 			t.Keep = append(t.Keep, x.Name)
@@ -124,6 +126,28 @@ func (r *Reconciler) target(e *v1alpha1.Etcd, obs *membership.Observation) (memb
 	}
 	t.Side = func(name string) string { return side(e, name) }
 	return t, nil
+}
+
+// retainedExternal names the external members that spec.retainedExternalMembers
+// keeps voting under the Retire policy. While etcd has more listed external
+// members than that, none is kept: they all depart, so the planner
+// interleaves their removals with the local additions exactly as for a full
+// retirement (n, n+1, n voters, one tie). Once only that many are left,
+// those stay. Keeping named members from the start would instead make the
+// target n+1 voters and let the planner add before it removes.
+func retainedExternal(e *v1alpha1.Etcd, obs *membership.Observation) map[string]bool {
+	present := map[string]bool{}
+	for _, x := range e.Spec.ExternalMembers {
+		if slices.ContainsFunc(obs.List.Members, func(m sidecar.Member) bool {
+			return m.Name == x.Name || slices.ContainsFunc(m.PeerURLs, func(u string) bool { return slices.Contains(x.PeerURLs, u) })
+		}) {
+			present[x.Name] = true
+		}
+	}
+	if len(present) > e.Spec.GetRetainedExternalMembers() {
+		return nil
+	}
+	return present
 }
 
 // side places a member name: local (any ordinal of e's pods), external, or

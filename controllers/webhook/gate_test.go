@@ -59,7 +59,10 @@ func TestClientGateFlags(t *testing.T) {
 
 // The pod template carries only the advertised URLs of the members its
 // StatefulSet may run: the source's entries of a live move stay out, so
-// dropping them changes no template and restarts no pod.
+// dropping them changes no template and restarts no pod. Entries that
+// differ only by the pod's name are one entry with $(POD_NAME), so adding
+// the entries of new members as the destination grows changes no template
+// either; entries that do not fit that pattern are listed one by one.
 func TestMemberFlagsKeepOwnAdvertisedURLs(t *testing.T) {
 	g := NewWithT(t)
 	start := int32(3)
@@ -69,5 +72,21 @@ func TestMemberFlagsKeepOwnAdvertisedURLs(t *testing.T) {
 				{MemberName: "etcd-main-0", URLs: []string{"http://etcd-main-0.ns.site-a.test:2380"}},
 				{MemberName: "etcd-main-3", URLs: []string{"http://etcd-main-3.ns.site-b.test:2380"}},
 			}}}}}
-	g.Expect(memberFlags(e)).To(ContainElement("--additional-peer-urls=etcd-main-3=http://etcd-main-3.ns.site-b.test:2380"))
+	const templated = "--additional-peer-urls=$(POD_NAME)=http://$(POD_NAME).ns.site-b.test:2380"
+	one := memberFlags(e)
+	g.Expect(one).To(ContainElement(templated))
+
+	e.Spec.Replicas = 3
+	e.Spec.Etcd.AdditionalAdvertisePeerURLs = append(e.Spec.Etcd.AdditionalAdvertisePeerURLs,
+		druidv1alpha1.MemberPeerURLs{MemberName: "etcd-main-4", URLs: []string{"http://etcd-main-4.ns.site-b.test:2380"}},
+		druidv1alpha1.MemberPeerURLs{MemberName: "etcd-main-5", URLs: []string{"http://etcd-main-5.ns.site-b.test:2380"}})
+	g.Expect(memberFlags(e)).To(Equal(one), "growing from 1 to 3 members changes no flag of the template")
+
+	e.Spec.Etcd.AdditionalAdvertisePeerURLs[2].URLs = []string{"http://other-host.ns.site-b.test:2380"}
+	g.Expect(memberFlags(e)).To(ContainElement("--additional-peer-urls=" +
+		"etcd-main-3=http://etcd-main-3.ns.site-b.test:2380,etcd-main-4=http://other-host.ns.site-b.test:2380,etcd-main-5=http://etcd-main-5.ns.site-b.test:2380"))
+
+	e.Spec.Etcd.AdditionalAdvertisePeerURLs = e.Spec.Etcd.AdditionalAdvertisePeerURLs[:2]
+	g.Expect(memberFlags(e)).To(ContainElement("--additional-peer-urls=etcd-main-3=http://etcd-main-3.ns.site-b.test:2380"),
+		"members of the window without an entry: each entry is listed")
 }

@@ -3,6 +3,7 @@ package webhook
 import (
 	"fmt"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -136,20 +137,48 @@ func memberFlags(e *v1alpha1.Etcd) []string {
 	// (druid looks them up by pod name). Other members' entries (a live
 	// move lists the source's) stay out of the template: when they go, the
 	// template would change and the StatefulSet would restart its pods.
-	window := members.PodWindow(e)
-	var additional []string
-	for _, a := range e.Spec.Etcd.AdditionalAdvertisePeerURLs {
-		if o, ok := members.Ordinal(e, a.MemberName); !ok || !window.Contains(o) {
-			continue
-		}
-		for _, u := range a.URLs {
-			additional = append(additional, a.MemberName+"="+u)
-		}
-	}
-	if len(additional) > 0 {
+	if additional := additionalPeerURLs(e, pod); len(additional) > 0 {
 		flags = append(flags, "--additional-peer-urls="+strings.Join(additional, ","))
 	}
 	return flags
+}
+
+// additionalPeerURLs are the member=url entries of the members in e's pod
+// window. When every member of the window has entries and they differ only
+// by the pod's name, they collapse into one entry per URL with pod (the
+// $(POD_NAME) reference) in place of the name: the template then stays the
+// same as the window grows, and a move that scales the destination from 1
+// to 3 members, adding their entries, does not restart the running pod.
+func additionalPeerURLs(e *v1alpha1.Etcd, pod string) []string {
+	window := members.PodWindow(e)
+	var listed []string
+	templated := map[int64][]string{}
+	for _, a := range e.Spec.Etcd.AdditionalAdvertisePeerURLs {
+		o, ok := members.Ordinal(e, a.MemberName)
+		if !ok || !window.Contains(o) {
+			continue
+		}
+		name := members.PodName(e, o)
+		for _, u := range a.URLs {
+			listed = append(listed, a.MemberName+"="+u)
+			templated[o] = append(templated[o], strings.ReplaceAll(u, name, pod))
+		}
+	}
+	if len(listed) == 0 || int64(len(templated)) != window.End-window.Start {
+		return listed
+	}
+	first := templated[window.Start]
+	for _, urls := range templated {
+		if !slices.Equal(urls, first) || slices.ContainsFunc(urls, func(u string) bool { return !strings.Contains(u, pod) }) {
+			return listed
+		}
+	}
+	member := druidv1alpha1.GetMemberName(e.Spec.MemberNamePrefix, pod)
+	out := make([]string, 0, len(first))
+	for _, u := range first {
+		out = append(out, member+"="+u)
+	}
+	return out
 }
 
 func container(pod *corev1.PodSpec, name string) *corev1.Container {

@@ -61,6 +61,12 @@ type Load struct {
 	stopOnce   sync.Once
 	stopProbes context.CancelFunc
 	done       sync.WaitGroup
+
+	// route guards every server's routing fields (via, inflight, drained,
+	// switchedTo, switchedAt). It is taken twice per request, so it is not
+	// mu, which Results and Requests hold for longer; Switch takes it inside
+	// mu.
+	route sync.Mutex
 }
 
 // server is one kube-apiserver's clients and what was seen of its readiness.
@@ -76,6 +82,23 @@ type server struct {
 
 	ready     chan struct{} // closed at the first /readyz 200
 	readyOnce sync.Once
+	// switched is closed when Switch moves this server's clients away, so
+	// that those still waiting for its readiness start (see awaitReady).
+	switched chan struct{}
+
+	// via is the server this server's clients send their requests through:
+	// itself until a Switch moves them, as a DNS switch moves a shoot's
+	// clients. It is never a server that was switched away itself.
+	via *server
+	// inflight counts the requests in flight through this server, of any
+	// server's clients; drained, when set, is closed once it reaches 0 (a
+	// Switch away from this server waits on it).
+	inflight int
+	drained  chan struct{}
+	// switchedTo is where Switch moved this server's clients, at
+	// switchedAt; nil while they still reach it.
+	switchedTo *server
+	switchedAt time.Duration
 
 	mu         sync.Mutex
 	firstReady time.Duration
@@ -117,8 +140,9 @@ func New(opts Options) (*Load, error) {
 		}
 		srv := &server{
 			name: s.Name, index: i, clients: clients, probe: probe.RESTClient(),
-			cache: newObjectCache(), ready: make(chan struct{}),
+			cache: newObjectCache(), ready: make(chan struct{}), switched: make(chan struct{}),
 		}
+		srv.via = srv
 		for j := range o.ObjectsPerServer {
 			name := fmt.Sprintf("apiload-%s-%d", s.Name, j)
 			obj := object{server: i, name: name, key: o.Namespace + "/" + name}
@@ -172,7 +196,8 @@ func (l *Load) Requests() []Request {
 // readers. Each server's goroutines wait for that server's first /readyz 200
 // before their first request: a destination kube-apiserver only serves once
 // its etcd members are ready, and requests it could not have served are not
-// failures of the move. The traffic runs until Stop or until ctx ends.
+// failures of the move. ctx bounds the start only: the traffic runs until
+// Stop, however long the move takes.
 func (l *Load) Start(ctx context.Context) error {
 	l.mu.Lock()
 	if l.started || l.stopped {
@@ -223,13 +248,6 @@ func (l *Load) Start(ctx context.Context) error {
 			go l.runReader(s, s.index*perServer+l.opts.Writers+i)
 		}
 	}
-	go func() {
-		select {
-		case <-ctx.Done():
-			l.signalStop()
-		case <-l.stopping:
-		}
-	}()
 	return nil
 }
 
@@ -297,11 +315,16 @@ func (l *Load) pause(d time.Duration) bool {
 	}
 }
 
-// awaitReady blocks until s answered /readyz 200, or returns false when
-// the load is stopping first.
+// awaitReady blocks until s answered /readyz 200 or its clients were
+// switched to another server, or returns false when the load is stopping
+// first. A switch ends the wait at once: Switch only moves clients to a
+// server that answered 200, and that server's readiness is what they now
+// depend on.
 func (l *Load) awaitReady(s *server) bool {
 	select {
 	case <-s.ready:
+		return true
+	case <-s.switched:
 		return true
 	case <-l.stopping:
 		return false
@@ -320,7 +343,7 @@ func (l *Load) record(req Request, op *workload.Op) {
 		h.Record(*op)
 	}
 	if req.Failed() {
-		l.log.Info("request failed", "server", req.Server, "op", req.Kind.String(), "object", req.Object,
+		l.log.Info("request failed", "server", req.Server, "origin", req.Origin, "op", req.Kind.String(), "object", req.Object,
 			"code", req.Code, "class", req.Class, "error", req.Err, "latency", req.Latency())
 	}
 }

@@ -71,7 +71,10 @@ func TestHealthyRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	l := newLoad(t, apiload.Options{Servers: []apiload.Server{{Name: "site-a", Config: cfg}}})
-	g.Expect(l.Start(ctx)).To(Succeed())
+	// Start's context bounds the start only: the traffic outlives it.
+	startCtx, cancelStart := context.WithTimeout(ctx, time.Minute)
+	g.Expect(l.Start(startCtx)).To(Succeed())
+	cancelStart()
 	g.Eventually(func() int { return acknowledged(l, "site-a") }).WithTimeout(time.Minute).Should(BeNumerically(">=", 200))
 	l.MarkPhase("after")
 	g.Eventually(func() int { return acknowledged(l, "site-a") }).WithTimeout(time.Minute).Should(BeNumerically(">=", 300))

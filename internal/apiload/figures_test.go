@@ -54,7 +54,7 @@ func TestSummarizeCountsFromFirstReadiness(t *testing.T) {
 		ack(3400, 3500),
 	}
 	phases := []Mark{{At: 0, Name: "before", Phase: true}, {At: ms(3100), Name: "during", Phase: true}}
-	f := summarize("site-b", reqs, true, ms(1000), ms(4000), phases)
+	f := summarize("site-b", reqs, true, ms(1000), ms(4000), ms(4000), phases)
 	g.Expect(f.Writes).To(Equal(3))
 	g.Expect(f.Conflicts).To(Equal(1))
 	g.Expect(f.Reads).To(Equal(1))
@@ -72,7 +72,7 @@ func TestSummarizeCountsFromFirstReadiness(t *testing.T) {
 	}))
 	g.Expect(f.String()).To(Equal("site-b: 3 writes, 1 reads, 3 failed (2 Timeout, 1 ProposalDropped), 1 conflicts, max write gap 2.01 s, ready from 1.0 s"))
 
-	never := summarize("site-c", nil, false, 0, ms(4000), phases)
+	never := summarize("site-c", nil, false, 0, ms(4000), ms(4000), phases)
 	g.Expect(never.MaxWriteGap).To(BeZero())
 	g.Expect(never.String()).To(Equal("site-c: 0 writes, 0 reads, 0 failed, max write gap 0.00 s, never ready"))
 }

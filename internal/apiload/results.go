@@ -77,9 +77,10 @@ type ServerFigures struct {
 	FailedErrors  []ErrorCount `json:"failedErrors,omitempty"`
 
 	// MaxWriteGap is the longest time between two consecutive acknowledged
-	// write completions, counted from the server's first readiness to Stop
-	// (so a server that became ready and never wrote shows the whole
-	// stretch); it starts at MaxWriteGapAt.
+	// write completions, counted from the server's first readiness to Stop,
+	// or to SwitchedAt for a server switched away (so a server that became
+	// ready and never wrote shows the whole stretch, and a switched one does
+	// not show the rest of the run as a stall); it starts at MaxWriteGapAt.
 	MaxWriteGap   time.Duration `json:"maxWriteGapNs"`
 	MaxWriteGapAt time.Duration `json:"maxWriteGapAtNs"`
 	// WriteLatency covers answered writes (acknowledged or conflicting),
@@ -99,6 +100,12 @@ type ServerFigures struct {
 	// still answers /readyz 200).
 	ReadyButFailing        int             `json:"readyButFailing"`
 	ReadyButFailingWindows []FailingWindow `json:"readyButFailingWindows,omitempty"`
+
+	// SwitchedTo names the server Switch moved this server's clients to,
+	// at SwitchedAt; from then on their requests count under SwitchedTo
+	// (with Request.Origin naming this server).
+	SwitchedTo string        `json:"switchedTo,omitempty"`
+	SwitchedAt time.Duration `json:"switchedAtNs,omitempty"`
 
 	// Phases are the figures per caller-named phase, in time order.
 	Phases []PhaseFigures `json:"phases,omitempty"`
@@ -174,7 +181,13 @@ func (l *Load) Results(ctx context.Context, vo VerifyOptions) (Results, error) {
 			}
 		}
 		ready, first, series := s.readiness()
-		f := summarize(s.name, mine, ready, first, stopAt, phases)
+		servedUntil := stopAt
+		to, at, switched := l.switchedAway(s)
+		if switched {
+			servedUntil = min(at, stopAt)
+		}
+		f := summarize(s.name, mine, ready, first, servedUntil, stopAt, phases)
+		f.SwitchedTo, f.SwitchedAt = to, at
 		f.Readyz, f.Ready = series, readyWindows(series)
 		f.ReadyButFailing, f.ReadyButFailingWindows = readyButFailing(mine, f.Ready, l.opts.ReadyzInterval)
 		r.Servers = append(r.Servers, f)
@@ -182,7 +195,7 @@ func (l *Load) Results(ctx context.Context, vo VerifyOptions) (Results, error) {
 			allReady, firstReady = true, first
 		}
 	}
-	r.Total = summarize("total", reqs, allReady, firstReady, stopAt, phases)
+	r.Total = summarize("total", reqs, allReady, firstReady, stopAt, stopAt, phases)
 	for _, f := range r.Servers {
 		r.Total.ReadyButFailing += f.ReadyButFailing
 	}
@@ -268,9 +281,10 @@ func (l *Load) finalReads(ctx context.Context, h *workload.History) (map[string]
 }
 
 // summarize computes one server's (or all servers') figures from its
-// requests. Write gaps count from firstReady to stopAt, and not at all for
-// a server that never became ready.
-func summarize(name string, reqs []Request, ready bool, firstReady, stopAt time.Duration, phases []Mark) ServerFigures {
+// requests. Write gaps count from firstReady to servedUntil (stopAt, or
+// the switch away from the server), and not at all for a server that never
+// became ready; the last phase ends at stopAt.
+func summarize(name string, reqs []Request, ready bool, firstReady, servedUntil, stopAt time.Duration, phases []Mark) ServerFigures {
 	f := ServerFigures{Name: name, BecameReady: ready, FirstReady: firstReady}
 	classes := map[FailureClass]int{}
 	errs := map[string]int{}
@@ -297,8 +311,8 @@ func summarize(name string, reqs []Request, ready bool, firstReady, stopAt time.
 	f.FailedErrors = countedErrors(errs)
 	f.WriteLatency = latency(reqs, workload.Write)
 	f.ReadLatency = latency(reqs, workload.Read)
-	done := completions(reqs, ready, firstReady, stopAt)
-	f.MaxWriteGap, f.MaxWriteGapAt = workload.MaxGapWithin(done, 0, max(stopAt, lastReturn(reqs)))
+	done := completions(reqs, ready, firstReady, servedUntil)
+	f.MaxWriteGap, f.MaxWriteGapAt = workload.MaxGapWithin(done, 0, max(servedUntil, lastReturn(reqs)))
 
 	for i, m := range phases {
 		p := PhaseFigures{Name: m.Name, Start: m.At, End: stopAt}
@@ -338,13 +352,13 @@ func lastReturn(reqs []Request) time.Duration {
 }
 
 // completions are the sorted completion times of acknowledged writes,
-// framed by the first readiness and Stop, so that a stall at either end
-// counts as a gap.
-func completions(reqs []Request, ready bool, firstReady, stopAt time.Duration) []time.Duration {
+// framed by the first readiness and end (Stop, or the switch away from the
+// server), so that a stall at either end counts as a gap.
+func completions(reqs []Request, ready bool, firstReady, end time.Duration) []time.Duration {
 	if !ready {
 		return nil
 	}
-	done := []time.Duration{firstReady, max(stopAt, firstReady)}
+	done := []time.Duration{firstReady, max(end, firstReady)}
 	for _, r := range reqs {
 		if r.Acknowledged() {
 			done = append(done, r.Return)
@@ -414,13 +428,18 @@ func (r Results) String() string {
 	return b.String()
 }
 
-// String is one line: counts, failure classes, write gap and readiness,
-// e.g. "site-a: 1234 writes, 310 reads, 3 failed (2 MemberRemoved, 1
-// ProposalDropped), max write gap 0.84 s, ready 0.0-61.2 s".
+// String is one line: counts, failure classes, write gap, readiness and
+// switch, e.g. "site-a: 1234 writes, 310 reads, 3 failed (2 MemberRemoved,
+// 1 ProposalDropped), max write gap 0.84 s, ready 0.0-61.2 s, switched to
+// site-b at 58.0 s".
 func (f ServerFigures) String() string {
 	s := f.counts()
+	switched := ""
+	if f.SwitchedTo != "" {
+		switched = fmt.Sprintf(", switched to %s at %.1f s", f.SwitchedTo, f.SwitchedAt.Seconds())
+	}
 	if !f.BecameReady {
-		return s + ", never ready"
+		return s + ", never ready" + switched
 	}
 	if len(f.Ready) == 0 {
 		s += fmt.Sprintf(", ready from %.1f s", f.FirstReady.Seconds())
@@ -434,7 +453,7 @@ func (f ServerFigures) String() string {
 	if f.ReadyButFailing > 0 {
 		s += fmt.Sprintf(", %d failed while ready", f.ReadyButFailing)
 	}
-	return s
+	return s + switched
 }
 
 func (f ServerFigures) counts() string {

@@ -18,7 +18,11 @@ import (
 
 // Request is one API request as its client saw it.
 type Request struct {
+	// Server is the kube-apiserver that served the request.
 	Server string
+	// Origin names the server whose clients sent the request when that is
+	// not Server: after a Switch, the server they were moved away from.
+	Origin string
 	Kind   workload.Kind
 	// Object is the ConfigMap's namespace/name.
 	Object string
@@ -76,7 +80,7 @@ func (l *Load) runReader(s *server, client int) {
 	rng := rand.New(rand.NewPCG(uint64(client), uint64(l.start.UnixNano())))
 	for {
 		obj := l.objects[rng.IntN(len(l.objects))]
-		req, kv := l.get(context.Background(), s, obj)
+		req, kv := l.routedGet(s, obj)
 		op := readOp(client, obj, req, kv)
 		l.record(req, &op)
 		if !l.pause(l.opts.Interval) {
@@ -85,24 +89,27 @@ func (l *Load) runReader(s *server, client int) {
 	}
 }
 
-// write is one Update with metadata.resourceVersion set, recorded; on a
-// conflict it reads the object, as a client does before trying again, and
-// the read's answer is what the compare saw (revisions only grow, so the
-// object still differs from expected when the read is served).
+// write is one Update with metadata.resourceVersion set, through the
+// server s's clients reach now, recorded; on a conflict it reads the
+// object, as a client does before trying again, and the read's answer is
+// what the compare saw (revisions only grow, so the object still differs
+// from expected when the read is served).
 func (l *Load) write(s *server, client int, obj object, expected workload.KeyValue, value string) {
 	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: obj.name, Namespace: l.opts.Namespace, ResourceVersion: strconv.FormatInt(expected.Rev, 10)},
 		Data:       map[string]string{valueKey: value},
 	}
-	req := Request{Server: s.name, Kind: workload.Write, Object: obj.key, Call: l.now(), Phase: l.currentPhase()}
+	via := l.acquire(s)
+	req := Request{Server: via.name, Origin: origin(s, via), Kind: workload.Write, Object: obj.key, Call: l.now(), Phase: l.currentPhase()}
 	op := workload.Op{
 		Client: client, Kind: workload.Write, Key: obj.key, Call: req.Call, Phase: req.Phase,
 		ExpectedValue: expected.Value, ExpectedRev: expected.Rev, Value: value, Attempts: 1,
 	}
 	// The request is not tied to Stop: a write cut off by us would be
 	// ambiguous for no reason of the move. RequestTimeout bounds it.
-	updated, err := s.clients.CoreV1().ConfigMaps(l.opts.Namespace).Update(context.Background(), cm, metav1.UpdateOptions{})
+	updated, err := via.clients.CoreV1().ConfigMaps(l.opts.Namespace).Update(context.Background(), cm, metav1.UpdateOptions{})
 	req.Return = l.now()
+	l.release(via)
 	op.Return = req.Return
 	switch {
 	case err == nil:
@@ -118,7 +125,7 @@ func (l *Load) write(s *server, client int, obj object, expected workload.KeyVal
 	case apierrors.IsConflict(err):
 		req.Outcome, req.Code, req.Err = workload.Conflict, http.StatusConflict, err.Error()
 		l.record(req, nil)
-		seenReq, seen := l.get(context.Background(), s, obj)
+		seenReq, seen := l.routedGet(s, obj)
 		op.Return = seenReq.Return
 		if seenReq.Failed() {
 			// The write was not applied, but what the compare saw is
@@ -138,10 +145,11 @@ func (l *Load) write(s *server, client int, obj object, expected workload.KeyVal
 	l.record(req, &op)
 }
 
-// get is one GET of obj through s, not recorded. The load's own requests
-// pass a ctx that Stop does not cancel. Without a resourceVersion
-// kube-apiserver serves it from etcd with a quorum read, so it is a
-// linearizable read. 404 is an answer: the object is absent (revision 0).
+// get is one GET of obj through s, not recorded and not routed (the
+// clients' reads go through routedGet). The load's own requests pass a ctx
+// that Stop does not cancel. Without a resourceVersion kube-apiserver
+// serves it from etcd with a quorum read, so it is a linearizable read.
+// 404 is an answer: the object is absent (revision 0).
 func (l *Load) get(ctx context.Context, s *server, obj object) (Request, workload.KeyValue) {
 	req := Request{Server: s.name, Kind: workload.Read, Object: obj.key, Call: l.now(), Phase: l.currentPhase()}
 	cm, err := s.clients.CoreV1().ConfigMaps(l.opts.Namespace).Get(ctx, obj.name, metav1.GetOptions{})
@@ -161,6 +169,16 @@ func (l *Load) get(ctx context.Context, s *server, obj object) (Request, workloa
 		req.Outcome, req.Code, req.Err = workload.Failed, statusCode(err), err.Error()
 		req.Class = Classify(req.Code, req.Err)
 	}
+	return req, kv
+}
+
+// routedGet is get through the server home's clients reach now, counted
+// in flight through it for Switch.
+func (l *Load) routedGet(home *server, obj object) (Request, workload.KeyValue) {
+	via := l.acquire(home)
+	req, kv := l.get(context.Background(), via, obj)
+	l.release(via)
+	req.Origin = origin(home, via)
 	return req, kv
 }
 

@@ -52,6 +52,16 @@ type Options struct {
 	// PollInterval is how often the two Etcd objects are read while waiting
 	// (default 200 ms).
 	PollInterval time.Duration
+	// SwitchClients, when set, moves the clients of the source site to the
+	// destination before its last member goes: gardenlet points the
+	// shoot's API endpoint at the destination's kube-apiserver and stops
+	// the source's, whose only etcd endpoint is the source's client
+	// Service. The move then holds one source member back (N+1 voters,
+	// the destination's majority) until SwitchClients returned nil. It
+	// runs again if the move is resumed before the member was released, so
+	// it must be safe to repeat. Unset: the source's members all go in
+	// retire-source.
+	SwitchClients func(ctx context.Context) error
 	// Progress, when set, receives every event, in order, from the
 	// goroutine that runs the move: keep it quick.
 	Progress func(Event)
@@ -168,6 +178,8 @@ func (m *Mover) Move(ctx context.Context) error {
 			step = m.joinDestination
 		case move.PhaseDestinationJoined, move.PhaseRetiringSource:
 			step = m.retireSource
+		case move.PhaseSourceHeld:
+			step = m.switchClients
 		case move.PhaseSourceRetired, move.PhaseFinishing:
 			step = m.finish
 		default:
@@ -318,10 +330,30 @@ func (m *Mover) retireSource(ctx context.Context, src, _ *v1alpha1.Etcd) error {
 	// The source lists every destination member: their number is the
 	// destination's final size, whatever it has now.
 	n := int32(len(src.Spec.ExternalMembers))
-	if err := m.patchAdvertised(ctx, func(e *v1alpha1.Etcd) { move.RetireSource(e, n) }); err != nil {
+	var hold int32
+	if m.o.SwitchClients != nil {
+		hold = 1
+	}
+	if err := m.patchAdvertised(ctx, func(e *v1alpha1.Etcd) { move.RetireSource(e, n, hold) }); err != nil {
 		return err
 	}
-	return m.wait(ctx, move.StepRetireSource, func(_, dst *v1alpha1.Etcd) bool { return move.SourceRetired(dst) })
+	return m.wait(ctx, move.StepRetireSource, func(_, dst *v1alpha1.Etcd) bool { return move.SourceRetired(dst) || move.SourceHeld(dst) })
+}
+
+// switchClients runs the caller's switch of the source site's clients,
+// then lets the destination remove the source member it held for them.
+// Without SwitchClients (a move resumed by a caller that has none) it
+// releases the member at once.
+func (m *Mover) switchClients(ctx context.Context, _, _ *v1alpha1.Etcd) error {
+	if m.o.SwitchClients != nil {
+		if err := m.o.SwitchClients(ctx); err != nil {
+			return fmt.Errorf("migration: switching the source site's clients to the destination: %w", err)
+		}
+	}
+	if err := m.patch(ctx, m.o.Destination, "destination", move.ReleaseSource); err != nil {
+		return err
+	}
+	return m.wait(ctx, move.StepSwitchClients, func(_, dst *v1alpha1.Etcd) bool { return move.SourceRetired(dst) })
 }
 
 func (m *Mover) finish(ctx context.Context, src, dst *v1alpha1.Etcd) error {

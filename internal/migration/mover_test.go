@@ -2,6 +2,7 @@ package migration_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -83,7 +84,7 @@ func setup(t *testing.T) (namespace string, src *v1alpha1.Etcd) {
 	return namespace, src
 }
 
-func mover(t *testing.T, namespace string, events *[]migration.Event) *migration.Mover {
+func mover(t *testing.T, namespace string, events *[]migration.Event, options ...func(*migration.Options)) *migration.Mover {
 	t.Helper()
 	tmpl := func(site string) migration.URLTemplates {
 		return migration.URLTemplates{
@@ -93,7 +94,7 @@ func mover(t *testing.T, namespace string, events *[]migration.Event) *migration
 		}
 	}
 	var mu sync.Mutex
-	m, err := migration.New(migration.Options{
+	o := migration.Options{
 		Source: srcClient, Destination: dstClient, Namespace: namespace, Name: "etcd-main",
 		SourceAddresses: tmpl("seed-a").Addresses(), DestinationAddresses: tmpl("seed-b").Addresses(),
 		StepTimeout: 2 * time.Second, PollInterval: 50 * time.Millisecond,
@@ -104,7 +105,11 @@ func mover(t *testing.T, namespace string, events *[]migration.Event) *migration
 				*events = append(*events, e)
 			}
 		},
-	})
+	}
+	for _, f := range options {
+		f(&o)
+	}
+	m, err := migration.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,9 +181,11 @@ func TestMoveRefusesASeparateDestinationCluster(t *testing.T) {
 	g.Expect(get(t, dstClient, ns)).To(Equal(dstBefore))
 }
 
-// Once the destination's controller reports the majority on its side, an
-// abort is refused with the voter counts and changes nothing.
-func TestAbortRefusedOnceTheDestinationHoldsTheMajority(t *testing.T) {
+// retiringMove writes the two Etcds of a move in retire-source (hold: the
+// source members held back) with the destination's controller reporting
+// members, converged or not, and returns the namespace.
+func retiringMove(t *testing.T, hold int32, converged bool, observed ...v1alpha1.ObservedMember) string {
+	t.Helper()
 	g := NewWithT(t)
 	ns, src := setup(t)
 	dstMembers, err := move.ExternalMembers(move.NewDestination(src, 3), migration.URLTemplates{Peer: "http://{pod}.b:2380"}.Addresses())
@@ -190,22 +197,81 @@ func TestAbortRefusedOnceTheDestinationHoldsTheMajority(t *testing.T) {
 	g.Expect(srcClient.Patch(t.Context(), src, client.MergeFrom(before))).To(Succeed())
 	dst := move.NewDestination(src, 3)
 	move.JoinDestination(dst, srcMembers)
-	move.RetireSource(dst, 3)
+	move.RetireSource(dst, 3, hold)
 	dst.ResourceVersion, dst.Spec.ExternalMembers = "", srcMembers
 	g.Expect(dstClient.Create(t.Context(), dst)).To(Succeed())
+	now := metav1.Now()
+	dst.Status.Membership = &v1alpha1.MembershipStatus{ObservedGeneration: dst.Generation, ObservedTime: &now, Members: observed}
+	if converged {
+		dst.Status.Membership.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionMembershipConverged, Status: metav1.ConditionTrue,
+			ObservedGeneration: dst.Generation, Reason: v1alpha1.ReasonConverged, LastTransitionTime: now}}
+	}
+	g.Expect(dstClient.Status().Update(t.Context(), dst)).To(Succeed())
+	return ns
+}
+
+// observedMember is a healthy member as a controller reports it.
+func observedMember(id, name string, role v1alpha1.MemberRole, origin v1alpha1.MemberOrigin) v1alpha1.ObservedMember {
+	return v1alpha1.ObservedMember{ID: id, Name: name, Role: role, Origin: origin, Healthy: true}
+}
+
+// Once the destination's controller reports the majority on its side, an
+// abort is refused with the voter counts and changes nothing.
+func TestAbortRefusedOnceTheDestinationHoldsTheMajority(t *testing.T) {
+	g := NewWithT(t)
 	// What the destination's controller would report: one source voter
 	// left, two of its own.
-	now := metav1.Now()
-	dst.Status.Membership = &v1alpha1.MembershipStatus{ObservedGeneration: dst.Generation, ObservedTime: &now, Members: []v1alpha1.ObservedMember{
-		{ID: "1", Name: "etcd-main-2", Role: v1alpha1.MemberRoleVoter, Origin: v1alpha1.MemberOriginExternal, Healthy: true},
-		{ID: "2", Name: "etcd-main-3", Role: v1alpha1.MemberRoleLeader, Origin: v1alpha1.MemberOriginLocal, Healthy: true},
-		{ID: "3", Name: "etcd-main-4", Role: v1alpha1.MemberRoleVoter, Origin: v1alpha1.MemberOriginLocal, Healthy: true},
-	}}
-	g.Expect(dstClient.Status().Update(t.Context(), dst)).To(Succeed())
+	ns := retiringMove(t, 0, false,
+		observedMember("1", "etcd-main-2", v1alpha1.MemberRoleVoter, v1alpha1.MemberOriginExternal),
+		observedMember("2", "etcd-main-3", v1alpha1.MemberRoleLeader, v1alpha1.MemberOriginLocal),
+		observedMember("3", "etcd-main-4", v1alpha1.MemberRoleVoter, v1alpha1.MemberOriginLocal))
 	srcBefore, dstBefore := get(t, srcClient, ns), get(t, dstClient, ns)
 
-	err = mover(t, ns, nil).Abort(context.Background())
+	err := mover(t, ns, nil).Abort(context.Background())
 	g.Expect(err).To(MatchError(ContainSubstring("the destination holds the majority (2 of 3 voters; the source has 1)")))
 	g.Expect(get(t, srcClient, ns)).To(Equal(srcBefore))
 	g.Expect(get(t, dstClient, ns)).To(Equal(dstBefore))
+}
+
+// In phase SourceHeld the move runs the caller's switch of the source
+// site's clients and only then releases the held source member; a switch
+// that fails changes nothing.
+func TestSwitchClientsComesBeforeTheLastSourceMemberGoes(t *testing.T) {
+	g := NewWithT(t)
+	// The destination retired all but one source member, which it holds
+	// for the source site's clients.
+	ns := retiringMove(t, 1, true,
+		observedMember("1", "etcd-main-2", v1alpha1.MemberRoleVoter, v1alpha1.MemberOriginExternal),
+		observedMember("2", "etcd-main-3", v1alpha1.MemberRoleLeader, v1alpha1.MemberOriginLocal),
+		observedMember("3", "etcd-main-4", v1alpha1.MemberRoleVoter, v1alpha1.MemberOriginLocal),
+		observedMember("4", "etcd-main-5", v1alpha1.MemberRoleVoter, v1alpha1.MemberOriginLocal))
+	g.Expect(move.Phase(get(t, srcClient, ns), get(t, dstClient, ns))).To(Equal(move.PhaseSourceHeld))
+	srcBefore, dstBefore := get(t, srcClient, ns), get(t, dstClient, ns)
+
+	failing := func(o *migration.Options) {
+		o.SwitchClients = func(context.Context) error { return errors.New("the shoot's DNS record is not writable") }
+	}
+	err := mover(t, ns, nil, failing).Move(context.Background())
+	g.Expect(err).To(MatchError(ContainSubstring("switching the source site's clients to the destination: the shoot's DNS record is not writable")))
+	g.Expect(get(t, srcClient, ns)).To(Equal(srcBefore))
+	g.Expect(get(t, dstClient, ns)).To(Equal(dstBefore), "the held member stays while the clients are not switched")
+
+	var switched []*v1alpha1.Etcd // the destination as the switch saw it
+	var events []migration.Event
+	switching := func(o *migration.Options) {
+		o.SwitchClients = func(ctx context.Context) error {
+			switched = append(switched, get(t, dstClient, ns))
+			return nil
+		}
+	}
+	err = mover(t, ns, &events, switching).Move(context.Background())
+	// Nobody plays the destination's controller here: the wait for the
+	// released member's removal runs out.
+	g.Expect(err).To(MatchError(ContainSubstring("waiting in RetiringSource")))
+	g.Expect(switched).To(HaveLen(1))
+	g.Expect(switched[0].Spec.GetRetainedExternalMembers()).To(Equal(1), "the member was held while the clients were switched")
+	g.Expect(get(t, dstClient, ns).Spec.RetainedExternalMembers).To(BeNil(), "released after the switch")
+	g.Expect(events).NotTo(BeEmpty())
+	g.Expect(events[0].Step).To(Equal(move.StepSwitchClients))
+	g.Expect(get(t, srcClient, ns)).To(Equal(srcBefore), "the source is not touched by the switch")
 }

@@ -25,7 +25,7 @@ const SidecarImage = "registry.local/druid-stretch:site"
 //	etcd-wrapper   bin/etcd-wrapper, the etcd-wrapper stand-in (hack/standins/etcd-wrapper), at /etcd-wrapper
 //	etcdbrctl      bin/etcdbrctl, the real etcd-backup-restore, at /etcdbrctl
 //	druid-stretch  bin/druid-stretch-static, at /druid-stretch
-//	kube-apiserver bin/envtest/kube-apiserver, the site's own, at /kube-apiserver (a shoot's, see StartShootAPIServer)
+//	kube-apiserver bin/envtest/kube-apiserver, the site's own, at /kube-apiserver (a shoot's, see NewShootAPIServer)
 //	alpine         no binary: the host's shell and tools (druid's init container runs chown)
 func Images() (podhost.Images, error) {
 	wrapper, err := testbin.EtcdWrapper()

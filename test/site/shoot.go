@@ -11,11 +11,15 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
@@ -43,15 +47,21 @@ type ShootAPIServer struct {
 	// Config is a client configuration of a system:masters user, dialing
 	// through the site's pod network; client-go defaults otherwise.
 	Config *rest.Config
+
+	site       *Site
+	etcd       types.NamespacedName
+	secret     *corev1.Secret
+	service    *corev1.Service
+	deployment *appsv1.Deployment
 }
 
-// StartShootAPIServer creates a shoot's kube-apiserver in namespace, with
+// NewShootAPIServer prepares a shoot's kube-apiserver in namespace, with
 // the Etcd etcdName's client Service (in-cluster DNS name, plain HTTP like
-// the site's Etcds) as its only etcd endpoint. It returns once the objects
-// exist; the server becomes ready when its etcd serves it (its pod's
-// readiness probe is /readyz). The pod runs the real kube-apiserver on the
-// node stand-in; it goes when the site stops.
-func (s *Site) StartShootAPIServer(ctx context.Context, name, namespace, etcdName string) (*ShootAPIServer, error) {
+// the site's Etcds) as its only etcd endpoint: its credentials and client
+// configuration. Nothing is created in the site until Start or
+// StartOnceEtcdServes. The pod runs the real kube-apiserver on the node
+// stand-in; it goes when the site stops.
+func (s *Site) NewShootAPIServer(name, namespace, etcdName string) (*ShootAPIServer, error) {
 	ca, err := pki.NewCA("shoot-ca")
 	if err != nil {
 		return nil, err
@@ -146,15 +156,6 @@ func (s *Site) StartShootAPIServer(ctx context.Context, name, namespace, etcdNam
 			Ports: []corev1.ServicePort{{Name: "https", Port: shootAPIServerPort, TargetPort: intstr.FromInt32(shootAPIServerPort)}},
 		},
 	}
-	if _, err := s.Kube.CoreV1().Secrets(namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
-		return nil, fmt.Errorf("creating the shoot kube-apiserver's Secret: %w", err)
-	}
-	if _, err := s.Kube.CoreV1().Services(namespace).Create(ctx, service, metav1.CreateOptions{}); err != nil {
-		return nil, fmt.Errorf("creating the shoot kube-apiserver's Service: %w", err)
-	}
-	if _, err := s.Kube.AppsV1().Deployments(namespace).Create(ctx, deploy, metav1.CreateOptions{}); err != nil {
-		return nil, fmt.Errorf("creating the shoot kube-apiserver's Deployment: %w", err)
-	}
 	return &ShootAPIServer{Name: name, Config: &rest.Config{
 		// The Service's in-cluster name: the site's DNS answers it with the
 		// ready pods' addresses, as kube-proxy would route it.
@@ -162,5 +163,75 @@ func (s *Site) StartShootAPIServer(ctx context.Context, name, namespace, etcdNam
 		BearerToken:     adminToken,
 		TLSClientConfig: rest.TLSClientConfig{CAData: ca.CertPEM(), ServerName: svc},
 		Dial:            s.DialContext,
-	}}, nil
+	}, site: s, etcd: types.NamespacedName{Namespace: namespace, Name: etcdName},
+		secret: secret, service: service, deployment: deploy}, nil
+}
+
+// Start creates the server's Secret, Service and Deployment. It returns once
+// they exist; the server becomes ready when its etcd serves it (its pod's
+// readiness probe is /readyz).
+func (k *ShootAPIServer) Start(ctx context.Context) error {
+	ns := k.deployment.Namespace
+	if _, err := k.site.Kube.CoreV1().Secrets(ns).Create(ctx, k.secret, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating the shoot kube-apiserver's Secret: %w", err)
+	}
+	if _, err := k.site.Kube.CoreV1().Services(ns).Create(ctx, k.service, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating the shoot kube-apiserver's Service: %w", err)
+	}
+	if _, err := k.site.Kube.AppsV1().Deployments(ns).Create(ctx, k.deployment, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating the shoot kube-apiserver's Deployment: %w", err)
+	}
+	return nil
+}
+
+// StartOnceEtcdServes waits until the Etcd's client Service has a ready
+// endpoint, then starts the server, as Gardener deploys a control plane's
+// kube-apiserver after its etcd. Started before, kube-apiserver exits 20 s
+// after its start for want of storage and its pod restarts it, with its
+// etcd client's reconnect backoff growing meanwhile.
+func (k *ShootAPIServer) StartOnceEtcdServes(ctx context.Context) error {
+	svc := k.etcd.Name + "-client"
+	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		slices, err := k.site.Kube.DiscoveryV1().EndpointSlices(k.etcd.Namespace).List(ctx,
+			metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svc})
+		if err != nil {
+			return false, nil // the site's API server answers again on the next poll
+		}
+		for _, es := range slices.Items {
+			for _, ep := range es.Endpoints {
+				if ep.Conditions.Ready != nil && *ep.Conditions.Ready {
+					return true, nil
+				}
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for a ready endpoint of Service %s/%s: %w", k.etcd.Namespace, svc, err)
+	}
+	return k.Start(ctx)
+}
+
+// Stop scales the server's Deployment to 0 and waits until its pods are
+// gone, as gardenlet stops the source's kube-apiserver once the shoot's
+// API endpoint points at the destination's.
+func (k *ShootAPIServer) Stop(ctx context.Context) error {
+	ns, name := k.deployment.Namespace, k.deployment.Name
+	scale, err := k.site.Kube.AppsV1().Deployments(ns).GetScale(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading the scale of the shoot kube-apiserver: %w", err)
+	}
+	scale.Spec.Replicas = 0
+	if _, err := k.site.Kube.AppsV1().Deployments(ns).UpdateScale(ctx, name, scale, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("scaling the shoot kube-apiserver to 0: %w", err)
+	}
+	selector := metav1.FormatLabelSelector(k.deployment.Spec.Selector)
+	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		pods, err := k.site.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		return err == nil && len(pods.Items) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the shoot kube-apiserver's pods to go: %w", err)
+	}
+	return nil
 }

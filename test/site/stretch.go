@@ -35,6 +35,8 @@ image:
 clusterIdentity: %s
 sidecarClientTLS:
   secretName: druid-stretch-sidecar-client
+sidecar:
+  clientGateBackendPort: 12379
 `
 
 // startDruidStretch installs druid-stretch from its chart: the extended Etcd

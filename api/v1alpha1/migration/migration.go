@@ -20,8 +20,15 @@
 //  3. retire-source: the destination gets replicas N, policy Retire
 //     (RetireSource). Its controller interleaves removals of source members
 //     with additions of its own, moving leadership once, so that the tie (no
-//     side holds a majority) lasts one removal. Wait: SourceRetired.
-//  4. finish: the source gets replicas 0 (FinishSource; wait Converged), then
+//     side holds a majority) lasts one removal. Wait: SourceRetired. A move
+//     that holds a source member back for the source site's clients
+//     (RetireSource with hold 1) waits for SourceHeld instead: N+1 voters,
+//     the destination's majority.
+//  4. switch-clients (only after a hold): the caller switches the source
+//     site's clients to the destination (gardenlet: the shoot's API
+//     endpoint to the destination's kube-apiserver, then the source's
+//     kube-apiserver stopped), then ReleaseSource. Wait: SourceRetired.
+//  5. finish: the source gets replicas 0 (FinishSource; wait Converged), then
 //     no external members (ForgetExternalMembers), and so does the
 //     destination (FinishDestination; wait Converged).
 //
@@ -55,6 +62,7 @@ const (
 	StepPrepareSource   Step = "prepare-source"
 	StepJoinDestination Step = "join-destination"
 	StepRetireSource    Step = "retire-source"
+	StepSwitchClients   Step = "switch-clients"
 	StepFinish          Step = "finish"
 	StepAbort           Step = "abort"
 )
@@ -183,9 +191,28 @@ func JoinDestination(dst *v1alpha1.Etcd, sourceMembers []v1alpha1.ExternalMember
 // RetireSource gives the destination its final replica count and the policy
 // Retire: its controller moves every vote to its own members and removes the
 // source's.
-func RetireSource(dst *v1alpha1.Etcd, replicas int32) {
+//
+// hold is how many source members stay voting until ReleaseSource (0 or
+// 1): a move whose source site still has clients (its kube-apiserver, on
+// the source's client Service) keeps one member for them until they are
+// switched to the destination. It takes effect only when the policy turns
+// to Retire here; run again after ReleaseSource, RetireSource never holds
+// members back again.
+func RetireSource(dst *v1alpha1.Etcd, replicas, hold int32) {
+	if dst.Spec.GetExternalMembersPolicy() != v1alpha1.ExternalMembersPolicyRetire {
+		dst.Spec.RetainedExternalMembers = nil
+		if hold > 0 {
+			dst.Spec.RetainedExternalMembers = &hold
+		}
+	}
 	dst.Spec.Replicas = replicas
 	dst.Spec.ExternalMembersPolicy = policy(v1alpha1.ExternalMembersPolicyRetire)
+}
+
+// ReleaseSource lets the destination's controller remove the source
+// members RetireSource held back: the clients they served are switched.
+func ReleaseSource(dst *v1alpha1.Etcd) {
+	dst.Spec.RetainedExternalMembers = nil
 }
 
 // FinishSource scales the source to zero; its members are gone from etcd
@@ -273,6 +300,18 @@ func DestinationJoined(dst *v1alpha1.Etcd) bool {
 	}
 	v, all := localVoters(dst)
 	return v == all && v >= int(dst.Spec.Replicas)
+}
+
+// SourceHeld reports whether the destination's controller, under policy
+// Retire with source members held back (spec.retainedExternalMembers),
+// converged: its N members vote beside the held source members only.
+func SourceHeld(dst *v1alpha1.Etcd) bool {
+	held := dst.Spec.GetRetainedExternalMembers()
+	if held == 0 || !Converged(dst) || dst.Spec.GetExternalMembersPolicy() != v1alpha1.ExternalMembersPolicyRetire {
+		return false
+	}
+	v, all := localVoters(dst)
+	return v == all && v == int(dst.Spec.Replicas) && len(observed(dst))-all <= held
 }
 
 // SourceRetired reports whether the destination's controller, under policy

@@ -103,7 +103,7 @@ func TestPhaseFollowsAMoveAndItsSteps(t *testing.T) {
 		{"destination member votes", func() {
 			observe(dst, true, t0.Add(3*time.Second), map[string]v1alpha1.MemberRole{"etcd-main-0": L, "etcd-main-1": V, "etcd-main-2": V, "etcd-main-3": V})
 		}, migration.PhaseDestinationJoined},
-		{"retire set", func() { change(dst, func(e *v1alpha1.Etcd) { migration.RetireSource(e, 3) }) }, migration.PhaseRetiringSource},
+		{"retire set", func() { change(dst, func(e *v1alpha1.Etcd) { migration.RetireSource(e, 3, 0) }) }, migration.PhaseRetiringSource},
 		{"in the tie", func() {
 			observe(dst, false, t0.Add(4*time.Second), map[string]v1alpha1.MemberRole{"etcd-main-1": V, "etcd-main-2": V, "etcd-main-3": L, "etcd-main-4": V})
 		}, migration.PhaseRetiringSource},
@@ -124,15 +124,53 @@ func TestPhaseFollowsAMoveAndItsSteps(t *testing.T) {
 	g.Expect(migration.Phase(nil, dst)).To(Equal(migration.PhaseCompleted), "the source Etcd may be deleted after the move")
 }
 
-func TestPhaseOfAnAbort(t *testing.T) {
-	g := NewWithT(t)
-	t0 := time.Now()
-	src, dst := source(), migration.NewDestination(source(), 3)
+// joined is a move after join-destination: the source lists the
+// destination's members and the destination the source's.
+func joined() (src, dst *v1alpha1.Etcd) {
+	src, dst = source(), migration.NewDestination(source(), 3)
 	srcMembers, _ := migration.ExternalMembers(src, addresses)
 	dstMembers, _ := migration.ExternalMembers(dst, addresses)
 	migration.PrepareSource(src, dstMembers)
 	migration.JoinDestination(dst, srcMembers)
-	migration.RetireSource(dst, 3)
+	return src, dst
+}
+
+// A move that holds a source member back for the source site's clients
+// passes through SourceHeld, whose step is switch-clients; once released,
+// running retire-source again holds nothing back.
+func TestPhaseOfAHeldSourceMember(t *testing.T) {
+	g := NewWithT(t)
+	t0 := time.Now()
+	src, dst := joined()
+	dst.Generation = 1
+	observe(dst, true, t0, map[string]v1alpha1.MemberRole{"etcd-main-0": L, "etcd-main-1": V, "etcd-main-2": V, "etcd-main-3": V})
+	g.Expect(migration.Phase(src, dst)).To(Equal(migration.PhaseDestinationJoined))
+
+	change(dst, func(e *v1alpha1.Etcd) { migration.RetireSource(e, 3, 1) })
+	g.Expect(dst.Spec.GetRetainedExternalMembers()).To(Equal(1))
+	g.Expect(migration.Phase(src, dst)).To(Equal(migration.PhaseRetiringSource))
+	held := map[string]v1alpha1.MemberRole{"etcd-main-2": V, "etcd-main-3": L, "etcd-main-4": V, "etcd-main-5": V}
+	observe(dst, true, t0.Add(time.Second), held)
+	g.Expect(migration.Phase(src, dst)).To(Equal(migration.PhaseSourceHeld), migration.Explain(src, dst))
+	g.Expect(migration.PhaseSourceHeld.Step()).To(Equal(migration.StepSwitchClients))
+	g.Expect(migration.SourceRetired(dst)).To(BeFalse())
+	g.Expect(migration.CanAbort(src, dst)).To(MatchError(ContainSubstring("the destination holds the majority")))
+	g.Expect(migration.Explain(src, dst)).To(ContainSubstring("1 source member(s) stay for the source's clients"))
+
+	change(dst, migration.ReleaseSource)
+	g.Expect(dst.Spec.RetainedExternalMembers).To(BeNil())
+	g.Expect(migration.Phase(src, dst)).To(Equal(migration.PhaseRetiringSource), "released; the controller has not seen it yet")
+	change(dst, func(e *v1alpha1.Etcd) { migration.RetireSource(e, 3, 1) })
+	g.Expect(dst.Spec.RetainedExternalMembers).To(BeNil(), "a resumed retire-source does not hold a released member back again")
+	observe(dst, true, t0.Add(2*time.Second), map[string]v1alpha1.MemberRole{"etcd-main-3": L, "etcd-main-4": V, "etcd-main-5": V})
+	g.Expect(migration.Phase(src, dst)).To(Equal(migration.PhaseSourceRetired))
+}
+
+func TestPhaseOfAnAbort(t *testing.T) {
+	g := NewWithT(t)
+	t0 := time.Now()
+	src, dst := joined()
+	migration.RetireSource(dst, 3, 0)
 	// In the tie: two source voters, two destination voters.
 	observe(dst, false, t0, map[string]v1alpha1.MemberRole{"etcd-main-1": V, "etcd-main-2": V, "etcd-main-3": L, "etcd-main-4": V})
 	g.Expect(migration.CanAbort(src, dst)).To(Succeed(), "a tie is not a destination majority")
@@ -169,7 +207,7 @@ func TestCanAbortRefusesOnceTheDestinationHoldsTheMajority(t *testing.T) {
 			dstMembers, _ := migration.ExternalMembers(dst, addresses)
 			migration.PrepareSource(src, dstMembers)
 			migration.JoinDestination(dst, srcMembers)
-			migration.RetireSource(dst, 3)
+			migration.RetireSource(dst, 3, 0)
 			observe(dst, c.converged, t0, c.roles)
 			err := migration.CanAbort(src, dst)
 			if c.wantErr == "" {
@@ -197,7 +235,7 @@ func TestVotersReadsTheFresherObservation(t *testing.T) {
 	g.Expect([]any{s, d, ok}).To(Equal([]any{3, 1, true}))
 
 	// An unmanaged voter counts for neither side.
-	migration.RetireSource(dst, 3)
+	migration.RetireSource(dst, 3, 0)
 	observe(dst, false, t0.Add(time.Second), map[string]v1alpha1.MemberRole{"etcd-main-1": L, "etcd-main-2": V, "etcd-main-3": V, "etcd-main-4": V, "stranger": V})
 	s, d, ok = migration.Voters(src, dst)
 	g.Expect([]any{s, d, ok}).To(Equal([]any{2, 2, true}))

@@ -30,6 +30,10 @@ const (
 	// PhaseRetiringSource: the destination has policy Retire; its
 	// controller is moving the votes over.
 	PhaseRetiringSource MovePhase = "RetiringSource"
+	// PhaseSourceHeld: the destination's members all vote beside the
+	// source members it holds back (spec.retainedExternalMembers) for the
+	// clients still in the source site, until they are switched.
+	PhaseSourceHeld MovePhase = "SourceHeld"
 	// PhaseSourceRetired: the destination's members all vote and no source
 	// member is left.
 	PhaseSourceRetired MovePhase = "SourceRetired"
@@ -60,6 +64,8 @@ func (p MovePhase) Step() Step {
 		return StepJoinDestination
 	case PhaseDestinationJoined, PhaseRetiringSource:
 		return StepRetireSource
+	case PhaseSourceHeld:
+		return StepSwitchClients
 	case PhaseSourceRetired, PhaseFinishing:
 		return StepFinish
 	case PhaseAborting:
@@ -130,6 +136,10 @@ func phase(src, dst *v1alpha1.Etcd) (MovePhase, string) {
 	case dst.Spec.GetExternalMembersPolicy() == v1alpha1.ExternalMembersPolicyRetire:
 		if SourceRetired(dst) {
 			return PhaseSourceRetired, fmt.Sprintf("the destination's %d members vote and no source member is left", dst.Spec.Replicas)
+		}
+		if SourceHeld(dst) {
+			return PhaseSourceHeld, fmt.Sprintf("the destination's %d members vote; %d source member(s) stay for the source's clients until they are switched",
+				dst.Spec.Replicas, dst.Spec.GetRetainedExternalMembers())
 		}
 		return PhaseRetiringSource, "the destination's controller moves the votes over" + pending(nil, dst)
 	}

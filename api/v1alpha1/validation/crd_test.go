@@ -152,7 +152,7 @@ func hasBlockingErr(errs field.ErrorList) bool {
 }
 
 // extensionPaths are the fields Go validation is responsible for.
-var extensionPaths = []string{"spec.ordinalStart", "spec.externalMembers", "spec.externalMembersPolicy"}
+var extensionPaths = []string{"spec.ordinalStart", "spec.externalMembers", "spec.externalMembersPolicy", "spec.retainedExternalMembers"}
 
 func isExtensionPath(p string) bool {
 	for _, e := range extensionPaths {

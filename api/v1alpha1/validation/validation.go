@@ -68,6 +68,10 @@ func validateCRDRules(e *v1alpha1.Etcd) field.ErrorList {
 		errs = append(errs, field.Invalid(spec.Child("ordinalStart"), *e.Spec.OrdinalStart,
 			"must be greater than or equal to 0: it is the StatefulSet's spec.ordinals.start"))
 	}
+	if r := e.Spec.RetainedExternalMembers; r != nil && (*r < 0 || *r > MaxExternalMembers) {
+		errs = append(errs, field.Invalid(spec.Child("retainedExternalMembers"), *r,
+			fmt.Sprintf("must be between 0 and %d (the most external members an Etcd lists): it is how many external members the Retire policy leaves voting", MaxExternalMembers)))
+	}
 	errs = append(errs, validatePolicy(e, spec.Child("externalMembersPolicy"))...)
 	errs = append(errs, validateExternalMembers(e, spec.Child("externalMembers"))...)
 	return errs

@@ -162,6 +162,12 @@ func TestValidateEtcd(t *testing.T) {
 		{name: "negative ordinalStart", mutate: func(e *v1alpha1.Etcd) {
 			e.Spec.OrdinalStart = ptr.To[int32](-1)
 		}, want: []wantErr{{"spec.ordinalStart", field.ErrorTypeInvalid}}},
+		{name: "negative retainedExternalMembers", mutate: func(e *v1alpha1.Etcd) {
+			e.Spec.RetainedExternalMembers = ptr.To[int32](-1)
+		}, want: []wantErr{{"spec.retainedExternalMembers", field.ErrorTypeInvalid}}},
+		{name: "retainedExternalMembers above the external member limit", mutate: func(e *v1alpha1.Etcd) {
+			e.Spec.RetainedExternalMembers = ptr.To[int32](11)
+		}, want: []wantErr{{"spec.retainedExternalMembers", field.ErrorTypeInvalid}}},
 		{name: "Retire with zero local replicas", mutate: func(e *v1alpha1.Etcd) {
 			e.Spec.Replicas = 0
 			e.Spec.ExternalMembersPolicy = ptr.To(v1alpha1.ExternalMembersPolicyRetire)
