@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -21,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/controllers/memberlease"
 )
 
 // ManagerOptions configure the controller's manager.
@@ -72,7 +74,8 @@ func Scheme() (*runtime.Scheme, error) {
 }
 
 // NewManager builds the controller's manager: leader election, health and
-// readiness probes, the metrics endpoint, and the membership controller.
+// readiness probes, the metrics endpoint, the membership controller and the
+// member lease bridge (controllers/memberlease).
 // Webhooks are registered on it separately (SetupWebhooks).
 func NewManager(cfg *rest.Config, o ManagerOptions) (manager.Manager, error) {
 	scheme, err := Scheme()
@@ -92,6 +95,12 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (manager.Manager, error) {
 		LeaderElectionID:              o.LeaderElectionID,
 		LeaderElectionReleaseOnCancel: true,
 		WebhookServer:                 webhook.NewServer(webhook.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.WebhookCertDir}),
+	}
+	// The member lease bridge reads druid's member leases only: a seed has
+	// a Lease per node and per controller besides, which the cache need not
+	// hold.
+	mo.Cache.ByObject = map[client.Object]cache.ByObject{
+		&coordinationv1.Lease{}: {Label: memberlease.Selector()},
 	}
 	if len(o.Namespaces) > 0 {
 		mo.Cache.DefaultNamespaces = map[string]cache.Config{}
@@ -133,6 +142,10 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (manager.Manager, error) {
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the membership controller: %w", err)
+	}
+	bridge := &memberlease.Reconciler{Client: mgr.GetClient(), Log: mgr.GetLogger().WithName("member-lease-bridge")}
+	if err := bridge.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the member lease bridge: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return nil, fmt.Errorf("adding the health check: %w", err)

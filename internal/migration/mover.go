@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -413,7 +414,8 @@ func (m *Mover) patchAdvertised(ctx context.Context, mutate func(*v1alpha1.Etcd)
 
 // patch changes the spec of the Etcd in one cluster with a merge patch
 // guarded by its resourceVersion, again on conflict: a concurrent writer's
-// change is never overwritten.
+// change is never overwritten. A patch that changes the spec asks druid to
+// reconcile it, as gardenlet does.
 func (m *Mover) patch(ctx context.Context, c client.Client, side string, mutate func(*v1alpha1.Etcd)) error {
 	key := client.ObjectKey{Namespace: m.o.Namespace, Name: m.o.Name}
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -423,6 +425,9 @@ func (m *Mover) patch(ctx context.Context, c client.Client, side string, mutate 
 		}
 		before := e.DeepCopy()
 		mutate(e)
+		if !apiequality.Semantic.DeepEqual(before.Spec, e.Spec) {
+			move.RequestDruidReconcile(e)
+		}
 		return c.Patch(ctx, e, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
 	})
 	if err != nil {

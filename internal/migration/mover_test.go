@@ -270,7 +270,10 @@ func TestSwitchClientsComesBeforeTheLastSourceMemberGoes(t *testing.T) {
 	g.Expect(err).To(MatchError(ContainSubstring("waiting in RetiringSource")))
 	g.Expect(switched).To(HaveLen(1))
 	g.Expect(switched[0].Spec.GetRetainedExternalMembers()).To(Equal(1), "the member was held while the clients were switched")
-	g.Expect(get(t, dstClient, ns).Spec.RetainedExternalMembers).To(BeNil(), "released after the switch")
+	released := get(t, dstClient, ns)
+	g.Expect(released.Spec.RetainedExternalMembers).To(BeNil(), "released after the switch")
+	g.Expect(released.Annotations).To(HaveKeyWithValue("druid.gardener.cloud/operation", "reconcile"),
+		"a spec change asks druid to reconcile, as gardenlet's writes do")
 	g.Expect(events).NotTo(BeEmpty())
 	g.Expect(events[0].Step).To(Equal(move.StepSwitchClients))
 	g.Expect(get(t, srcClient, ns)).To(Equal(srcBefore), "the source is not touched by the switch")

@@ -304,8 +304,10 @@ func TestRBACMatrix(t *testing.T) {
 		{res{"apps", "statefulsets", "", f.etcdNS}, []string{"get", "list", "watch", "patch"}},
 		{res{"apps", "statefulsets", "scale", f.etcdNS}, nil},
 		{res{"apps", "statefulsets", "status", f.etcdNS}, nil},
-		{res{"coordination.k8s.io", "leases", "", f.releaseNS}, []string{"get", "create", "update"}},
-		{res{"coordination.k8s.io", "leases", "", f.etcdNS}, nil},
+		// The election lease in the release namespace; druid's member
+		// leases everywhere (the member lease bridge).
+		{res{"coordination.k8s.io", "leases", "", f.releaseNS}, []string{"get", "list", "watch", "create", "update", "patch"}},
+		{res{"coordination.k8s.io", "leases", "", f.etcdNS}, []string{"get", "list", "watch", "create", "patch"}},
 		{res{"", "secrets", "", f.etcdNS}, nil},
 		{res{"", "secrets", "", f.releaseNS}, nil},
 		{res{"", "pods", "", f.etcdNS}, nil},

@@ -197,6 +197,9 @@ func TestLiveMoveBetweenRealSites(t *testing.T) {
 		g.Expect(sts.Status.ReadyReplicas).To(BeNumerically("==", 3))
 	}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
 	logTemplateChanges(t, b, moveNamespace, "etcd-main")
+	// druid reads its member leases by the ordinals 0..2; the member lease
+	// bridge fills them from the leases B's members renew.
+	waitEtcdReady(t, b, dst, 3)
 	g.Expect(etcdPodRuns(t, b, "etcd-main-3")).To(Equal(1), "B's first member ran once: no template change restarted it during the move")
 	w.Stop()
 	g.Expect(w.SetEndpoints(eps[3:]...)).To(Succeed())
@@ -244,6 +247,12 @@ func TestLiveMoveBetweenRealSites(t *testing.T) {
 			}
 		}
 	}
+	// The tie's promotion and removal are one sidecar call; on a busy
+	// machine a poll may still fall between etcd's two commits, and sees
+	// them apart. How long the tie lasted is asserted below.
+	if i := slices.Index(shape, "promote etcd-main-4"); i >= 0 && i+1 < len(shape) && shape[i+1] == "remove a source member" {
+		shape = slices.Replace(shape, i, i+2, "promote etcd-main-4 + remove a source member")
+	}
 	g.Expect(shape).To(Equal([]string{
 		"add learner (unnamed)", "promote etcd-main-3", "remove a source member",
 		"add learner (unnamed)", "promote etcd-main-4 + remove a source member",
@@ -265,6 +274,11 @@ func TestLiveMoveBetweenRealSites(t *testing.T) {
 	g.Expect(underOneSecond).To(Equal(n), "every tie lasted under a second")
 	for _, m := range history.last() {
 		g.Expect(m.Learner).To(BeFalse(), "%s votes", m.Name)
+	}
+	// No etcd member of either site panicked or exited fatally (etcd
+	// issue 21966: a member applying its own removal, polled).
+	for _, s := range []*Site{a, b} {
+		g.Expect(etcdCrashes(t, s)).To(BeEmpty(), "etcd panics or fatal exits in %s", s.opts.ClusterIdentity)
 	}
 	// Every run of B's pods, a pod druid restarted after the move included.
 	for _, p := range etcdPods(t, b, dst) {
@@ -468,6 +482,29 @@ func wroteSince(l *apiload.Load, server string, since time.Duration) bool {
 		}
 	}
 	return false
+}
+
+// etcdCrashes are the lines of every etcd container log on s's node, of
+// every pod that ran there, that tell of a panic or a fatal exit.
+func etcdCrashes(t *testing.T, s *Site) []string {
+	t.Helper()
+	logs, err := filepath.Glob(filepath.Join(s.Dir, "node", "pods", "*", "etcd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, f := range logs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.Lines(string(b)) {
+			if strings.HasPrefix(line, "panic:") || strings.Contains(line, `"level":"panic"`) || strings.Contains(line, `"level":"fatal"`) {
+				out = append(out, filepath.Base(filepath.Dir(f))+": "+strings.TrimSpace(line))
+			}
+		}
+	}
+	return out
 }
 
 // etcdPodRuns counts the pods of that name s's node ran (one folder each,

@@ -209,6 +209,18 @@ func RetireSource(dst *v1alpha1.Etcd, replicas, hold int32) {
 	dst.Spec.ExternalMembersPolicy = policy(v1alpha1.ExternalMembersPolicyRetire)
 }
 
+// RequestDruidReconcile asks etcd-druid to reconcile e's spec: druid as a
+// Gardener seed runs it (--enable-etcd-spec-auto-reconcile=false) acts on
+// a spec change, such as a step's new replicas, only when the Etcd carries
+// druid's operation annotation, which it removes once done. gardenlet sets
+// it with every spec it writes; so must whoever drives these steps.
+func RequestDruidReconcile(e *v1alpha1.Etcd) {
+	if e.Annotations == nil {
+		e.Annotations = map[string]string{}
+	}
+	e.Annotations[druidv1alpha1.DruidOperationAnnotation] = druidv1alpha1.DruidOperationReconcile
+}
+
 // ReleaseSource lets the destination's controller remove the source
 // members RetireSource held back: the clients they served are switched.
 func ReleaseSource(dst *v1alpha1.Etcd) {
