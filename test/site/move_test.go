@@ -129,6 +129,9 @@ func TestLiveMoveBetweenRealSites(t *testing.T) {
 		reconciled    sync.WaitGroup
 		reconcileErrs []error
 	)
+	// druid's view of B from its first member's join to the move's end.
+	druidReady := watchDruidReady(b, moveNamespace, "etcd-main")
+	t.Cleanup(func() { druidReady.stop() })
 	mover, err := migration.New(migration.Options{
 		Source: a.Client, Destination: b.Client,
 		Namespace: moveNamespace, Name: "etcd-main",
@@ -154,6 +157,9 @@ func TestLiveMoveBetweenRealSites(t *testing.T) {
 				w.Mark(string(e.Step) + " " + string(e.Kind))
 				load.Mark(string(e.Step) + " " + string(e.Kind))
 			}
+			if e.Kind == migration.StepDone && e.Step == move.StepJoinDestination {
+				druidReady.start()
+			}
 			// In the middle of the move, druid is made to reconcile both
 			// Etcds, as an operator's annotation does.
 			if e.Kind == migration.StepStarted && e.Step == move.StepRetireSource {
@@ -172,6 +178,11 @@ func TestLiveMoveBetweenRealSites(t *testing.T) {
 	load.MarkPhase("during")
 	moveStart := time.Now()
 	g.Expect(mover.Move(ctx)).To(Succeed())
+	samples := druidReady.stop()
+	firstReady := slices.Index(samples, true)
+	g.Expect(firstReady).To(BeNumerically(">=", 0), "druid reported B Ready during the move (%d samples)", len(samples))
+	g.Expect(samples[firstReady:]).To(HaveEach(BeTrue()), "once Ready, druid reports B Ready for the rest of the move")
+	t.Logf("druid's Ready of B, sampled every second from B's join: first Ready after %d s, then %d samples, all Ready", firstReady, len(samples)-firstReady)
 	t.Logf("the move took %s", time.Since(moveStart).Round(100*time.Millisecond))
 	w.MarkPhase("after")
 	load.MarkPhase("after")
@@ -482,6 +493,56 @@ func wroteSince(l *apiload.Load, server string, since time.Duration) bool {
 		}
 	}
 	return false
+}
+
+// readySampler records druid's Ready of one Etcd once a second, from start
+// until stop.
+type readySampler struct {
+	site      *Site
+	key       client.ObjectKey
+	startOnce sync.Once
+	stopOnce  sync.Once
+	cancel    context.CancelFunc
+	done      chan struct{}
+	ctx       context.Context
+	samples   []bool
+}
+
+func watchDruidReady(s *Site, namespace, name string) *readySampler {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &readySampler{site: s, key: client.ObjectKey{Namespace: namespace, Name: name}, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+}
+
+func (r *readySampler) start() {
+	r.startOnce.Do(func() {
+		go func() {
+			defer close(r.done)
+			tick := time.NewTicker(time.Second)
+			defer tick.Stop()
+			for {
+				var e v1alpha1.Etcd
+				if err := r.site.Client.Get(r.ctx, r.key, &e); err == nil {
+					r.samples = append(r.samples, e.DruidEtcd().IsReady())
+				}
+				select {
+				case <-r.ctx.Done():
+					return
+				case <-tick.C:
+				}
+			}
+		}()
+	})
+}
+
+// stop ends the sampling and returns the samples (none if it never
+// started).
+func (r *readySampler) stop() []bool {
+	r.stopOnce.Do(func() {
+		r.cancel()
+		r.startOnce.Do(func() { close(r.done) })
+		<-r.done
+	})
+	return r.samples
 }
 
 // etcdCrashes are the lines of every etcd container log on s's node, of
