@@ -242,8 +242,13 @@ func TestRBACDenied(t *testing.T) {
 			return f.sa.SubResource("scale").Patch(ctx, stsBefore.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":5}}`)))
 		}},
 		{"delete a StatefulSet", func() error { return f.sa.Delete(ctx, stsBefore.DeepCopy()) }},
-		{"take a Lease outside the release namespace", func() error {
-			_, err := cs.CoordinationV1().Leases(f.etcdNS).Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "druid-stretch"}}, metav1.CreateOptions{})
+		// The member lease bridge creates and patches druid's member leases
+		// anywhere; it never deletes one, nor updates one wholesale.
+		{"delete a Lease outside the release namespace", func() error {
+			return cs.CoordinationV1().Leases(f.etcdNS).Delete(ctx, "etcd-main-0", metav1.DeleteOptions{})
+		}},
+		{"update a Lease outside the release namespace", func() error {
+			_, err := cs.CoordinationV1().Leases(f.etcdNS).Update(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "etcd-main-0"}}, metav1.UpdateOptions{})
 			return err
 		}},
 		{"write a core Event beside the Etcd", func() error {
