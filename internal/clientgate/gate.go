@@ -138,9 +138,8 @@ func New(o Options) (*Gate, error) {
 			return httpTransport.RoundTrip(r)
 		}),
 		// gRPC answers stream: every frame goes out as it comes.
-		FlushInterval:  -1,
-		ModifyResponse: statusToTrailers,
-		ErrorHandler:   g.proxyError,
+		FlushInterval: -1,
+		ErrorHandler:  g.proxyError,
 		// A stream the gate ended at a drain shows here as a cancelled
 		// copy: expected, so at V(1).
 		ErrorLog: log.New(logWriter{o.Log.V(1)}, "", 0),
@@ -392,30 +391,6 @@ func (g *Gate) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	http.Error(w, "druid-stretch client gate: "+err.Error(), http.StatusBadGateway)
-}
-
-// statusToTrailers moves the status of a "trailers-only" gRPC answer
-// (etcd's error before any message: grpc-status in the response headers,
-// which end the stream) into the trailers. The proxy flushes the headers as
-// soon as it has them (FlushInterval -1), which may send them apart from the
-// stream's end, and gRPC reads a status only from the frame that ends the
-// stream: the client would see "server closed the stream without sending
-// trailers" instead of etcd's error (ErrCompacted, on which kube-apiserver's
-// watch cache relies, among them).
-func statusToTrailers(res *http.Response) error {
-	if res.Header.Get("Grpc-Status") == "" || !strings.HasPrefix(res.Header.Get("Content-Type"), "application/grpc") {
-		return nil
-	}
-	if res.Trailer == nil {
-		res.Trailer = http.Header{}
-	}
-	for _, k := range []string{"Grpc-Status", "Grpc-Message", "Grpc-Status-Details-Bin"} {
-		if v, ok := res.Header[k]; ok {
-			res.Trailer[k] = v
-			delete(res.Header, k)
-		}
-	}
-	return nil
 }
 
 // isGRPC tells a gRPC call from plain HTTP.

@@ -452,10 +452,10 @@ func TestEtcdErrorsPassThrough(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	_, err = cli.Compact(ctx, last.Header.Revision)
 	g.Expect(err).NotTo(HaveOccurred())
-	// etcd answers an error before any message "trailers-only": the
-	// status in the response headers, which end the stream. Whether the
-	// proxy's first flush of the headers comes before the end is a race,
-	// so the call is made many times.
+	// etcd answers an error before any message "trailers-only" (the
+	// status in the headers that end the stream); many calls, so that a
+	// proxy that split those headers from the stream's end even once
+	// would show.
 	for range 300 {
 		_, err = cli.Get(ctx, "/gate/compacted", clientv3.WithRev(first.Header.Revision))
 		g.Expect(err).To(MatchError(rpctypes.ErrCompacted))
