@@ -417,6 +417,16 @@ func expectLeadership(g *WithT, ctx context.Context, cs kubernetes.Interface, na
 	case <-time.After(15 * time.Second):
 		g.ExpectWithOffset(1, "not leading").To(BeEmpty(), "leader election in %s", namespace)
 	}
+	// The elector renews once right after it acquired the lock; stopping
+	// while that renewal is in flight leaves it a stale record, and its
+	// release then conflicts. The next renewal comes a retry period later.
+	g.EventuallyWithOffset(1, func(g Gomega) {
+		l := &coordinationv1.Lease{}
+		g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "druid-stretch-leader"}, l)).To(Succeed())
+		g.Expect(l.Spec.RenewTime).NotTo(BeNil())
+		g.Expect(l.Spec.AcquireTime).NotTo(BeNil())
+		g.Expect(l.Spec.RenewTime.Time.After(l.Spec.AcquireTime.Time)).To(BeTrue(), "renewed after acquiring")
+	}).WithTimeout(10 * time.Second).WithPolling(50 * time.Millisecond).Should(Succeed())
 	stop()
 	<-done
 	lease := &coordinationv1.Lease{}
