@@ -133,11 +133,11 @@ func (c *Client) DrainClients(ctx context.Context, o CallOptions) (*ClientGateSt
 	return &out, nil
 }
 
-// HoldClients makes the member's new calls wait for at most d and returns
-// once the calls forwarded before have been answered.
-func (c *Client) HoldClients(ctx context.Context, d time.Duration, o CallOptions) (*ClientGateStatus, error) {
+// HoldClients makes the member's new calls wait (see ClientHold) and
+// returns once the calls forwarded before have been answered.
+func (c *Client) HoldClients(ctx context.Context, h ClientHold, o CallOptions) (*ClientGateStatus, error) {
 	var out ClientGateStatus
-	if err := c.do(ctx, http.MethodPost, "/v1/clients/hold", ClientHold{Seconds: d.Seconds()}, o, &out); err != nil {
+	if err := c.do(ctx, http.MethodPost, "/v1/clients/hold", h, o, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil

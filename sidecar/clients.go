@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
 // ReasonNoClientGate: the sidecar runs no client gate (Config.ClientGate),
@@ -21,7 +24,18 @@ const MaxClientHold = 5 * time.Second
 // ClientHold asks the gate to hold new calls for at most Seconds.
 type ClientHold struct {
 	Seconds float64 `json:"seconds"`
+	// UntilLeader, a member ID in hex, also ends the hold as soon as the
+	// local member reports that member as its leader: for this member's
+	// clients the leader transfer the hold covers is then over, and their
+	// calls go on without waiting for the caller's release, a round trip
+	// away across sites.
+	UntilLeader string `json:"untilLeader,omitempty"`
 }
+
+// leaderPoll is how often a hold with UntilLeader asks the local member
+// for its leader: a Status call on the member's own host, cheap beside
+// the transfer it waits for.
+const leaderPoll = 5 * time.Millisecond
 
 // ClientGateStatus is the gate's state after a drain or hold call.
 type ClientGateStatus struct {
@@ -72,22 +86,55 @@ func (s *Server) holdClients(r *http.Request) (int, any, *Error) {
 	}
 	var h ClientHold
 	if err := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<10)).Decode(&h); err != nil {
-		return 0, nil, &Error{StatusCode: http.StatusBadRequest, Reason: ReasonMalformedRequest, Message: "the body must be {\"seconds\": N}: " + err.Error()}
+		return 0, nil, &Error{StatusCode: http.StatusBadRequest, Reason: ReasonMalformedRequest, Message: "the body must be {\"seconds\": N, \"untilLeader\": \"<member ID>\"}: " + err.Error()}
 	}
 	d := time.Duration(h.Seconds * float64(time.Second))
 	if d <= 0 || d > MaxClientHold {
 		return 0, nil, &Error{StatusCode: http.StatusBadRequest, Reason: ReasonInvalidArgument,
 			Message: fmt.Sprintf("seconds %v: a hold lasts more than 0 and at most %s", h.Seconds, MaxClientHold)}
 	}
+	var leader uint64
+	if h.UntilLeader != "" {
+		var err error
+		if leader, err = strconv.ParseUint(h.UntilLeader, 16, 64); err != nil || leader == 0 {
+			return 0, nil, &Error{StatusCode: http.StatusBadRequest, Reason: ReasonInvalidArgument,
+				Message: fmt.Sprintf("untilLeader %q: want a member ID in hex, as the member list shows it", h.UntilLeader)}
+		}
+	}
 	release, err := g.Hold(r.Context(), d)
 	s.mu.Lock()
 	s.releaseHold = release
 	s.mu.Unlock()
+	if leader != 0 {
+		go s.releaseOnLeader(release, leader, d)
+	}
 	if err != nil {
 		return 0, nil, &Error{StatusCode: http.StatusServiceUnavailable, Reason: ReasonEtcdUnavailable,
 			Message: fmt.Sprintf("holding the clients of the local member (the hold stays until it ends by itself): %v", err)}
 	}
 	return http.StatusOK, ClientGateStatus{Ready: g.Ready(), InFlight: g.InFlight(), HeldSeconds: d.Seconds()}, nil
+}
+
+// releaseOnLeader ends the hold once the local member reports leader as
+// its leader, or gives up when the hold ends by itself.
+func (s *Server) releaseOnLeader(release func(), leader uint64, max time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), max)
+	defer cancel()
+	tick := time.NewTicker(leaderPoll)
+	defer tick.Stop()
+	for {
+		st, err := pb.NewMaintenanceClient(s.local.ActiveConnection()).Status(ctx, &pb.StatusRequest{})
+		if err == nil && st.Leader == leader {
+			s.log.V(1).Info("leader transfer seen by the local member: hold released", "leader", fmt.Sprintf("%x", leader))
+			release()
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // releaseClients ends the hold early; without one it does nothing.

@@ -3,6 +3,7 @@ package sidecar_test
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net"
 	"net/http/httptest"
 	"net/url"
@@ -84,7 +85,7 @@ func TestClientGateEndpoints(t *testing.T) {
 	g.Expect(sc.Ready(ctx)).To(Succeed())
 
 	for _, bad := range []time.Duration{0, -time.Second, sidecar.MaxClientHold + time.Second} {
-		_, err := sc.HoldClients(ctx, bad, sidecar.CallOptions{})
+		_, err := sc.HoldClients(ctx, sidecar.ClientHold{Seconds: bad.Seconds()}, sidecar.CallOptions{})
 		g.Expect(sidecar.IsReason(err, sidecar.ReasonInvalidArgument)).To(BeTrue(), "a hold of %s is refused: %v", bad, err)
 	}
 	put := func() time.Duration {
@@ -95,7 +96,7 @@ func TestClientGateEndpoints(t *testing.T) {
 	}
 	g.Expect(put()).To(BeNumerically("<", 300*time.Millisecond), "the refused holds held nothing")
 
-	st, err := sc.HoldClients(ctx, 2*time.Second, sidecar.CallOptions{})
+	st, err := sc.HoldClients(ctx, sidecar.ClientHold{Seconds: 2}, sidecar.CallOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(st.HeldSeconds).To(Equal(2.0))
 	g.Expect(st.InFlight).To(BeZero())
@@ -126,7 +127,118 @@ func TestNoClientGate(t *testing.T) {
 	defer cancel()
 	_, err := c.DrainClients(ctx, sidecar.CallOptions{})
 	g.Expect(sidecar.IsReason(err, sidecar.ReasonNoClientGate)).To(BeTrue(), "%v", err)
-	_, err = c.HoldClients(ctx, time.Second, sidecar.CallOptions{})
+	_, err = c.HoldClients(ctx, sidecar.ClientHold{Seconds: 1}, sidecar.CallOptions{})
 	g.Expect(sidecar.IsReason(err, sidecar.ReasonNoClientGate)).To(BeTrue(), "%v", err)
 	g.Expect(c.Ready(ctx)).To(Succeed())
+}
+
+// A hold with UntilLeader ends by itself once the local member reports the
+// new leader: the held write goes on without a release; a malformed ID is
+// refused and holds nothing.
+func TestClientHoldEndsWhenTheLeaderMoved(t *testing.T) {
+	g := NewWithT(t)
+	c := etcdtest.Start(t, etcdtest.Options{Names: etcdtest.Numbered("m", 3)})
+	sc, _, gateURL := gatedSidecar(t, c, c.Members[0])
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{gateURL}, TLS: c.ClientTLS, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer cli.Close()
+	_, err = cli.Put(ctx, "/held", "0")
+	g.Expect(err).NotTo(HaveOccurred())
+
+	for _, bad := range []string{"xyz", "0", "-1"} {
+		_, err := sc.HoldClients(ctx, sidecar.ClientHold{Seconds: 1, UntilLeader: bad}, sidecar.CallOptions{})
+		g.Expect(sidecar.IsReason(err, sidecar.ReasonInvalidArgument)).To(BeTrue(), "untilLeader %q is refused: %v", bad, err)
+		g.Expect(err).To(MatchError(ContainSubstring(bad)))
+	}
+	start := time.Now()
+	_, err = cli.Put(ctx, "/held", "1")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(time.Since(start)).To(BeNumerically("<", time.Second), "the refused holds held nothing")
+
+	// Leadership goes to a member that does not lead now.
+	st, err := cli.Status(ctx, gateURL)
+	g.Expect(err).NotTo(HaveOccurred())
+	members, err := cli.MemberList(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	var leaderURL string
+	var transferee uint64
+	for _, m := range members.Members {
+		if m.ID == st.Leader {
+			leaderURL = m.ClientURLs[0]
+		} else if transferee == 0 {
+			transferee = m.ID
+		}
+	}
+	_, err = sc.HoldClients(ctx, sidecar.ClientHold{Seconds: sidecar.MaxClientHold.Seconds(), UntilLeader: fmt.Sprintf("%x", transferee)}, sidecar.CallOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	written := make(chan time.Time, 1)
+	go func() {
+		if _, err := cli.Put(ctx, "/held", "2"); err == nil {
+			written <- time.Now()
+		}
+	}()
+	g.Consistently(written).WithTimeout(300*time.Millisecond).ShouldNot(Receive(), "the write waits while the leader has not moved")
+	leader, err := clientv3.New(clientv3.Config{Endpoints: []string{leaderURL}, TLS: c.ClientTLS, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer leader.Close()
+	_, err = leader.MoveLeader(ctx, transferee)
+	g.Expect(err).NotTo(HaveOccurred())
+	moved := time.Now()
+	var at time.Time
+	g.Eventually(written).WithTimeout(3*time.Second).Should(Receive(&at),
+		"the write goes on once the member sees the new leader, with no release and before the hold's end")
+	t.Logf("the held write was acknowledged %s after MoveLeader returned (before it, when negative)", at.Sub(moved))
+	got, err := cli.Get(ctx, "/held")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(got.Kvs[0].Value)).To(Equal("2"))
+}
+
+// Through the leader's own sidecar a transfer goes out on the background
+// poll's recent health of the target; a target that poll found down is
+// refused as unhealthy, and leadership stays.
+func TestMoveLeaderThroughTheLeadersSidecar(t *testing.T) {
+	g := NewWithT(t)
+	tc := startCluster(t, 3, clusterOptions{})
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	leaderOf := func() string {
+		l, err := tc.client(tc.Members[0]).Members(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		return leaderName(l)
+	}
+	var leader, next, down string
+	g.Eventually(leaderOf).WithTimeout(30 * time.Second).ShouldNot(BeEmpty())
+	leader = leaderOf()
+	for _, m := range tc.Members {
+		switch {
+		case m.Name == leader:
+		case next == "":
+			next = m.Name
+		default:
+			down = m.Name
+		}
+	}
+	c := tc.client(tc.Runtime.Member(leader))
+	moved, err := c.MoveLeader(ctx, next, sidecar.CallOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(moved.Changed).To(BeTrue())
+	g.Expect(moved.Member.Name).To(Equal(next))
+	g.Eventually(leaderOf).WithTimeout(10 * time.Second).Should(Equal(next))
+
+	// The new leader's sidecar sees one member stop.
+	c = tc.client(tc.Runtime.Member(next))
+	g.Expect(tc.Runtime.Member(down).Stop(ctx)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		l, err := c.Members(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(memberByName(l, down).Healthy).To(BeFalse())
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	_, err = c.MoveLeader(ctx, down, sidecar.CallOptions{})
+	g.Expect(sidecar.IsReason(err, sidecar.ReasonMemberUnhealthy)).To(BeTrue(), "%v", err)
+	g.Expect(err).To(MatchError(ContainSubstring(down)))
+	l, err := c.Members(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(leaderName(l)).To(Equal(next), "leadership stays")
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -443,23 +444,49 @@ func (s *Server) moveLeader(r *http.Request) (int, any, *Error) {
 		return 0, nil, e
 	}
 	setTarget(r, req.Name)
-	ctx, v, done, e := s.beginChange(r, true)
+	// The member list and the lock first; every member's health only when
+	// the fast path below does not apply.
+	ctx, v, done, e := s.beginChange(r, false)
 	if e != nil {
 		return 0, nil, e
 	}
 	defer done()
-	target := v.find(req.Name)
-	switch {
-	case target == nil:
-		return 0, nil, memberNotFound(req.Name)
-	case target.pb.IsLearner:
-		return 0, nil, &Error{StatusCode: http.StatusConflict, Reason: ReasonNotVoter,
-			Message: fmt.Sprintf("member %q (%s) is a learner; promote it before moving leadership to it", req.Name, target.api.ID)}
-	case target.api.IsLeader:
-		return http.StatusOK, ChangeResult{Member: target.api}, nil
+	if e := checkTransferee(v, req.Name); e != nil {
+		return 0, nil, e
 	}
 	if e := checkFingerprint(r, v); e != nil {
 		return 0, nil, e
+	}
+	// Callers hold the members' clients for the transfer (see
+	// ClientHold), so its checks should not cost a round trip to every
+	// member, across sites. When the local member leads and the background
+	// poll found the target healthy a moment ago, the transfer goes out at
+	// once; otherwise every member is polled now.
+	target := v.find(req.Name)
+	if led, err := s.localLeads(ctx); err == nil && led && s.healthyWithin(target.pb.ID, 2*s.cfg.PollInterval) {
+		if target.pb.ID == s.localIDNow() {
+			return http.StatusOK, ChangeResult{Member: target.api}, nil
+		}
+		if _, err := s.local.MoveLeader(ctx, target.pb.ID); err != nil {
+			return 0, nil, etcdError("moving leadership", err)
+		}
+		out := target.api
+		out.IsLeader, out.Healthy = true, true
+		return http.StatusOK, ChangeResult{Member: out, Changed: true}, nil
+	}
+	v, err := s.observe(ctx, observeOptions{health: true})
+	if err != nil {
+		return 0, nil, etcdError("reading the membership", err)
+	}
+	if e := checkTransferee(v, req.Name); e != nil {
+		return 0, nil, e
+	}
+	if e := checkFingerprint(r, v); e != nil {
+		return 0, nil, e
+	}
+	target = v.find(req.Name)
+	if target.api.IsLeader {
+		return http.StatusOK, ChangeResult{Member: target.api}, nil
 	}
 	if !target.api.Healthy {
 		return 0, nil, &Error{StatusCode: http.StatusConflict, Reason: ReasonMemberUnhealthy, RetryAfter: time.Second,
@@ -486,6 +513,46 @@ func (s *Server) moveLeader(r *http.Request) (int, any, *Error) {
 	out := target.api
 	out.IsLeader = true
 	return http.StatusOK, ChangeResult{Member: out, Changed: true}, nil
+}
+
+// checkTransferee refuses a leader transfer to a member that is not in v
+// or does not vote.
+func checkTransferee(v *view, name string) *Error {
+	target := v.find(name)
+	switch {
+	case target == nil:
+		return memberNotFound(name)
+	case target.pb.IsLearner:
+		return &Error{StatusCode: http.StatusConflict, Reason: ReasonNotVoter,
+			Message: fmt.Sprintf("member %q (%s) is a learner; promote it before moving leadership to it", name, target.api.ID)}
+	}
+	return nil
+}
+
+// localLeads asks the local member whether it leads.
+func (s *Server) localLeads(ctx context.Context) (bool, error) {
+	st, err := pb.NewMaintenanceClient(s.local.ActiveConnection()).Status(ctx, &pb.StatusRequest{})
+	if err != nil {
+		return false, err
+	}
+	return st.Header != nil && st.Leader != 0 && st.Leader == st.Header.MemberId, nil
+}
+
+// localIDNow is the local member's ID as last learned (0 before).
+func (s *Server) localIDNow() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.localID
+}
+
+// healthyWithin tells whether the member was found healthy by a poll no
+// longer than age ago, and at every poll since it was first found so.
+func (s *Server) healthyWithin(id uint64, age time.Duration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, ok := s.lastHealthy[id]
+	_, continuous := s.healthySince[id]
+	return ok && continuous && age > 0 && time.Since(at) <= age
 }
 
 // checkFingerprint refuses a change planned from another membership than

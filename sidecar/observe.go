@@ -287,6 +287,7 @@ func (s *Server) noteView(v *view, removing map[uint64]bool) {
 	for id := range s.healthySince {
 		if !present[id] || removing[id] {
 			delete(s.healthySince, id)
+			delete(s.lastHealthy, id)
 		}
 	}
 	if len(eps) == 0 || slices.Equal(eps, s.peerEndpoints) || s.closed {
@@ -371,8 +372,10 @@ func (s *Server) pollMembers(ctx context.Context, v *view, removing map[uint64]b
 		}
 		if !a.Healthy {
 			delete(s.healthySince, m.pb.ID)
+			delete(s.lastHealthy, m.pb.ID)
 			continue
 		}
+		s.lastHealthy[m.pb.ID] = now
 		since, ok := s.healthySince[m.pb.ID]
 		if !ok {
 			since = now

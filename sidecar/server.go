@@ -170,6 +170,7 @@ type Server struct {
 	peerEndpoints []string
 	memberConns   map[uint64]*memberConn
 	healthySince  map[uint64]time.Time
+	lastHealthy   map[uint64]time.Time // member ID -> the last poll that found it healthy
 	removalsSent  map[uint64]time.Time // member ID -> until when it stays unpolled
 	tombstones    tombstoneLease
 	releaseHold   func() // ends the client gate's current hold
@@ -217,6 +218,7 @@ func New(cfg Config) (*Server, error) {
 		joiner:        j,
 		memberConns:   map[uint64]*memberConn{},
 		healthySince:  map[uint64]time.Time{},
+		lastHealthy:   map[uint64]time.Time{},
 		removalsSent:  map[uint64]time.Time{},
 		peerEndpoints: append([]string(nil), cfg.Endpoints[1:]...),
 	}

@@ -70,7 +70,7 @@ func TestSummarizeCountsFromFirstReadiness(t *testing.T) {
 		Name: "during", Start: ms(3100), End: ms(4000), Writes: 1, Failed: 3,
 		MaxWriteGap: ms(500), WriteLatency: Latency{Count: 1, P50: ms(100), P99: ms(100), Max: ms(100)},
 	}))
-	g.Expect(f.String()).To(Equal("site-b: 3 writes, 1 reads, 3 failed (2 Timeout, 1 ProposalDropped), 1 conflicts, max write gap 2.01 s, ready from 1.0 s"))
+	g.Expect(f.String()).To(Equal("site-b: 3 writes, 1 reads, 3 failed (2 Timeout, 1 ProposalDropped), 1 conflicts, max write gap 2.01 s from 1.0 s, ready from 1.0 s"))
 
 	never := summarize("site-c", nil, false, 0, ms(4000), ms(4000), phases)
 	g.Expect(never.MaxWriteGap).To(BeZero())

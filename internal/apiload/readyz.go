@@ -3,6 +3,7 @@ package apiload
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"time"
@@ -54,6 +55,22 @@ func (l *Load) pollReadyz(ctx context.Context, s *server, anyReady chan<- *serve
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// WaitReady returns once the server name answered /readyz with 200 (at
+// once if it did before), or with ctx's error. A caller switches clients
+// to a server only after it: Switch refuses one that never was ready.
+func (l *Load) WaitReady(ctx context.Context, name string) error {
+	s := l.serverNamed(name)
+	if s == nil {
+		return fmt.Errorf("apiload: WaitReady for unknown server %q (servers: %s)", name, l.serverNames())
+	}
+	select {
+	case <-s.ready:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("apiload: %s never answered /readyz with 200: %w", name, ctx.Err())
 	}
 }
 

@@ -430,8 +430,8 @@ func (r Results) String() string {
 
 // String is one line: counts, failure classes, write gap, readiness and
 // switch, e.g. "site-a: 1234 writes, 310 reads, 3 failed (2 MemberRemoved,
-// 1 ProposalDropped), max write gap 0.84 s, ready 0.0-61.2 s, switched to
-// site-b at 58.0 s".
+// 1 ProposalDropped), max write gap 0.84 s from 40.2 s, ready 0.0-61.2 s,
+// switched to site-b at 58.0 s".
 func (f ServerFigures) String() string {
 	s := f.counts()
 	switched := ""
@@ -468,5 +468,9 @@ func (f ServerFigures) counts() string {
 	if f.Conflicts > 0 {
 		s += fmt.Sprintf(", %d conflicts", f.Conflicts)
 	}
-	return s + fmt.Sprintf(", max write gap %.2f s", f.MaxWriteGap.Seconds())
+	s += fmt.Sprintf(", max write gap %.2f s", f.MaxWriteGap.Seconds())
+	if f.MaxWriteGap > 0 {
+		s += fmt.Sprintf(" from %.1f s", f.MaxWriteGapAt.Seconds())
+	}
+	return s
 }

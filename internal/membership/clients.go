@@ -63,18 +63,22 @@ func (c *Cluster) drainClients(ctx context.Context, endpoints []Endpoint, member
 }
 
 // holdClients makes every member's gate hold new calls until release is
-// called, and returns once the calls in flight at each gate are answered:
-// during the leader transfer that follows, no proposal is on its way to
-// the old leader, which would drop it (silently, when a follower forwarded
-// it: its client then waits out etcd's request timeout). A gate that
-// cannot be held is logged and left: the transfer goes on, as etcd alone
-// would do it.
-func (c *Cluster) holdClients(ctx context.Context, endpoints []Endpoint) (release func()) {
+// called, or until its member reports transferee (a member ID in hex, empty
+// for none) as its leader, and returns once the calls in flight at each
+// gate are answered: during the leader transfer that follows, no proposal
+// is on its way to the old leader, which would drop it (silently, when a
+// follower forwarded it: its client then waits out etcd's request
+// timeout). Each gate ending its own hold when its member sees the new
+// leader spares its clients the round trips of the transfer's answer and
+// of the release, across sites two of them. A gate that cannot be held is
+// logged and left: the transfer goes on, as etcd alone would do it.
+func (c *Cluster) holdClients(ctx context.Context, endpoints []Endpoint, transferee string) (release func()) {
 	var (
 		mu   sync.Mutex
 		held []*sidecar.Client
 		wg   sync.WaitGroup
 	)
+	c.warmConnections(ctx, endpoints)
 	for _, e := range endpoints {
 		if e.URL == "" {
 			continue
@@ -85,7 +89,8 @@ func (c *Cluster) holdClients(ctx context.Context, endpoints []Endpoint) (releas
 			cl := c.client(e.URL)
 			callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 			defer cancel()
-			_, err := cl.HoldClients(callCtx, leaderTransferHold, sidecar.CallOptions{LockHolder: c.cfg.Holder})
+			_, err := cl.HoldClients(callCtx, sidecar.ClientHold{Seconds: leaderTransferHold.Seconds(), UntilLeader: transferee},
+				sidecar.CallOptions{LockHolder: c.cfg.Holder})
 			switch {
 			case sidecar.IsReason(err, sidecar.ReasonNoClientGate):
 			case err != nil:
@@ -117,3 +122,27 @@ func (c *Cluster) holdClients(ctx context.Context, endpoints []Endpoint) (releas
 		wg.Wait()
 	}
 }
+
+// warmConnections makes sure a connection to every sidecar is open before
+// the clients are held: a sidecar the controller has not called lately
+// (another site's, whose member it does not observe through) would
+// otherwise cost a TCP handshake inside the hold, a round trip across
+// sites. The answers do not matter.
+func (c *Cluster) warmConnections(ctx context.Context, endpoints []Endpoint) {
+	var wg sync.WaitGroup
+	for _, e := range endpoints {
+		if e.URL == "" {
+			continue
+		}
+		wg.Go(func() {
+			callCtx, cancel := context.WithTimeout(ctx, min(c.cfg.CallTimeout, warmTimeout))
+			defer cancel()
+			_ = c.client(e.URL).Ready(callCtx)
+		})
+	}
+	wg.Wait()
+}
+
+// warmTimeout bounds the wait for a connection warmed before a hold: a
+// sidecar that takes longer is held cold, or not at all.
+const warmTimeout = 2 * time.Second

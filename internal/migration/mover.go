@@ -54,14 +54,17 @@ type Options struct {
 	// (default 200 ms).
 	PollInterval time.Duration
 	// SwitchClients, when set, moves the clients of the source site to the
-	// destination before its last member goes: gardenlet points the
-	// shoot's API endpoint at the destination's kube-apiserver and stops
-	// the source's, whose only etcd endpoint is the source's client
-	// Service. The move then holds one source member back (N+1 voters,
-	// the destination's majority) until SwitchClients returned nil. It
-	// runs again if the move is resumed before the member was released, so
-	// it must be safe to repeat. Unset: the source's members all go in
-	// retire-source.
+	// destination once the destination has joined and before any source
+	// member goes: gardenlet points the shoot's API endpoint at the
+	// destination's kube-apiserver (waiting for it to serve, on the
+	// destination's client Service) and stops the source's, whose only
+	// etcd endpoint is the source's client Service. The source's clients
+	// then never see a member removed or leadership moved; the
+	// destination's see the one leader transfer, which their members'
+	// client gates hold them through. Retire-source starts only after it
+	// returned nil. It runs again when a Mover resumes a move that had
+	// not started retire-source, so it must be safe to repeat. Unset:
+	// retire-source follows the join at once.
 	SwitchClients func(ctx context.Context) error
 	// Progress, when set, receives every event, in order, from the
 	// goroutine that runs the move: keep it quick.
@@ -104,6 +107,8 @@ type Event struct {
 // Mover moves one Etcd.
 type Mover struct {
 	o Options
+	// switched: this Mover ran SwitchClients successfully.
+	switched bool
 }
 
 // New checks the options.
@@ -177,10 +182,17 @@ func (m *Mover) Move(ctx context.Context) error {
 			step = m.prepareSource
 		case move.PhaseSourcePrepared, move.PhaseJoiningDestination:
 			step = m.joinDestination
-		case move.PhaseDestinationJoined, move.PhaseRetiringSource:
+		case move.PhaseDestinationJoined:
+			step = m.retireSource
+			if m.o.SwitchClients != nil && !m.switched {
+				if err := m.run(ctx, move.StepSwitchClients, src, dst, m.switchClients); err != nil {
+					return err
+				}
+			}
+		case move.PhaseRetiringSource:
 			step = m.retireSource
 		case move.PhaseSourceHeld:
-			step = m.switchClients
+			step = m.releaseSource
 		case move.PhaseSourceRetired, move.PhaseFinishing:
 			step = m.finish
 		default:
@@ -331,24 +343,30 @@ func (m *Mover) retireSource(ctx context.Context, src, _ *v1alpha1.Etcd) error {
 	// The source lists every destination member: their number is the
 	// destination's final size, whatever it has now.
 	n := int32(len(src.Spec.ExternalMembers))
-	var hold int32
-	if m.o.SwitchClients != nil {
-		hold = 1
-	}
-	if err := m.patchAdvertised(ctx, func(e *v1alpha1.Etcd) { move.RetireSource(e, n, hold) }); err != nil {
+	// No source member is held back: the clients were switched before.
+	if err := m.patchAdvertised(ctx, func(e *v1alpha1.Etcd) { move.RetireSource(e, n, 0) }); err != nil {
 		return err
 	}
 	return m.wait(ctx, move.StepRetireSource, func(_, dst *v1alpha1.Etcd) bool { return move.SourceRetired(dst) || move.SourceHeld(dst) })
 }
 
-// switchClients runs the caller's switch of the source site's clients,
-// then lets the destination remove the source member it held for them.
-// Without SwitchClients (a move resumed by a caller that has none) it
-// releases the member at once.
+// switchClients runs the caller's switch of the source site's clients.
 func (m *Mover) switchClients(ctx context.Context, _, _ *v1alpha1.Etcd) error {
-	if m.o.SwitchClients != nil {
-		if err := m.o.SwitchClients(ctx); err != nil {
-			return fmt.Errorf("migration: switching the source site's clients to the destination: %w", err)
+	if err := m.o.SwitchClients(ctx); err != nil {
+		return fmt.Errorf("migration: switching the source site's clients to the destination: %w", err)
+	}
+	m.switched = true
+	return nil
+}
+
+// releaseSource lets the destination remove the source members it holds
+// (spec.retainedExternalMembers, set by an operator or by an earlier
+// version of this adapter), after the caller's switch of the source site's
+// clients if this Mover has not run it yet.
+func (m *Mover) releaseSource(ctx context.Context, src, dst *v1alpha1.Etcd) error {
+	if m.o.SwitchClients != nil && !m.switched {
+		if err := m.switchClients(ctx, src, dst); err != nil {
+			return err
 		}
 	}
 	if err := m.patch(ctx, m.o.Destination, "destination", move.ReleaseSource); err != nil {

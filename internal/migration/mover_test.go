@@ -186,6 +186,14 @@ func TestMoveRefusesASeparateDestinationCluster(t *testing.T) {
 // members, converged or not, and returns the namespace.
 func retiringMove(t *testing.T, hold int32, converged bool, observed ...v1alpha1.ObservedMember) string {
 	t.Helper()
+	return startedMove(t, converged, func(dst *v1alpha1.Etcd) { move.RetireSource(dst, 3, hold) }, observed...)
+}
+
+// startedMove is a move whose destination joined, then had step applied
+// to its spec, with its controller's report of observed members
+// (converged or not); it returns the namespace.
+func startedMove(t *testing.T, converged bool, step func(dst *v1alpha1.Etcd), observed ...v1alpha1.ObservedMember) string {
+	t.Helper()
 	g := NewWithT(t)
 	ns, src := setup(t)
 	dstMembers, err := move.ExternalMembers(move.NewDestination(src, 3), migration.URLTemplates{Peer: "http://{pod}.b:2380"}.Addresses())
@@ -197,7 +205,7 @@ func retiringMove(t *testing.T, hold int32, converged bool, observed ...v1alpha1
 	g.Expect(srcClient.Patch(t.Context(), src, client.MergeFrom(before))).To(Succeed())
 	dst := move.NewDestination(src, 3)
 	move.JoinDestination(dst, srcMembers)
-	move.RetireSource(dst, 3, hold)
+	step(dst)
 	dst.ResourceVersion, dst.Spec.ExternalMembers = "", srcMembers
 	g.Expect(dstClient.Create(t.Context(), dst)).To(Succeed())
 	now := metav1.Now()
@@ -233,10 +241,44 @@ func TestAbortRefusedOnceTheDestinationHoldsTheMajority(t *testing.T) {
 	g.Expect(get(t, dstClient, ns)).To(Equal(dstBefore))
 }
 
-// In phase SourceHeld the move runs the caller's switch of the source
-// site's clients and only then releases the held source member; a switch
-// that fails changes nothing.
-func TestSwitchClientsComesBeforeTheLastSourceMemberGoes(t *testing.T) {
+// Once the destination joined, the move runs the caller's switch of the
+// source site's clients before it retires any source member; a switch that
+// fails changes nothing.
+func TestSwitchClientsComesBeforeAnySourceMemberGoes(t *testing.T) {
+	g := NewWithT(t)
+	// The destination's first member joined: 3+1 voters, policy Keep.
+	ns := startedMove(t, true, func(*v1alpha1.Etcd) {},
+		observedMember("1", "etcd-main-0", v1alpha1.MemberRoleLeader, v1alpha1.MemberOriginExternal),
+		observedMember("2", "etcd-main-1", v1alpha1.MemberRoleVoter, v1alpha1.MemberOriginExternal),
+		observedMember("3", "etcd-main-2", v1alpha1.MemberRoleVoter, v1alpha1.MemberOriginExternal),
+		observedMember("4", "etcd-main-3", v1alpha1.MemberRoleVoter, v1alpha1.MemberOriginLocal))
+	g.Expect(move.Phase(get(t, srcClient, ns), get(t, dstClient, ns))).To(Equal(move.PhaseDestinationJoined))
+	srcBefore, dstBefore := get(t, srcClient, ns), get(t, dstClient, ns)
+
+	moveWithFailingSwitch(t, ns, "no source member is retired while the clients are not switched")
+	// Nobody plays the destination's controller here: the wait for the
+	// source's retirement runs out.
+	switched, events := moveWithSwitch(t, ns, "waiting in RetiringSource")
+	g.Expect(switched).To(HaveLen(1), "the switch ran once")
+	g.Expect(switched[0]).To(Equal(dstBefore), "the switch ran before the destination was told to retire the source")
+	retiring := get(t, dstClient, ns)
+	g.Expect(retiring.Spec.GetExternalMembersPolicy()).To(Equal(v1alpha1.ExternalMembersPolicyRetire))
+	g.Expect(retiring.Spec.Replicas).To(BeNumerically("==", 3))
+	g.Expect(retiring.Spec.RetainedExternalMembers).To(BeNil(), "no source member is held back: the clients are switched")
+	var steps []move.Step
+	for _, e := range events {
+		if e.Kind == migration.StepStarted {
+			steps = append(steps, e.Step)
+		}
+	}
+	g.Expect(steps).To(Equal([]move.Step{move.StepSwitchClients, move.StepRetireSource}))
+	g.Expect(get(t, srcClient, ns)).To(Equal(srcBefore), "the source is not touched by the switch")
+}
+
+// A destination that holds a source member back (spec.retainedExternalMembers,
+// set by a caller that could not switch its clients first) gets it released
+// after the caller's switch; a switch that fails changes nothing.
+func TestHeldSourceMemberIsReleasedAfterTheSwitch(t *testing.T) {
 	g := NewWithT(t)
 	// The destination retired all but one source member, which it holds
 	// for the source site's clients.
@@ -246,28 +288,12 @@ func TestSwitchClientsComesBeforeTheLastSourceMemberGoes(t *testing.T) {
 		observedMember("3", "etcd-main-4", v1alpha1.MemberRoleVoter, v1alpha1.MemberOriginLocal),
 		observedMember("4", "etcd-main-5", v1alpha1.MemberRoleVoter, v1alpha1.MemberOriginLocal))
 	g.Expect(move.Phase(get(t, srcClient, ns), get(t, dstClient, ns))).To(Equal(move.PhaseSourceHeld))
-	srcBefore, dstBefore := get(t, srcClient, ns), get(t, dstClient, ns)
+	srcBefore := get(t, srcClient, ns)
 
-	failing := func(o *migration.Options) {
-		o.SwitchClients = func(context.Context) error { return errors.New("the shoot's DNS record is not writable") }
-	}
-	err := mover(t, ns, nil, failing).Move(context.Background())
-	g.Expect(err).To(MatchError(ContainSubstring("switching the source site's clients to the destination: the shoot's DNS record is not writable")))
-	g.Expect(get(t, srcClient, ns)).To(Equal(srcBefore))
-	g.Expect(get(t, dstClient, ns)).To(Equal(dstBefore), "the held member stays while the clients are not switched")
-
-	var switched []*v1alpha1.Etcd // the destination as the switch saw it
-	var events []migration.Event
-	switching := func(o *migration.Options) {
-		o.SwitchClients = func(ctx context.Context) error {
-			switched = append(switched, get(t, dstClient, ns))
-			return nil
-		}
-	}
-	err = mover(t, ns, &events, switching).Move(context.Background())
+	moveWithFailingSwitch(t, ns, "the held member stays while the clients are not switched")
 	// Nobody plays the destination's controller here: the wait for the
 	// released member's removal runs out.
-	g.Expect(err).To(MatchError(ContainSubstring("waiting in RetiringSource")))
+	switched, events := moveWithSwitch(t, ns, "waiting in RetiringSource")
 	g.Expect(switched).To(HaveLen(1))
 	g.Expect(switched[0].Spec.GetRetainedExternalMembers()).To(Equal(1), "the member was held while the clients were switched")
 	released := get(t, dstClient, ns)
@@ -277,4 +303,36 @@ func TestSwitchClientsComesBeforeTheLastSourceMemberGoes(t *testing.T) {
 	g.Expect(events).NotTo(BeEmpty())
 	g.Expect(events[0].Step).To(Equal(move.StepSwitchClients))
 	g.Expect(get(t, srcClient, ns)).To(Equal(srcBefore), "the source is not touched by the switch")
+}
+
+// moveWithFailingSwitch runs the move of ns with a switch of the clients
+// that fails, and checks that the error names it and that neither Etcd
+// changed.
+func moveWithFailingSwitch(t *testing.T, ns, unchanged string) {
+	t.Helper()
+	g := NewWithT(t)
+	srcBefore, dstBefore := get(t, srcClient, ns), get(t, dstClient, ns)
+	failing := func(o *migration.Options) {
+		o.SwitchClients = func(context.Context) error { return errors.New("the shoot's DNS record is not writable") }
+	}
+	err := mover(t, ns, nil, failing).Move(context.Background())
+	g.Expect(err).To(MatchError(ContainSubstring("switching the source site's clients to the destination: the shoot's DNS record is not writable")))
+	g.Expect(get(t, srcClient, ns)).To(Equal(srcBefore))
+	g.Expect(get(t, dstClient, ns)).To(Equal(dstBefore), unchanged)
+}
+
+// moveWithSwitch runs the move of ns with a switch that succeeds until the
+// move ends with an error containing wantErr, and returns the destination
+// as each call of the switch saw it and the move's events.
+func moveWithSwitch(t *testing.T, ns, wantErr string) (switched []*v1alpha1.Etcd, events []migration.Event) {
+	t.Helper()
+	switching := func(o *migration.Options) {
+		o.SwitchClients = func(ctx context.Context) error {
+			switched = append(switched, get(t, dstClient, ns))
+			return nil
+		}
+	}
+	err := mover(t, ns, &events, switching).Move(context.Background())
+	NewWithT(t).Expect(err).To(MatchError(ContainSubstring(wantErr)))
+	return switched, events
 }

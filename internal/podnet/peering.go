@@ -11,33 +11,41 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/druid-stretch/druid-stretch/internal/linkemu"
 )
 
-// transitBase is where the /30 of each peering's veth pair comes from; the
+// transitBase is where the /30 of each peering's link comes from; the
 // addresses exist only inside the two switch namespaces.
 var (
 	transitBase = netip.MustParseAddr("169.254.0.0")
 	peerings    atomic.Uint32
 )
 
-// Peering connects two pod networks the way two Kubernetes clusters of one
-// region are connected: each one's pods reach the other's pod IPs (routed
-// through a veth pair between the two switch namespaces), and each one's DNS
+// Peering connects two pod networks the way two Kubernetes clusters are
+// connected: each one's pods reach the other's pod IPs, and each one's DNS
 // answers the names the other publishes under its zone (SetZone), as a
 // cluster resolves another cluster's external DNS names. In-cluster names
 // (pod and Service names under the cluster domain) stay each network's own.
+//
+// The link between the two switch namespaces is a TUN device in each,
+// joined by a linkemu.PacketLine in this process: every packet between the
+// sites crosses it, so SetDelay puts a round trip between them for every
+// protocol, as the distance between two regions does (the kernels here have
+// no netem).
 type Peering struct {
 	a, b   *Network
-	aLink  string
+	line   *linkemu.PacketLine
 	closed atomic.Bool
 }
 
-// Peer connects a and b. Their pod CIDRs must not overlap. Close the
-// Peering before either network.
+// Peer connects a and b, with no delay between them. Their pod CIDRs must
+// not overlap. Close the Peering before either network.
 func Peer(a, b *Network) (*Peering, error) {
 	if a.prefix.Overlaps(b.prefix) {
 		return nil, fmt.Errorf("podnet: cannot peer %s with %s: the pod networks overlap", a.prefix, b.prefix)
@@ -53,16 +61,16 @@ func Peer(a, b *Network) (*Peering, error) {
 	bIP := aIP.Next()
 	aLink, bLink := fmt.Sprintf("peer%da", n), fmt.Sprintf("peer%db", n)
 
-	bNs, err := b.switchNetns()
+	aDev, err := a.openTUN(aLink)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("podnet: peering link: %w", err)
 	}
-	defer bNs.Close()
-	pair := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: aLink}, PeerName: bLink, PeerNamespace: netlink.NsFd(bNs)}
-	if err := a.links.LinkAdd(pair); err != nil {
-		return nil, fmt.Errorf("podnet: peering veth: %w", err)
+	bDev, err := b.openTUN(bLink)
+	if err != nil {
+		aDev.Close()
+		return nil, fmt.Errorf("podnet: peering link: %w", err)
 	}
-	p := &Peering{a: a, b: b, aLink: aLink}
+	p := &Peering{a: a, b: b, line: linkemu.NewPacketLine(aDev, bDev)}
 	for _, side := range []struct {
 		n          *Network
 		link       string
@@ -78,6 +86,49 @@ func Peer(a, b *Network) (*Peering, error) {
 	b.hosts.addPeer(a.hosts)
 	return p, nil
 }
+
+// openTUN creates the TUN device name in the switch namespace. The device
+// lives as long as the returned file: closing it removes the device and its
+// routes.
+func (n *Network) openTUN(name string) (*os.File, error) {
+	ns, err := n.switchNetns()
+	if err != nil {
+		return nil, err
+	}
+	defer ns.Close()
+	var dev *os.File
+	// A TUN device belongs to the network namespace of the thread that
+	// opens /dev/net/tun.
+	err = inNetns(ns, func() error {
+		fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		if err != nil {
+			return fmt.Errorf("open /dev/net/tun: %w", err)
+		}
+		ifr, err := unix.NewIfreq(name)
+		if err == nil {
+			// No packet information header: each read is one IP packet.
+			ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+			err = unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr)
+		}
+		if err != nil {
+			unix.Close(fd)
+			return fmt.Errorf("create TUN device %s: %w", name, err)
+		}
+		// Non-blocking, so the runtime's poller serves it and Close
+		// returns a Read that waits.
+		dev = os.NewFile(uintptr(fd), "tun:"+name)
+		return nil
+	})
+	return dev, err
+}
+
+// SetDelay sets the one-way delay of every packet between the two
+// networks: the round trip between their pods is twice it. It applies to
+// packets sent after the call.
+func (p *Peering) SetDelay(oneWay time.Duration) { p.line.SetDelay(oneWay) }
+
+// Delay is the one-way delay between the two networks.
+func (p *Peering) Delay() time.Duration { return p.line.Delay() }
 
 // route gives link the transit address local, routes remote through via,
 // and turns on forwarding in the switch namespace.
@@ -109,17 +160,15 @@ func (n *Network) route(link string, local, via netip.Addr, remote netip.Prefix)
 	})
 }
 
-// Close removes the veth pair (and with it the routes) and the shared
-// names. Closing twice does nothing.
+// Close removes the link (its TUN devices, and with them the routes) and
+// the shared names. Closing twice does nothing.
 func (p *Peering) Close() error {
 	if p.closed.Swap(true) {
 		return nil
 	}
 	p.a.hosts.removePeer(p.b.hosts)
 	p.b.hosts.removePeer(p.a.hosts)
-	err := p.a.links.LinkDel(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: p.aLink}})
-	var notFound netlink.LinkNotFoundError
-	if err != nil && !errors.As(err, &notFound) && !errors.Is(err, unix.ENODEV) {
+	if err := p.line.Close(); err != nil {
 		return fmt.Errorf("podnet: closing the peering: %w", err)
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"context"
 	"net"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 )
@@ -65,4 +66,48 @@ func TestPeeredNetworksReachEachOther(t *testing.T) {
 	g.Expect(err).To(HaveOccurred(), "the names are gone with the peering")
 	_, err = dialFromPod(pb, net.JoinHostPort(pa.IP.String(), "2380"))
 	g.Expect(err).To(HaveOccurred(), "the route is gone with the peering")
+}
+
+// TestPeeringDelaysOnlyTrafficBetweenTheNetworks: with a one-way delay set,
+// a connection from a pod of one network to a pod of the other pays the
+// round trip for its handshake and again for its first answer, both ways;
+// pods of one network still talk without it.
+func TestPeeringDelaysOnlyTrafficBetweenTheNetworks(t *testing.T) {
+	g := NewWithT(t)
+	a := newNetworkT(t, Options{CIDR: "10.244.0.0/16"})
+	b := newNetworkT(t, Options{CIDR: "10.245.0.0/16"})
+	pa, pa2, pb := addPodT(t, a, "shoot/etcd-main-0"), addPodT(t, a, "shoot/etcd-main-1"), addPodT(t, b, "shoot/etcd-main-3")
+	for _, p := range []*Pod{pa, pa2, pb} {
+		serveName(t, p, "2380")
+	}
+	p, err := Peer(a, b)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { p.Close() })
+	g.Expect(p.Delay()).To(BeZero())
+	const oneWay = 90 * time.Millisecond
+	p.SetDelay(oneWay)
+	g.Expect(p.Delay()).To(Equal(oneWay))
+
+	// Dial and read the first line: SYN and SYN-ACK, then the ACK the
+	// server accepts on and its answer, two round trips.
+	timed := func(from, to *Pod) (time.Duration, string) {
+		start := time.Now()
+		line, err := readLine(dialFromPod(from, net.JoinHostPort(to.IP.String(), "2380")))
+		g.Expect(err).NotTo(HaveOccurred(), "%s to %s", from.Key, to.Key)
+		return time.Since(start), line
+	}
+	across, line := timed(pa, pb)
+	g.Expect(line).To(Equal(pb.Key))
+	g.Expect(across).To(BeNumerically(">=", 4*oneWay), "from A to B")
+	back, line := timed(pb, pa)
+	g.Expect(line).To(Equal(pa.Key))
+	g.Expect(back).To(BeNumerically(">=", 4*oneWay), "from B to A")
+	within, line := timed(pa, pa2)
+	g.Expect(line).To(Equal(pa2.Key))
+	g.Expect(within).To(BeNumerically("<", across), "inside A nothing is delayed")
+	t.Logf("dial and first answer: A to B %s, B to A %s, inside A %s", across, back, within)
+
+	p.SetDelay(0)
+	again, _ := timed(pa, pb)
+	g.Expect(again).To(BeNumerically("<", across), "the delay is lifted")
 }

@@ -32,6 +32,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/kubernetes"
@@ -164,12 +165,14 @@ func (s *Site) Stop() error {
 
 // Peer connects the pod networks of two sites (see podnet.Peer): each
 // reaches the other's pods by IP and by the names under the other's
-// Domain. The peering ends when either site stops.
-func Peer(a, b *Site) error {
+// Domain, rtt apart (every packet between them waits half of it each way,
+// as between two regions). The peering ends when either site stops.
+func Peer(a, b *Site, rtt time.Duration) error {
 	p, err := podnet.Peer(a.Network, b.Network)
 	if err != nil {
 		return err
 	}
+	p.SetDelay(rtt / 2)
 	a.onStop(p.Close)
 	b.onStop(p.Close)
 	return nil

@@ -17,17 +17,21 @@
 //     external members, policy Keep (JoinDestination). Its controller adds
 //     its first member as a learner and promotes it: 3+1. Wait:
 //     DestinationJoined.
-//  3. retire-source: the destination gets replicas N, policy Retire
+//  3. switch-clients: the caller switches the source site's clients to the
+//     destination (gardenlet: once the destination's kube-apiserver serves
+//     on the destination's members, the shoot's API endpoint to it, then
+//     the source's kube-apiserver stopped). Nothing in the Etcds changes;
+//     the source's clients then never see a member removed or leadership
+//     moved, and the destination's see the one leader transfer, which the
+//     members' client gates hold them through.
+//  4. retire-source: the destination gets replicas N, policy Retire
 //     (RetireSource). Its controller interleaves removals of source members
 //     with additions of its own, moving leadership once, so that the tie (no
-//     side holds a majority) lasts one removal. Wait: SourceRetired. A move
-//     that holds a source member back for the source site's clients
-//     (RetireSource with hold 1) waits for SourceHeld instead: N+1 voters,
-//     the destination's majority.
-//  4. switch-clients (only after a hold): the caller switches the source
-//     site's clients to the destination (gardenlet: the shoot's API
-//     endpoint to the destination's kube-apiserver, then the source's
-//     kube-apiserver stopped), then ReleaseSource. Wait: SourceRetired.
+//     side holds a majority) lasts one removal. Wait: SourceRetired. A
+//     caller that must keep source members for clients it could not switch
+//     yet holds them (RetireSource with hold > 0) and waits for SourceHeld
+//     instead (the destination's N members vote beside the held ones),
+//     then calls ReleaseSource and waits for SourceRetired.
 //  5. finish: the source gets replicas 0 (FinishSource; wait Converged), then
 //     no external members (ForgetExternalMembers), and so does the
 //     destination (FinishDestination; wait Converged).
@@ -61,8 +65,8 @@ type Step string
 const (
 	StepPrepareSource   Step = "prepare-source"
 	StepJoinDestination Step = "join-destination"
-	StepRetireSource    Step = "retire-source"
 	StepSwitchClients   Step = "switch-clients"
+	StepRetireSource    Step = "retire-source"
 	StepFinish          Step = "finish"
 	StepAbort           Step = "abort"
 )
@@ -192,12 +196,13 @@ func JoinDestination(dst *v1alpha1.Etcd, sourceMembers []v1alpha1.ExternalMember
 // Retire: its controller moves every vote to its own members and removes the
 // source's.
 //
-// hold is how many source members stay voting until ReleaseSource (0 or
-// 1): a move whose source site still has clients (its kube-apiserver, on
-// the source's client Service) keeps one member for them until they are
-// switched to the destination. It takes effect only when the policy turns
-// to Retire here; run again after ReleaseSource, RetireSource never holds
-// members back again.
+// hold is how many source members stay voting until ReleaseSource: a
+// caller whose source site still has clients it cannot switch before the
+// retirement (its kube-apiserver, on the source's client Service) keeps
+// that many members for them. A move that switches the clients first
+// (step switch-clients) holds none. It takes effect only when the policy
+// turns to Retire here; run again after ReleaseSource, RetireSource never
+// holds members back again.
 func RetireSource(dst *v1alpha1.Etcd, replicas, hold int32) {
 	if dst.Spec.GetExternalMembersPolicy() != v1alpha1.ExternalMembersPolicyRetire {
 		dst.Spec.RetainedExternalMembers = nil
