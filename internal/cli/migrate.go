@@ -1,8 +1,15 @@
 package cli
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -23,6 +30,7 @@ func newMigrateCommand() *cobra.Command {
 		memberNamePrefix             string
 		src, dst                     migration.URLTemplates
 		stepTimeout                  time.Duration
+		switchCommand                string
 	)
 	cmd := &cobra.Command{
 		Use:   "migrate",
@@ -74,6 +82,9 @@ The URL templates say how the other cluster reaches each member; they take
 			if memberNamePrefix != "" {
 				o.DestinationMemberNamePrefix = &memberNamePrefix
 			}
+			if switchCommand != "" {
+				o.SwitchClients = shellHook("--switch-clients-command", switchCommand, namespace, name, cmd.ErrOrStderr())
+			}
 			m, err := migration.New(o)
 			if err != nil {
 				return err
@@ -103,7 +114,63 @@ The URL templates say how the other cluster reaches each member; they take
 	f.StringVar(&dst.Client, "destination-client-url-template", "", "client URL of a destination member as the source reaches it")
 	f.StringVar(&dst.Sidecar, "destination-sidecar-url-template", "", "sidecar URL of a destination member as the source's controller reaches it")
 	f.DurationVar(&stepTimeout, "step-timeout", 10*time.Minute, "time limit of one step's wait; run again to continue")
+	f.StringVar(&switchCommand, "switch-clients-command", "", "shell command run at step switch-clients, once the destination's first member votes and before any source member goes: "+
+		"it points the source site's clients at the destination (a shoot's API endpoint at the destination's kube-apiserver) and stops the source's; "+
+		"it gets DRUID_STRETCH_NAMESPACE and DRUID_STRETCH_NAME, must be safe to run twice, and a non-zero exit stops the move with nothing changed")
 	return cmd
+}
+
+// shellHook runs command with sh -c as a step of the move, with its output
+// on out, and ends it with the move's context. Its error names the flag,
+// the exit status and the command's last line of output.
+func shellHook(flag, command, namespace, name string, out io.Writer) func(context.Context) error {
+	return func(ctx context.Context) error {
+		c := exec.CommandContext(ctx, "/bin/sh", "-c", command)
+		c.Env = append(os.Environ(), "DRUID_STRETCH_NAMESPACE="+namespace, "DRUID_STRETCH_NAME="+name)
+		var tail lastLine
+		c.Stdout = io.MultiWriter(out, &tail)
+		c.Stderr = c.Stdout
+		// The command and every process it starts form a process group
+		// that ends with the move's context, so none outlives the move.
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		c.Cancel = func() error { return syscall.Kill(-c.Process.Pid, syscall.SIGKILL) }
+		c.WaitDelay = 5 * time.Second
+		if err := c.Run(); err != nil {
+			if l := tail.String(); l != "" {
+				return fmt.Errorf("%s %q: %w: %s", flag, command, err, l)
+			}
+			return fmt.Errorf("%s %q: %w", flag, command, err)
+		}
+		return nil
+	}
+}
+
+// lastLine keeps the last non-empty line written to it.
+type lastLine struct {
+	buf  []byte
+	last string
+}
+
+func (l *lastLine) Write(p []byte) (int, error) {
+	l.buf = append(l.buf, p...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 {
+			break
+		}
+		if line := strings.TrimSpace(string(l.buf[:i])); line != "" {
+			l.last = line
+		}
+		l.buf = l.buf[i+1:]
+	}
+	return len(p), nil
+}
+
+func (l *lastLine) String() string {
+	if line := strings.TrimSpace(string(l.buf)); line != "" {
+		return line
+	}
+	return l.last
 }
 
 // printStatus prints the phase of the move, the step that leads out of it,

@@ -3,10 +3,13 @@ package cli
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -103,4 +106,44 @@ func TestMigrateCommand(t *testing.T) {
 
 	_, err = run(append(base, "--status", "--abort")...)
 	g.Expect(err).To(MatchError(ContainSubstring("choose one")))
+}
+
+// The switch hook runs its shell command with the Etcd's namespace and
+// name; a failing command stops the move with its exit status and last
+// line of output, and one that outlives the move's context is ended.
+func TestSwitchClientsCommand(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	var out bytes.Buffer
+	marker := filepath.Join(dir, "switched")
+	ok := shellHook("--switch-clients-command", `echo "$DRUID_STRETCH_NAMESPACE/$DRUID_STRETCH_NAME" > `+marker+`; echo switched`, "shoot--dev--demo", "etcd-main", &out)
+	g.Expect(ok(t.Context())).To(Succeed())
+	g.Expect(os.ReadFile(marker)).To(Equal([]byte("shoot--dev--demo/etcd-main\n")))
+	g.Expect(out.String()).To(Equal("switched\n"))
+
+	failing := shellHook("--switch-clients-command", `echo "updating the DNS record"; echo "dns: permission denied" >&2; exit 3`, "ns", "etcd", &out)
+	err := failing(t.Context())
+	g.Expect(err).To(MatchError(And(ContainSubstring("--switch-clients-command"), ContainSubstring("exit status 3"), HaveSuffix("dns: permission denied"))))
+
+	// A command still running when the move's context ends is killed
+	// with the processes it started.
+	pidFile := filepath.Join(dir, "child")
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- shellHook("--switch-clients-command", "sleep 60 & echo $! > "+pidFile+"; wait", "ns", "etcd", &out)(ctx)
+	}()
+	var child int
+	g.Eventually(func() error {
+		b, err := os.ReadFile(pidFile)
+		if err == nil {
+			_, err = fmt.Sscanf(string(b), "%d", &child)
+		}
+		return err
+	}).WithTimeout(10 * time.Second).Should(Succeed())
+	cancel()
+	g.Eventually(done).WithTimeout(10 * time.Second).Should(Receive(MatchError(ContainSubstring("signal: killed"))))
+	g.Eventually(func() error { return syscall.Kill(child, 0) }).WithTimeout(10*time.Second).
+		Should(MatchError(syscall.ESRCH), "the command's child %d is gone", child)
 }
