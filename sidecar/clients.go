@@ -116,9 +116,10 @@ func (s *Server) holdClients(r *http.Request) (int, any, *Error) {
 }
 
 // releaseOnLeader ends the hold once the local member reports leader as
-// its leader, or gives up when the hold ends by itself.
+// its leader, or gives up when the hold ends by itself or the sidecar
+// closes.
 func (s *Server) releaseOnLeader(release func(), leader uint64, max time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), max)
+	ctx, cancel := context.WithTimeout(s.background, max)
 	defer cancel()
 	tick := time.NewTicker(leaderPoll)
 	defer tick.Stop()

@@ -175,6 +175,9 @@ type Server struct {
 	tombstones    tombstoneLease
 	releaseHold   func() // ends the client gate's current hold
 
+	// background ends at Close: the sidecar's own goroutines (the health
+	// poll, a hold's watch for the new leader) stop with it.
+	background  context.Context
 	stopPolling context.CancelFunc
 	pollingDone chan struct{}
 }
@@ -230,7 +233,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.routes()
 	ctx, cancel := context.WithCancel(context.Background())
-	s.stopPolling, s.pollingDone = cancel, make(chan struct{})
+	s.background, s.stopPolling, s.pollingDone = ctx, cancel, make(chan struct{})
 	go s.pollHealth(ctx)
 	return s, nil
 }
