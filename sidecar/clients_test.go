@@ -69,6 +69,17 @@ func gatedSidecar(t *testing.T, c *etcdtest.Cluster, m *localetcd.Member) (*side
 	return sidecar.NewClient(hs.URL, nil), gate, "https://" + l.Addr().String()
 }
 
+// etcdClientT is an etcd client of c's members at url, closed with the test.
+func etcdClientT(t *testing.T, c *etcdtest.Cluster, url string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, TLS: c.ClientTLS, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
 // The sidecar drains and holds its member's clients through the gate, and
 // says it is not ready once drained; bad holds change nothing.
 func TestClientGateEndpoints(t *testing.T) {
@@ -77,10 +88,8 @@ func TestClientGateEndpoints(t *testing.T) {
 	sc, gate, gateURL := gatedSidecar(t, c, c.Members[0])
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{gateURL}, TLS: c.ClientTLS, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	g.Expect(err).NotTo(HaveOccurred())
-	defer cli.Close()
-	_, err = cli.Put(ctx, "/through/the/gate", "x")
+	cli := etcdClientT(t, c, gateURL)
+	_, err := cli.Put(ctx, "/through/the/gate", "x")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(sc.Ready(ctx)).To(Succeed())
 
@@ -141,10 +150,8 @@ func TestClientHoldEndsWhenTheLeaderMoved(t *testing.T) {
 	sc, _, gateURL := gatedSidecar(t, c, c.Members[0])
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{gateURL}, TLS: c.ClientTLS, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	g.Expect(err).NotTo(HaveOccurred())
-	defer cli.Close()
-	_, err = cli.Put(ctx, "/held", "0")
+	cli := etcdClientT(t, c, gateURL)
+	_, err := cli.Put(ctx, "/held", "0")
 	g.Expect(err).NotTo(HaveOccurred())
 
 	for _, bad := range []string{"xyz", "0", "-1"} {
@@ -180,10 +187,7 @@ func TestClientHoldEndsWhenTheLeaderMoved(t *testing.T) {
 		}
 	}()
 	g.Consistently(written).WithTimeout(300*time.Millisecond).ShouldNot(Receive(), "the write waits while the leader has not moved")
-	leader, err := clientv3.New(clientv3.Config{Endpoints: []string{leaderURL}, TLS: c.ClientTLS, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	g.Expect(err).NotTo(HaveOccurred())
-	defer leader.Close()
-	_, err = leader.MoveLeader(ctx, transferee)
+	_, err = etcdClientT(t, c, leaderURL).MoveLeader(ctx, transferee)
 	g.Expect(err).NotTo(HaveOccurred())
 	moved := time.Now()
 	var at time.Time

@@ -545,14 +545,14 @@ func (s *Server) localIDNow() uint64 {
 	return s.localID
 }
 
-// healthyWithin tells whether the member was found healthy by a poll no
-// longer than age ago, and at every poll since it was first found so.
+// healthyWithin tells whether the last poll of the member, no longer than
+// age ago, found it healthy (a poll that finds it unhealthy, or being
+// removed, forgets its entry).
 func (s *Server) healthyWithin(id uint64, age time.Duration) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	at, ok := s.lastHealthy[id]
-	_, continuous := s.healthySince[id]
-	return ok && continuous && age > 0 && time.Since(at) <= age
+	return ok && age > 0 && time.Since(at) <= age
 }
 
 // checkFingerprint refuses a change planned from another membership than
