@@ -1,4 +1,4 @@
-// Command site starts one real test site (package test/site) by hand and
+// Command site starts one real test site (package internal/site) by hand and
 // keeps it until Ctrl-C: kubectl works against it with the kubeconfig it
 // prints, and pods' logs are files under its folder. It needs root and the
 // binaries of hack/test-binaries.sh.
@@ -18,7 +18,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/druid-stretch/druid-stretch/test/site"
+	"github.com/druid-stretch/druid-stretch/internal/site"
 )
 
 func main() {

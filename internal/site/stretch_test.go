@@ -1,14 +1,10 @@
 package site
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -68,7 +64,7 @@ func stretchedEtcd(t *testing.T, s *Site, a *v1alpha1.Etcd) {
 		e.Spec.ExternalMembers = externalMembersOf(b, 0, 2)
 		e.Spec.ExternalMembersPolicy = ptr.To(v1alpha1.ExternalMembersPolicyKeep)
 	})
-	b = applyEtcd(t, s, ns, "testdata/etcd-main.yaml", func(o *unstructured.Unstructured) {
+	b = applyEtcd(t, s, ns, func(o *unstructured.Unstructured) {
 		g.Expect(unstructured.SetNestedField(o.Object, prefix, "spec", "memberNamePrefix")).To(Succeed())
 		g.Expect(unstructured.SetNestedField(o.Object, int64(2), "spec", "replicas")).To(Succeed())
 		g.Expect(unstructured.SetNestedField(o.Object, "etcd-stretch-b", "spec", "backup", "store", "prefix")).To(Succeed())
@@ -83,7 +79,7 @@ func stretchedEtcd(t *testing.T, s *Site, a *v1alpha1.Etcd) {
 
 	// In the middle of the join (the first learner added), druid is made
 	// to reconcile both Etcds, as an operator's annotation does.
-	g.Eventually(func() int { return len(history.snapshot()) }).WithTimeout(3*time.Minute).WithPolling(time.Second).
+	g.Eventually(func() int { return len(history.Snapshot()) }).WithTimeout(3*time.Minute).WithPolling(time.Second).
 		Should(BeNumerically(">=", 2), "b's first member is added as a learner")
 	podsBefore := podUIDs(t, s, a, b)
 	for _, e := range []*v1alpha1.Etcd{a, b} {
@@ -130,11 +126,11 @@ func stretchedEtcd(t *testing.T, s *Site, a *v1alpha1.Etcd) {
 	// Every change of the member list was one planned step: a learner
 	// added (with no name yet), then that learner promoted, for each of
 	// b's members in turn, and nothing else.
-	steps := history.transitions()
+	steps := history.Transitions()
 	g.Expect(steps).To(Equal([]string{
 		"add learner (unnamed)", "promote " + prefix + "-etcd-main-0",
 		"add learner (unnamed)", "promote " + prefix + "-etcd-main-1",
-	}), "membership history: %v", history.snapshot())
+	}), "membership history: %v", history.Snapshot())
 
 	// backup-restore of b's pods took no membership action: it sized the
 	// cluster at one member, so neither its scale-up path nor its
@@ -227,149 +223,9 @@ func eventReasons(t *testing.T, s *Site, e *v1alpha1.Etcd) []string {
 	return out
 }
 
-// membershipHistory is every distinct member list a poll saw, in order,
-// with when it was first seen.
-type membershipHistory struct {
-	mu    sync.Mutex
-	lists [][]memberState
-	seen  []time.Time
-}
-
-type memberState struct {
-	ID      uint64
-	Name    string
-	Learner bool
-}
-
-// recordMembership polls cli's member list every 100 ms until the test
-// ends, keeping each list that differs from the one before.
-func recordMembership(t *testing.T, cli *clientv3.Client) *membershipHistory {
-	h := &membershipHistory{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	t.Cleanup(func() { cancel(); <-done })
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			callCtx, callCancel := context.WithTimeout(ctx, time.Second)
-			resp, err := cli.MemberList(callCtx)
-			callCancel()
-			if err == nil {
-				var list []memberState
-				for _, m := range resp.Members {
-					list = append(list, memberState{ID: m.ID, Name: m.Name, Learner: m.IsLearner})
-				}
-				slices.SortFunc(list, func(a, b memberState) int { return cmp.Compare(a.ID, b.ID) })
-				h.add(list)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-		}
-	}()
+// recordMembership records cli's member list until the test ends.
+func recordMembership(t *testing.T, cli *clientv3.Client) *MembershipHistory {
+	h := RecordMembership(cli)
+	t.Cleanup(h.Stop)
 	return h
-}
-
-// add keeps list when its members or roles differ from the last one; a
-// learner that only got its name (etcd names it once it starts) is no
-// change.
-func (h *membershipHistory) add(list []memberState) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if n := len(h.lists); n > 0 {
-		last := h.lists[n-1]
-		if slices.EqualFunc(last, list, func(a, b memberState) bool { return a.ID == b.ID && a.Learner == b.Learner }) {
-			h.lists[n-1] = list // keep the names
-			return
-		}
-	}
-	h.lists = append(h.lists, list)
-	h.seen = append(h.seen, time.Now())
-}
-
-// longestTie is the longest time the voters were split evenly between the
-// members side names and the rest (no side held a majority), as the polls
-// saw it (100 ms resolution), and how often that happened.
-func (h *membershipHistory) longestTie(side func(name string) bool) (longest time.Duration, ties int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for i, list := range h.lists {
-		in, out := 0, 0
-		for _, m := range list {
-			switch {
-			case m.Learner:
-			case side(m.Name):
-				in++
-			default:
-				out++
-			}
-		}
-		if in == 0 || in != out {
-			continue
-		}
-		ties++
-		end := time.Now()
-		if i+1 < len(h.seen) {
-			end = h.seen[i+1]
-		}
-		longest = max(longest, end.Sub(h.seen[i]))
-	}
-	return longest, ties
-}
-
-// last is the member list last seen.
-func (h *membershipHistory) last() []memberState {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if len(h.lists) == 0 {
-		return nil
-	}
-	return slices.Clone(h.lists[len(h.lists)-1])
-}
-
-func (h *membershipHistory) snapshot() [][]memberState {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return slices.Clone(h.lists)
-}
-
-// transitions names each change between two consecutive lists; a change
-// of more than one member at once is named as such, so that it fails any
-// expectation of single steps.
-func (h *membershipHistory) transitions() []string {
-	lists := h.snapshot()
-	var out []string
-	for i := 1; i < len(lists); i++ {
-		before, after := map[uint64]memberState{}, map[uint64]memberState{}
-		for _, m := range lists[i-1] {
-			before[m.ID] = m
-		}
-		for _, m := range lists[i] {
-			after[m.ID] = m
-		}
-		var changes []string
-		for id, m := range after {
-			old, ok := before[id]
-			switch {
-			case !ok && m.Learner:
-				changes = append(changes, "add learner (unnamed)")
-			case !ok:
-				changes = append(changes, "add voter "+m.Name)
-			case old.Learner && !m.Learner:
-				changes = append(changes, "promote "+m.Name)
-			}
-		}
-		for id, m := range before {
-			if _, ok := after[id]; !ok {
-				changes = append(changes, "remove "+m.Name)
-			}
-		}
-		slices.Sort(changes)
-		out = append(out, strings.Join(changes, " + "))
-	}
-	return out
 }

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,10 +20,8 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/yaml"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
@@ -105,7 +102,7 @@ func plainEtcdLifecycle(t *testing.T, s *Site) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := createNamespace(t, s, "shoot--plain")
-	e := applyEtcd(t, s, ns, "testdata/etcd-main.yaml", nil)
+	e := applyEtcd(t, s, ns, nil)
 	waitEtcdReady(t, s, e, 3)
 
 	pods := etcdPods(t, s, e)
@@ -156,7 +153,7 @@ func plainEtcdLifecycle(t *testing.T, s *Site) {
 	// is restored by backup-restore from the snapshots.
 	g.Expect(s.Client.Delete(ctx, e)).To(Succeed())
 	g.Eventually(func() int { return len(etcdPods(t, s, e)) }).WithTimeout(2 * time.Minute).Should(BeZero())
-	restored := applyEtcd(t, s, ns, "testdata/etcd-main.yaml", func(o *unstructured.Unstructured) {
+	restored := applyEtcd(t, s, ns, func(o *unstructured.Unstructured) {
 		o.SetName("etcd-restored")
 		g.Expect(unstructured.SetNestedField(o.Object, int64(1), "spec", "replicas")).To(Succeed())
 	})
@@ -174,7 +171,7 @@ func optedInEtcd(t *testing.T, s *Site) *v1alpha1.Etcd {
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := createNamespace(t, s, "shoot--stretch")
-	e := applyEtcd(t, s, ns, "testdata/etcd-main.yaml", func(o *unstructured.Unstructured) {
+	e := applyEtcd(t, s, ns, func(o *unstructured.Unstructured) {
 		g.Expect(unstructured.SetNestedField(o.Object, int64(0), "spec", "ordinalStart")).To(Succeed())
 		g.Expect(unstructured.SetNestedField(o.Object, "etcd-stretch", "spec", "backup", "store", "prefix")).To(Succeed())
 	})
@@ -203,85 +200,45 @@ func optedInEtcd(t *testing.T, s *Site) *v1alpha1.Etcd {
 
 func createNamespace(t *testing.T, s *Site, name string) string {
 	t.Helper()
-	if err := s.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+	if err := s.CreateNamespace(context.Background(), name); err != nil {
 		t.Fatal(err)
 	}
 	return name
 }
 
-// applyEtcd creates the Etcd of a manifest in ns, edited by edit, as an
-// operator's `kubectl create` would (strict field validation), and returns
-// it.
-func applyEtcd(t *testing.T, s *Site, ns, manifest string, edit func(*unstructured.Unstructured)) *v1alpha1.Etcd {
+// applyEtcd creates the Etcd of EtcdMainManifest in ns, edited by edit,
+// and returns it.
+func applyEtcd(t *testing.T, s *Site, ns string, edit func(*unstructured.Unstructured)) *v1alpha1.Etcd {
 	t.Helper()
-	raw, err := os.ReadFile(manifest)
+	key, err := s.CreateEtcd(context.Background(), ns, func(o *unstructured.Unstructured) error {
+		if edit != nil {
+			edit(o)
+		}
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal(raw, &o.Object); err != nil {
-		t.Fatal(err)
-	}
-	o.SetNamespace(ns)
-	if edit != nil {
-		edit(o)
-	}
-	if err := s.Client.Create(context.Background(), o, client.FieldValidation("Strict")); err != nil {
-		t.Fatalf("creating Etcd %s/%s: %v", ns, o.GetName(), err)
-	}
-	return &v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: o.GetName()}}
+	return &v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
 }
 
 // waitEtcdReady waits until druid reports the Etcd Ready with replicas
-// ready members; on timeout it names what druid and the pods said.
+// ready members.
 func waitEtcdReady(t *testing.T, s *Site, e *v1alpha1.Etcd, replicas int32) {
 	t.Helper()
-	NewWithT(t).Eventually(func(g Gomega) {
-		var got v1alpha1.Etcd
-		g.Expect(s.Client.Get(context.Background(), client.ObjectKeyFromObject(e), &got)).To(Succeed())
-		g.Expect(got.Status.ObservedGeneration).To(Equal(ptr.To(got.Generation)), "druid reconciled the current spec")
-		g.Expect(got.DruidEtcd().IsReady()).To(BeTrue(), "druid's conditions: %s; pods: %s", conditions(got.Status.Conditions), podSummary(t, s, e))
-		g.Expect(got.Status.ReadyReplicas).To(Equal(replicas))
-	}).WithTimeout(5 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
-}
-
-func conditions(cs []druidv1alpha1.Condition) string {
-	var out []string
-	for _, c := range cs {
-		out = append(out, fmt.Sprintf("%s=%s (%s)", c.Type, c.Status, c.Message))
+	if err := s.WaitEtcdReady(context.Background(), client.ObjectKeyFromObject(e), replicas, 5*time.Minute); err != nil {
+		t.Fatal(err)
 	}
-	return strings.Join(out, "; ")
-}
-
-func podSummary(t *testing.T, s *Site, e *v1alpha1.Etcd) string {
-	var out []string
-	for _, p := range etcdPods(t, s, e) {
-		var cs []string
-		for _, c := range p.Status.ContainerStatuses {
-			state := "running"
-			switch {
-			case c.State.Waiting != nil:
-				state = "waiting " + c.State.Waiting.Reason
-			case c.State.Terminated != nil:
-				state = fmt.Sprintf("exited %d", c.State.Terminated.ExitCode)
-			}
-			cs = append(cs, fmt.Sprintf("%s %s ready=%t restarts=%d", c.Name, state, c.Ready, c.RestartCount))
-		}
-		out = append(out, fmt.Sprintf("%s %s [%s]", p.Name, p.Status.Phase, strings.Join(cs, ", ")))
-	}
-	return strings.Join(out, "; ")
 }
 
 // etcdPods are the Etcd's pods, by name.
 func etcdPods(t *testing.T, s *Site, e *v1alpha1.Etcd) []corev1.Pod {
 	t.Helper()
-	var list corev1.PodList
-	if err := s.Client.List(context.Background(), &list, client.InNamespace(e.Namespace),
-		client.MatchingLabels{druidv1alpha1.LabelPartOfKey: e.Name}); err != nil {
+	pods, err := s.EtcdPods(context.Background(), client.ObjectKeyFromObject(e))
+	if err != nil {
 		t.Fatal(err)
 	}
-	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
-	return list.Items
+	return pods
 }
 
 func containerNames(p corev1.Pod) []string {
@@ -292,14 +249,7 @@ func containerNames(p corev1.Pod) []string {
 	return names
 }
 
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
+func podReady(p *corev1.Pod) bool { return PodReady(p) }
 
 // podAddr is a pod's DNS name and port in the site, as druid names it
 // (<pod>.<etcd>-peer.<namespace>.svc).

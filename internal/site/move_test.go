@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,8 +18,6 @@ import (
 	gocmp "github.com/google/go-cmp/cmp"
 	. "github.com/onsi/gomega"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-	"google.golang.org/grpc"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -68,7 +65,7 @@ func TestLiveMoveBetweenRealSites(t *testing.T) {
 
 	// The source: a shoot's etcd-main in A, opted in, advertising its
 	// members' external names.
-	src := applyEtcd(t, a, moveNamespace, "testdata/etcd-main.yaml", func(o *unstructured.Unstructured) {
+	src := applyEtcd(t, a, moveNamespace, func(o *unstructured.Unstructured) {
 		g.Expect(unstructured.SetNestedField(o.Object, int64(0), "spec", "ordinalStart")).To(Succeed())
 		g.Expect(unstructured.SetNestedSlice(o.Object, externalPeerURLs("", "etcd-main", 3, "site-a.test"), "spec", "etcd", "additionalAdvertisePeerURLs")).To(Succeed())
 	})
@@ -257,7 +254,7 @@ func TestLiveMoveBetweenRealSites(t *testing.T) {
 		g.Expect(s.MaxWriteGap).To(BeNumerically("<=", time.Second), "the longest write gap of %s's clients", s.Name)
 	}
 
-	steps := history.transitions()
+	steps := history.Transitions()
 	t.Logf("membership steps: %s", strings.Join(steps, "; "))
 	// The planner's interleaved move, one change at a time, and nothing
 	// else: a destination member added and promoted, then a source member
@@ -286,11 +283,11 @@ func TestLiveMoveBetweenRealSites(t *testing.T) {
 		"add learner (unnamed)", "promote etcd-main-3", "remove a source member",
 		"add learner (unnamed)", "promote etcd-main-4 + remove a source member",
 		"add learner (unnamed)", "promote etcd-main-5", "remove a source member",
-	}), "membership history: %v", history.snapshot())
+	}), "membership history: %v", history.Snapshot())
 	g.Expect(removed).To(ConsistOf("etcd-main-0", "etcd-main-1", "etcd-main-2"))
-	g.Expect(history.last()).To(ConsistOf(
+	g.Expect(history.Last()).To(ConsistOf(
 		HaveField("Name", "etcd-main-3"), HaveField("Name", "etcd-main-4"), HaveField("Name", "etcd-main-5")))
-	tie, ties := history.longestTie(func(name string) bool { return memberOrdinal(name) >= 3 })
+	tie, ties := history.LongestTie(func(name string) bool { return memberOrdinal(name) >= 3 })
 	t.Logf("polls saw the voters tied %d time(s), the longest for %s", ties, tie)
 	g.Expect(ties).To(BeNumerically("<=", 1), "the move passes through one tie at most")
 	g.Expect(tie).To(BeNumerically("<", time.Second), "the tie lasts one removal")
@@ -301,7 +298,7 @@ func TestLiveMoveBetweenRealSites(t *testing.T) {
 	t.Logf("the controllers measured %d tie(s), %.3f s in all", n, sum)
 	g.Expect(n).To(BeNumerically(">=", 1), "the majority changed sides through a tie")
 	g.Expect(underOneSecond).To(Equal(n), "every tie lasted under a second")
-	for _, m := range history.last() {
+	for _, m := range history.Last() {
 		g.Expect(m.Learner).To(BeFalse(), "%s votes", m.Name)
 	}
 	// No etcd member of either site panicked or exited fatally (etcd
@@ -322,7 +319,7 @@ func TestLiveMoveBetweenRealSites(t *testing.T) {
 	triggerFullSnapshot(t, b, dst)
 	store := filepath.Join(b.HostPathRoot, "etc", "gardener", "local-backupbuckets", "backups", "etcd-main")
 	g.Expect(fullSnapshots(t, store)).NotTo(BeEmpty(), "a full snapshot in B's store %s", store)
-	restored := applyEtcd(t, b, moveNamespace, "testdata/etcd-main.yaml", func(o *unstructured.Unstructured) {
+	restored := applyEtcd(t, b, moveNamespace, func(o *unstructured.Unstructured) {
 		o.SetName("etcd-restored")
 		g.Expect(unstructured.SetNestedField(o.Object, int64(1), "spec", "replicas")).To(Succeed())
 	})
@@ -467,24 +464,16 @@ func memberOrdinal(name string) int {
 // waitVoters waits until druid-stretch reports n voters for e.
 func waitVoters(t *testing.T, s *Site, e *v1alpha1.Etcd, n int) {
 	t.Helper()
-	NewWithT(t).Eventually(func(g Gomega) {
-		var got v1alpha1.Etcd
-		g.Expect(s.Client.Get(context.Background(), client.ObjectKeyFromObject(e), &got)).To(Succeed())
-		g.Expect(got.Status.Membership).NotTo(BeNil())
-		g.Expect(got.Status.Membership.Voters()).To(HaveLen(n))
-	}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	if err := s.WaitVoters(context.Background(), client.ObjectKeyFromObject(e), n, 3*time.Minute); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // etcdClientVia is an etcd client of the given client URLs, dialing through
 // s's pod network (and its peers').
 func etcdClientVia(t *testing.T, s *Site, eps ...string) *clientv3.Client {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return s.DialContext(ctx, "tcp", addr)
-		})},
-	})
+	cli, err := s.EtcdClient(eps...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -563,25 +552,12 @@ func (r *readySampler) stop() []bool {
 	return r.samples
 }
 
-// etcdCrashes are the lines of every etcd container log on s's node, of
-// every pod that ran there, that tell of a panic or a fatal exit.
+// etcdCrashes are the panics and fatal exits in s's etcd logs.
 func etcdCrashes(t *testing.T, s *Site) []string {
 	t.Helper()
-	logs, err := filepath.Glob(filepath.Join(s.Dir, "node", "pods", "*", "etcd.log"))
+	out, err := s.EtcdCrashes()
 	if err != nil {
 		t.Fatal(err)
-	}
-	var out []string
-	for _, f := range logs {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for line := range strings.Lines(string(b)) {
-			if strings.HasPrefix(line, "panic:") || strings.Contains(line, `"level":"panic"`) || strings.Contains(line, `"level":"fatal"`) {
-				out = append(out, filepath.Base(filepath.Dir(f))+": "+strings.TrimSpace(line))
-			}
-		}
 	}
 	return out
 }
