@@ -56,14 +56,24 @@ func parseLeaderEvent(line []byte) (leaderEvent, bool) {
 // IDs (lower-case hex) from the logs of members, sorted by time. The IDs
 // keep out other clusters whose members shared a name (and so a log file).
 func readLeaderEvents(members []*localetcd.Member, ids map[string]bool) ([]leaderEvent, error) {
-	var out []leaderEvent
+	paths := make([]string, 0, len(members))
 	for _, m := range members {
-		f, err := os.Open(m.LogPath)
+		paths = append(paths, m.LogPath)
+	}
+	return readLeaderEventsFrom(paths, ids)
+}
+
+// readLeaderEventsFrom is readLeaderEvents over etcd log files; a file that
+// does not exist is skipped.
+func readLeaderEventsFrom(paths []string, ids map[string]bool) ([]leaderEvent, error) {
+	var out []leaderEvent
+	for _, path := range paths {
+		f, err := os.Open(path)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("reading the log of %s: %w", m.Name, err)
+			return nil, fmt.Errorf("reading etcd log %s: %w", path, err)
 		}
 		sc := bufio.NewScanner(f)
 		sc.Buffer(make([]byte, 64*1024), 4*1024*1024)
@@ -75,7 +85,7 @@ func readLeaderEvents(members []*localetcd.Member, ids map[string]bool) ([]leade
 		err = sc.Err()
 		_ = f.Close()
 		if err != nil {
-			return nil, fmt.Errorf("reading the log of %s: %w", m.Name, err)
+			return nil, fmt.Errorf("reading etcd log %s: %w", path, err)
 		}
 	}
 	slices.SortStableFunc(out, func(a, b leaderEvent) int { return a.At.Compare(b.At) })

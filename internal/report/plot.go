@@ -34,13 +34,13 @@ const logScaleRatio = 20
 // write (red crosses for writes without an answer), and a labelled vertical
 // line per mark (migration steps in orange, phase starts in grey).
 func PlotSVG(path string, series []workload.Sample, marks []workload.Mark) error {
-	if ext := strings.ToLower(filepath.Ext(path)); ext != ".svg" {
-		return fmt.Errorf("plot file %s: want a .svg file name, got %q", path, ext)
+	if err := checkSVGPath(path); err != nil {
+		return err
 	}
 	if len(series) == 0 {
 		return errors.New("no write samples to plot")
 	}
-	p, err := latencyPlot(series, marks)
+	p, err := latencyPlot("Write latency over time", series, marks)
 	if err != nil {
 		return err
 	}
@@ -50,14 +50,29 @@ func PlotSVG(path string, series []workload.Sample, marks []workload.Mark) error
 	return nil
 }
 
-func latencyPlot(series []workload.Sample, marks []workload.Mark) (*plot.Plot, error) {
-	// Latencies are floored at 10 µs so that a log axis never meets zero.
-	const floorMs = 0.01
+// checkSVGPath refuses a file name gonum would write in another format.
+func checkSVGPath(path string) error {
+	if ext := strings.ToLower(filepath.Ext(path)); ext != ".svg" {
+		return fmt.Errorf("plot file %s: want a .svg file name, got %q", path, ext)
+	}
+	return nil
+}
+
+// floorMs floors latencies at 10 µs so that a log axis never meets zero.
+const floorMs = 0.01
+
+// latencyPoint is one request at its call time, its latency in ms.
+func latencyPoint(at, latency time.Duration) plotter.XY {
+	return plotter.XY{X: at.Seconds(), Y: math.Max(millis(latency), floorMs)}
+}
+
+// latencyPlot draws the own client's writes; title heads the colour key.
+func latencyPlot(title string, series []workload.Sample, marks []workload.Mark) (*plot.Plot, error) {
 	var answered, failed plotter.XYs
 	yMin, yMax := math.Inf(1), 0.0
 	xMax := 0.0
 	for _, s := range series {
-		pt := plotter.XY{X: s.At.Seconds(), Y: math.Max(millis(s.Latency), floorMs)}
+		pt := latencyPoint(s.At, s.Latency)
 		if s.OK {
 			answered = append(answered, pt)
 		} else {
@@ -69,20 +84,53 @@ func latencyPlot(series []workload.Sample, marks []workload.Mark) (*plot.Plot, e
 	for _, m := range marks {
 		xMax = math.Max(xMax, m.At.Seconds())
 	}
-	if yMax <= yMin {
-		yMax = yMin * 2
-	}
 
 	p := plot.New()
 	// The key goes into the title: a legend box would sit on the step labels.
-	p.Title.Text = "Write latency over time\nblue dots: answered writes, red crosses: failed after retries, orange lines: steps, grey dashed lines: phases"
+	p.Title.Text = title + "\nblue dots: answered writes, red crosses: failed after retries, orange lines: steps, grey dashed lines: phases"
 	p.Title.TextStyle.Font.Size = vg.Points(10)
 	// Room between the key and the step labels that reach the plot's top.
 	p.Title.Padding = vg.Points(16)
 	p.X.Label.Text = "time since the workload started (s)"
-	p.Y.Label.Text = "write latency (ms)"
 	p.X.Min, p.X.Max = 0, xMax*1.02
-	logY := yMax/yMin > logScaleRatio
+	logY := latencyAxis(p, yMin, yMax)
+	p.Add(plotter.NewGrid())
+	if err := markLines(p, marks); err != nil {
+		return nil, err
+	}
+	if len(answered) > 0 {
+		sc, err := dots(thin(answered, p, logY), answeredColor)
+		if err != nil {
+			return nil, fmt.Errorf("answered writes: %w", err)
+		}
+		p.Add(sc)
+	}
+	if len(failed) > 0 {
+		sc, err := crosses(failed)
+		if err != nil {
+			return nil, fmt.Errorf("failed writes: %w", err)
+		}
+		p.Add(sc)
+	}
+	if labels, err := markLabels(marks, p.Y.Max, p.X.Max); err != nil {
+		return nil, err
+	} else if labels != nil {
+		p.Add(labels)
+	}
+	return p, nil
+}
+
+// latencyAxis sets p's y axis for latencies from yMin to yMax ms, with head
+// room for the step labels, and tells whether it is logarithmic.
+func latencyAxis(p *plot.Plot, yMin, yMax float64) (logY bool) {
+	if math.IsInf(yMin, 1) {
+		yMin, yMax = 1, 10 // nothing to draw: any axis will do
+	}
+	if yMax <= yMin {
+		yMax = yMin * 2
+	}
+	p.Y.Label.Text = "write latency (ms)"
+	logY = yMax/yMin > logScaleRatio
 	if logY {
 		p.Y.Scale = plot.LogScale{}
 		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
@@ -93,49 +141,46 @@ func latencyPlot(series []workload.Sample, marks []workload.Mark) (*plot.Plot, e
 	} else {
 		p.Y.Min, p.Y.Max = 0, yMax*1.6
 	}
-	p.Add(plotter.NewGrid())
+	return logY
+}
 
+// markLines draws a vertical line per mark across p's y axis: steps solid
+// orange, phase starts dashed grey.
+func markLines(p *plot.Plot, marks []workload.Mark) error {
 	for _, m := range marks {
-		c := stepColor
-		if m.Phase {
-			c = phaseColor
-		}
 		x := m.At.Seconds()
 		line, err := plotter.NewLine(plotter.XYs{{X: x, Y: p.Y.Min}, {X: x, Y: p.Y.Max}})
 		if err != nil {
-			return nil, fmt.Errorf("marker %q: %w", m.Name, err)
+			return fmt.Errorf("marker %q: %w", m.Name, err)
 		}
-		line.Color = c
+		line.Color = stepColor
 		line.Width = vg.Points(1)
 		if m.Phase {
+			line.Color = phaseColor
 			line.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
 		}
 		p.Add(line)
 	}
+	return nil
+}
 
-	if len(answered) > 0 {
-		sc, err := plotter.NewScatter(thin(answered, p, logY))
-		if err != nil {
-			return nil, fmt.Errorf("answered writes: %w", err)
-		}
-		sc.GlyphStyle = draw.GlyphStyle{Color: answeredColor, Radius: vg.Points(1.2), Shape: draw.CircleGlyph{}}
-		p.Add(sc)
-	}
-	if len(failed) > 0 {
-		sc, err := plotter.NewScatter(failed)
-		if err != nil {
-			return nil, fmt.Errorf("failed writes: %w", err)
-		}
-		sc.GlyphStyle = draw.GlyphStyle{Color: failedColor, Radius: vg.Points(3), Shape: draw.CrossGlyph{}}
-		p.Add(sc)
-	}
-
-	if labels, err := markLabels(marks, p.Y.Max, p.X.Max); err != nil {
+// dots are answered requests; crosses, in red, failed ones.
+func dots(pts plotter.XYs, c color.Color) (*plotter.Scatter, error) {
+	sc, err := plotter.NewScatter(pts)
+	if err != nil {
 		return nil, err
-	} else if labels != nil {
-		p.Add(labels)
 	}
-	return p, nil
+	sc.GlyphStyle = draw.GlyphStyle{Color: c, Radius: vg.Points(1.2), Shape: draw.CircleGlyph{}}
+	return sc, nil
+}
+
+func crosses(pts plotter.XYs) (*plotter.Scatter, error) {
+	sc, err := plotter.NewScatter(pts)
+	if err != nil {
+		return nil, err
+	}
+	sc.GlyphStyle = draw.GlyphStyle{Color: failedColor, Radius: vg.Points(3), Shape: draw.CrossGlyph{}}
+	return sc, nil
 }
 
 // thinGrid is the resolution, in cells per axis, below which two dots are

@@ -1,7 +1,9 @@
 // Package report turns a run's figures into the report a person reads after
 // a live move: a JSON document (stable keys for scripts and the README), a
-// text rendering for the terminal, and an SVG plot of write latency over
-// time with the migration steps marked.
+// text rendering for the terminal, and SVG plots of write latency over time
+// with the migration steps marked. A move is judged by the client-go clients
+// of the kube-apiservers (package apiload); the project's own retrying etcd
+// client (package workload) is a lower-level check beside them.
 package report
 
 import (
@@ -16,9 +18,12 @@ import (
 	"github.com/druid-stretch/druid-stretch/internal/workload"
 )
 
-// Report is what a run showed. The workload fills the client figures
-// (FromFigures); the orchestration adds the migration's own figures
-// (MigrationSeconds, TieSeconds, RTTMs, Steps).
+// Report is what a run showed. Its clock (StartedAt, every *Seconds field)
+// is that of what it was built from: the own etcd client's workload
+// (FromFigures) or the kube-apiservers' load (FromAPILoad); AddOwnClient and
+// AddKubeAPIServers add the other's figures shifted onto it. The
+// orchestration adds the migration's own figures (MigrationSeconds,
+// TieSeconds, RTTMs, Steps) and EtcdCrashes.
 type Report struct {
 	// Title names the run, e.g. "live move A -> B".
 	Title string `json:"title,omitempty"`
@@ -39,6 +44,19 @@ type Report struct {
 	// NoLeaderSeconds is the time no member was leader (writes could not
 	// commit), from the members' own logs of their role changes.
 	NoLeaderSeconds float64 `json:"noLeaderSeconds"`
+
+	// KubeAPIServers are the figures of the client-go clients of each
+	// kube-apiserver (AddKubeAPIServers), the figures a move is judged by.
+	KubeAPIServers []APIServer `json:"kubeAPIServers"`
+	// APIHistory are the verdicts on all kube-apiservers' requests as one
+	// history; nil when the run had no kube-apiserver clients.
+	APIHistory *APIHistory `json:"apiHistory,omitempty"`
+	// EtcdCrashes are the etcd members' panics and fatal exits, one line
+	// each, as the caller found them in the members' logs.
+	EtcdCrashes []string `json:"etcdCrashes"`
+
+	// The figures from here to Retries are the project's own etcd client's
+	// (AddOwnClient); its retries hide failures a client-go client sees.
 
 	// FailedRequests are client requests without an answer after the
 	// client's own retries (FailedWrites + FailedReads).
@@ -79,7 +97,8 @@ type Report struct {
 	WriteConflicts int `json:"writeConflicts"`
 	Reads          int `json:"reads"`
 	Retries        int `json:"retries"`
-	// DurationSeconds is how long the client traffic ran.
+	// DurationSeconds is how long the traffic on the report's clock ran
+	// (the workload's or the load's).
 	DurationSeconds float64 `json:"durationSeconds"`
 
 	// Steps are the migration steps and other events, in time order.
@@ -126,56 +145,83 @@ func seconds(d time.Duration) float64 { return d.Seconds() }
 
 func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// FromFigures fills a report with the workload's figures; its events (not
-// its phases) become Steps.
+// FromFigures fills a report with the workload's figures, on the workload's
+// clock; its events (not its phases) become Steps.
 func FromFigures(f workload.Figures) Report {
+	r := newReport(f.StartedAt, f.Duration, f.Marks)
+	r.AddOwnClient(f, 0)
+	return r
+}
+
+// newReport is a report on the clock that starts at startedAt, with every
+// list empty rather than nil.
+func newReport(startedAt time.Time, d time.Duration, marks []workload.Mark) Report {
 	r := Report{
-		StartedAt: f.StartedAt,
-		Preload: Preload{
-			Keys: f.Preload.Keys, ValueBytes: f.Preload.ValueSize, DurationSeconds: seconds(f.Preload.Duration),
-		},
-		FailedRequests:         f.FailedRequests,
-		FailedWrites:           f.FailedWrites,
-		FailedReads:            f.FailedReads,
-		LostAcknowledgedWrites: f.LostAcknowledgedWrites,
-		FinalReadMismatches:    f.FinalReadMismatches,
-		UnverifiedWrites:       f.UnverifiedWrites,
-		Linearizable:           f.Linearizable,
-		LinearizabilityResult:  f.LinearizabilityResult,
-		MaxWriteGapMs:          millis(f.MaxWriteGap),
-		MaxWriteGapAtSeconds:   seconds(f.MaxWriteGapAt),
-		P50WriteMs:             millis(f.WriteLatency.P50),
-		P99WriteMs:             millis(f.WriteLatency.P99),
-		MaxWriteMs:             millis(f.WriteLatency.Max),
-		Phases:                 []Phase{},
-		Writes:                 f.Writes,
-		WriteConflicts:         f.WriteConflicts,
-		Reads:                  f.Reads,
-		Retries:                f.Retries,
-		DurationSeconds:        seconds(f.Duration),
-		Steps:                  []Step{},
+		StartedAt: startedAt, DurationSeconds: seconds(d),
+		KubeAPIServers: []APIServer{}, EtcdCrashes: []string{}, Phases: []Phase{}, Steps: []Step{},
 	}
-	for _, e := range f.FailedErrors {
-		r.FailedRequestErrors = append(r.FailedRequestErrors, ErrorCount{Message: e.Message, Count: e.Count})
-	}
-	for _, p := range f.Phases {
-		r.Phases = append(r.Phases, Phase{
-			Name: p.Name, StartSeconds: seconds(p.Start), EndSeconds: seconds(p.End),
-			Writes: p.Writes, Failed: p.Failed,
-			P50WriteMs: millis(p.WriteLatency.P50), P99WriteMs: millis(p.WriteLatency.P99),
-			MaxWriteGapMs: millis(p.MaxWriteGap),
-		})
-	}
-	for _, m := range f.Marks {
+	for _, m := range marks {
 		if !m.Phase {
 			s := Step{Name: m.Name, AtSeconds: seconds(m.At)}
-			if !f.StartedAt.IsZero() {
-				s.At = f.StartedAt.Add(m.At)
+			if !startedAt.IsZero() {
+				s.At = startedAt.Add(m.At)
 			}
 			r.Steps = append(r.Steps, s)
 		}
 	}
 	return r
+}
+
+// AddOwnClient sets the own etcd client's figures from the workload's,
+// replacing any before. offset moves the workload's clock onto the
+// report's: pass f.StartedAt.Sub(r.StartedAt), 0 when they are the same.
+// The workload's marks are not added (the report's Steps already are the
+// run's events).
+func (r *Report) AddOwnClient(f workload.Figures, offset time.Duration) {
+	r.Preload = Preload{Keys: f.Preload.Keys, ValueBytes: f.Preload.ValueSize, DurationSeconds: seconds(f.Preload.Duration)}
+	r.FailedRequests, r.FailedWrites, r.FailedReads = f.FailedRequests, f.FailedWrites, f.FailedReads
+	r.FailedRequestErrors = nil
+	for _, e := range f.FailedErrors {
+		r.FailedRequestErrors = append(r.FailedRequestErrors, ErrorCount{Message: e.Message, Count: e.Count})
+	}
+	r.LostAcknowledgedWrites, r.FinalReadMismatches, r.UnverifiedWrites = f.LostAcknowledgedWrites, f.FinalReadMismatches, f.UnverifiedWrites
+	r.Linearizable, r.LinearizabilityResult = f.Linearizable, f.LinearizabilityResult
+	r.MaxWriteGapMs, r.MaxWriteGapAtSeconds = millis(f.MaxWriteGap), seconds(f.MaxWriteGapAt+offset)
+	r.P50WriteMs, r.P99WriteMs, r.MaxWriteMs = millis(f.WriteLatency.P50), millis(f.WriteLatency.P99), millis(f.WriteLatency.Max)
+	r.Phases = []Phase{}
+	for _, p := range f.Phases {
+		r.Phases = append(r.Phases, Phase{
+			Name: p.Name, StartSeconds: seconds(p.Start + offset), EndSeconds: seconds(p.End + offset),
+			Writes: p.Writes, Failed: p.Failed,
+			P50WriteMs: millis(p.WriteLatency.P50), P99WriteMs: millis(p.WriteLatency.P99),
+			MaxWriteGapMs: millis(p.MaxWriteGap),
+		})
+	}
+	r.Writes, r.WriteConflicts, r.Reads, r.Retries = f.Writes, f.WriteConflicts, f.Reads, f.Retries
+}
+
+// hasOwnClient tells whether the own client's figures were set: a verified
+// workload always has a linearizability verdict.
+func (r Report) hasOwnClient() bool {
+	return r.LinearizabilityResult != "" || r.Writes+r.WriteConflicts+r.Reads+r.FailedRequests > 0
+}
+
+// MarshalJSON writes the report with its lists as [] rather than null, so
+// that scripts read the same shape whoever filled them (e.g. a caller that
+// sets EtcdCrashes to a nil slice).
+func (r Report) MarshalJSON() ([]byte, error) {
+	type plain Report // without this method
+	p := plain(r)
+	p.KubeAPIServers, p.EtcdCrashes = orEmpty(p.KubeAPIServers), orEmpty(p.EtcdCrashes)
+	p.Phases, p.Steps = orEmpty(p.Phases), orEmpty(p.Steps)
+	return json.Marshal(p)
+}
+
+func orEmpty[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }
 
 // WriteJSON writes the report as indented JSON to path.
@@ -210,7 +256,16 @@ func (r Report) String() string {
 	return b.String()
 }
 
-// WriteText renders the report as aligned text.
+// ownClientLabel heads the own client's figures when kube-apiserver figures
+// stand above them, so that a reader never takes one for the other.
+const ownClientLabel = "the project's own etcd client (retries; a lower-level check)"
+
+// lineFunc prints one tabwriter line.
+type lineFunc func(format string, args ...any)
+
+// WriteText renders the report as aligned text: the kube-apiservers'
+// clients first when the run had them, then the migration's figures, then
+// the own client's.
 func (r Report) WriteText(out io.Writer) error {
 	title := r.Title
 	if title == "" {
@@ -219,26 +274,26 @@ func (r Report) WriteText(out io.Writer) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	line := func(format string, args ...any) { fmt.Fprintf(tw, format+"\n", args...) }
 	line("%s", title)
+	api := len(r.KubeAPIServers) > 0
+	if api {
+		r.writeKubeAPIServers(line)
+	}
+	if api || len(r.EtcdCrashes) > 0 {
+		writeEtcdCrashes(line, r.EtcdCrashes)
+	}
 	if r.RTTMs > 0 || r.Preload.Keys > 0 {
 		line("  setup\t%s RTT, %d preloaded keys of %d bytes", ms(r.RTTMs), r.Preload.Keys, r.Preload.ValueBytes)
 	}
 	line("  migration time\t%.2f s", r.MigrationSeconds)
 	line("  time in tie\t%.2f s", r.TieSeconds)
 	line("  time without leader\t%.2f s", r.NoLeaderSeconds)
-	line("  failed requests\t%d (after the client's retries: %d writes, %d reads)", r.FailedRequests, r.FailedWrites, r.FailedReads)
-	for _, e := range r.FailedRequestErrors {
-		line("    %dx\t%s", e.Count, e.Message)
+	switch {
+	case !api:
+		r.writeOwnClient(line, "  ")
+	case r.hasOwnClient():
+		line("  %s", ownClientLabel)
+		r.writeOwnClient(line, "    ")
 	}
-	line("  lost acknowledged writes\t%d%s", r.LostAcknowledgedWrites, finalNote(r))
-	line("  linearizable\t%s", yesNo(r))
-	line("  max write gap\t%s (from %.2f s)", ms(r.MaxWriteGapMs), r.MaxWriteGapAtSeconds)
-	line("  write latency\tp50 %s, p99 %s, max %s", ms(r.P50WriteMs), ms(r.P99WriteMs), ms(r.MaxWriteMs))
-	for _, p := range r.Phases {
-		line("    %s\tp50 %s, p99 %s, max gap %s, %d writes, %d failed (%.1f-%.1f s)",
-			p.Name, ms(p.P50WriteMs), ms(p.P99WriteMs), ms(p.MaxWriteGapMs), p.Writes, p.Failed, p.StartSeconds, p.EndSeconds)
-	}
-	line("  client traffic\t%d writes acknowledged, %d conflicts, %d reads, %d retries in %.1f s",
-		r.Writes, r.WriteConflicts, r.Reads, r.Retries, r.DurationSeconds)
 	if len(r.Steps) > 0 {
 		line("  steps")
 		for _, s := range r.Steps {
@@ -250,6 +305,24 @@ func (r Report) WriteText(out io.Writer) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// writeOwnClient prints the own client's figures, each line indented by in.
+func (r Report) writeOwnClient(line lineFunc, in string) {
+	line("%sfailed requests\t%d (after the client's retries: %d writes, %d reads)", in, r.FailedRequests, r.FailedWrites, r.FailedReads)
+	for _, e := range r.FailedRequestErrors {
+		line("%s  %dx\t%s", in, e.Count, e.Message)
+	}
+	line("%slost acknowledged writes\t%d%s", in, r.LostAcknowledgedWrites, finalNote(r))
+	line("%slinearizable\t%s", in, verdict(r.Linearizable, r.LinearizabilityResult))
+	line("%smax write gap\t%s (from %.2f s)", in, ms(r.MaxWriteGapMs), r.MaxWriteGapAtSeconds)
+	line("%swrite latency\tp50 %s, p99 %s, max %s", in, ms(r.P50WriteMs), ms(r.P99WriteMs), ms(r.MaxWriteMs))
+	for _, p := range r.Phases {
+		line("%s  %s\tp50 %s, p99 %s, max gap %s, %d writes, %d failed (%.1f-%.1f s)",
+			in, p.Name, ms(p.P50WriteMs), ms(p.P99WriteMs), ms(p.MaxWriteGapMs), p.Writes, p.Failed, p.StartSeconds, p.EndSeconds)
+	}
+	line("%sclient traffic\t%d writes acknowledged, %d conflicts, %d reads, %d retries in %.1f s",
+		in, r.Writes, r.WriteConflicts, r.Reads, r.Retries, r.DurationSeconds)
 }
 
 func finalNote(r Report) string {
@@ -266,13 +339,14 @@ func finalNote(r Report) string {
 	return " (" + strings.Join(notes, "; ") + ")"
 }
 
-func yesNo(r Report) string {
+// verdict words porcupine's verdict on a history.
+func verdict(linearizable bool, result string) string {
 	switch {
-	case r.Linearizable:
+	case linearizable:
 		return "yes"
-	case r.LinearizabilityResult == "Unknown":
+	case result == "Unknown":
 		return "unknown (the check timed out)"
-	case r.LinearizabilityResult == "":
+	case result == "":
 		return "not checked"
 	}
 	return "NO"

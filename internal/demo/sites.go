@@ -1,0 +1,189 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/druid-stretch/druid-stretch/internal/report"
+	"github.com/druid-stretch/druid-stretch/internal/site"
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
+	"github.com/druid-stretch/druid-stretch/internal/workload"
+)
+
+// SiteOptions configure RunOnSites.
+type SiteOptions struct {
+	// RTT is the round trip between the two sites (default 180 ms).
+	RTT time.Duration
+	// PreloadKeys keys of PreloadValueSize bytes are written through the
+	// own etcd client before the move, so that joining members have data
+	// to catch up on.
+	PreloadKeys, PreloadValueSize int
+	// Before and After are how long the traffic runs before the move and
+	// after it (defaults 5 s each), the baselines of the report.
+	Before, After time.Duration
+	// ReportPath receives the report as JSON; PlotPath the plot as SVG.
+	// Empty: not written.
+	ReportPath, PlotPath string
+	// Dir holds the two sites' folders (logs, the pods' files). Empty: a
+	// temporary folder, removed afterwards unless KeepDir.
+	Dir     string
+	KeepDir bool
+	// Out receives the progress and the report (default os.Stdout).
+	Out io.Writer
+}
+
+// RunOnSites is the demo on real sites: two Kubernetes clusters of real
+// parts on this machine (the control plane, etcd-druid, etcd-backup-
+// restore in druid's pods, druid-stretch installed from its chart, a node
+// stand-in running the pods), peered RTT apart. It creates a shoot's
+// etcd-main in site A, runs a shoot kube-apiserver per site with client-go
+// clients through it (and the project's own etcd client as a second
+// check), moves the Etcd to site B with the migration adapter as gardenlet
+// drives it, and reports what the clients saw. It needs root (the pods get
+// network namespaces and chroots). Every process it started has ended when
+// it returns, also on error and when ctx is cancelled (Ctrl-C).
+func RunOnSites(ctx context.Context, o SiteOptions) (rep report.Report, err error) {
+	if o.Out == nil {
+		o.Out = os.Stdout
+	}
+	out := o.Out
+	if os.Geteuid() != 0 {
+		return rep, errors.New("the demo runs two real sites, whose pods get network namespaces and chroots: run it as root")
+	}
+	start := time.Now()
+	fmt.Fprintln(out, "druid-stretch demo: a live move of a shoot's etcd between two Kubernetes clusters of real parts")
+	if err := testbin.Ensure(ctx, out); err != nil {
+		return rep, err
+	}
+	if o.Dir == "" {
+		if o.Dir, err = os.MkdirTemp("", "druid-stretch-demo-"); err != nil {
+			return rep, err
+		}
+		if !o.KeepDir {
+			defer func() { err = errors.Join(err, os.RemoveAll(o.Dir)) }()
+		}
+	}
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return rep, err
+	}
+	logFile, err := os.Create(filepath.Join(o.Dir, "demo.log"))
+	if err != nil {
+		return rep, fmt.Errorf("creating the log file: %w", err)
+	}
+	defer func() { _ = logFile.Close() }()
+	log := ctrlzap.New(ctrlzap.WriteTo(logFile), ctrlzap.Level(zapcore.InfoLevel))
+	ctrl.SetLogger(log)
+	// client-go logs through klog; its shutdown chatter belongs in the log
+	// file, not between the figures.
+	klog.SetLogger(log.WithName("client-go"))
+	rtt := o.RTT
+	if rtt <= 0 {
+		rtt = site.DefaultMoveRTT
+	}
+	fmt.Fprintf(out, "  RTT %s between the sites, %d keys of %d bytes preloaded; files and logs: %s\n", rtt, o.PreloadKeys, max(o.PreloadValueSize, 0), o.Dir)
+
+	fmt.Fprintln(out, "starting sites A and B (control plane, etcd-druid, druid-stretch, a node stand-in each) ...")
+	opts := site.MoveSiteOptions(o.Dir)
+	for i := range opts {
+		opts[i].Logger = log.WithName(opts[i].ClusterIdentity)
+	}
+	startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	sites, err := site.StartSites(startCtx, opts...)
+	cancel()
+	if err != nil {
+		return rep, err
+	}
+	defer func() {
+		fmt.Fprintln(out, "stopping both sites ...")
+		for _, s := range sites {
+			err = errors.Join(err, s.Stop())
+		}
+	}()
+	mv, err := site.NewLiveMove(ctx, sites[0], sites[1], site.LiveMoveOptions{
+		RTT:      rtt,
+		Workload: workload.Options{PreloadKeys: o.PreloadKeys, PreloadValueSize: o.PreloadValueSize},
+		Before:   o.Before, After: o.After,
+		Out: out,
+	})
+	if err != nil {
+		return rep, err
+	}
+	fmt.Fprintf(out, "sites up after %.0f s; creating Etcd %s in site A (druid's StatefulSet, the sidecar injected) ...\n", time.Since(start).Seconds(), mv.Key())
+	if err := mv.CreateSource(ctx); err != nil {
+		return rep, err
+	}
+	fmt.Fprintf(out, "druid reports the Etcd Ready in site A after %.0f s\n", time.Since(start).Seconds())
+	run, err := mv.Run(ctx)
+	if err != nil {
+		return rep, err
+	}
+
+	rep = report.FromAPILoad(run.API)
+	rep.Title = fmt.Sprintf("live move of %s from %s to %s (real etcd-druid sites)", mv.Key(), site.SourceIdentity, site.DestinationIdentity)
+	rep.RTTMs = float64(rtt) / float64(time.Millisecond)
+	rep.MigrationSeconds = run.MoveTook.Seconds()
+	rep.TieSeconds = run.TieSeconds
+	rep.EtcdCrashes = run.EtcdCrashes
+	ownOffset := run.Own.StartedAt.Sub(rep.StartedAt)
+	rep.AddOwnClient(run.Own, ownOffset)
+	if rep.NoLeaderSeconds, err = noLeaderOnSites(sites, run); err != nil {
+		return rep, err
+	}
+	fmt.Fprintln(out)
+	if err := rep.WriteText(out); err != nil {
+		return rep, err
+	}
+	if o.ReportPath != "" {
+		if err := rep.WriteJSON(o.ReportPath); err != nil {
+			return rep, err
+		}
+		fmt.Fprintf(out, "report written to %s\n", o.ReportPath)
+	}
+	if o.PlotPath != "" {
+		if err := report.PlotRunSVG(o.PlotPath, report.RunPlot{
+			Requests: run.APIRequests, Servers: run.API.Servers,
+			Own: run.Own.Series, OwnOffset: ownOffset,
+			Marks: report.Markers(rep.Steps),
+		}); err != nil {
+			return rep, err
+		}
+		fmt.Fprintf(out, "plot written to %s\n", o.PlotPath)
+	}
+	return rep, nil
+}
+
+// noLeaderOnSites is the time during the move in which no member was
+// leader, from the etcd logs of every pod of both sites, filtered by the
+// IDs of the members the cluster had.
+func noLeaderOnSites(sites []*site.Site, run *site.LiveMoveRun) (float64, error) {
+	ids := idSet{}
+	for _, list := range run.Membership.Snapshot() {
+		for _, m := range list {
+			ids.add(strconv.FormatUint(m.ID, 16))
+		}
+	}
+	var logs []string
+	for _, s := range sites {
+		l, err := s.EtcdLogs()
+		if err != nil {
+			return 0, err
+		}
+		logs = append(logs, l...)
+	}
+	evs, err := readLeaderEventsFrom(logs, ids)
+	if err != nil {
+		return 0, err
+	}
+	return leaderless(evs, run.MoveStarted, run.MoveStarted.Add(run.MoveTook)).Seconds(), nil
+}

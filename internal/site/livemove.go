@@ -1,0 +1,624 @@
+package site
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
+	"github.com/druid-stretch/druid-stretch/controllers/webhook"
+	"github.com/druid-stretch/druid-stretch/internal/apiload"
+	"github.com/druid-stretch/druid-stretch/internal/migration"
+	"github.com/druid-stretch/druid-stretch/internal/workload"
+)
+
+// MoveNamespace is the shoot namespace of a live move, the same in both
+// sites as in two Gardener seeds.
+const MoveNamespace = "shoot--dev--move"
+
+// MoveEtcdName is the Etcd a live move moves.
+const MoveEtcdName = "etcd-main"
+
+// MoveReplicas is the size of the moved Etcd.
+const MoveReplicas = 3
+
+// DefaultMoveRTT is the round trip between the two sites of a move: two
+// regions apart, the distance a live control plane migration spans.
+const DefaultMoveRTT = 180 * time.Millisecond
+
+// The cluster identities and external DNS zones of the two sites of a move.
+const (
+	SourceIdentity      = "site-a"
+	DestinationIdentity = "site-b"
+	sourceDomain        = "site-a.test"
+	destinationDomain   = "site-b.test"
+)
+
+// MoveSiteOptions are the options of the two sites of a live move, in
+// order source, destination, with their folders under dir: distinct
+// cluster identities, pod networks and external DNS zones, as two seeds
+// have, and druid-stretch installed in both.
+func MoveSiteOptions(dir string) []Options {
+	return []Options{
+		{Dir: filepath.Join(dir, SourceIdentity), DruidStretch: true, ClusterIdentity: SourceIdentity, PodCIDR: "10.244.0.0/16", Domain: sourceDomain},
+		{Dir: filepath.Join(dir, DestinationIdentity), DruidStretch: true, ClusterIdentity: DestinationIdentity, PodCIDR: "10.245.0.0/16", Domain: destinationDomain},
+	}
+}
+
+// StartSites starts sites side by side. On error, the sites that started
+// are stopped again.
+func StartSites(ctx context.Context, opts ...Options) ([]*Site, error) {
+	sites := make([]*Site, len(opts))
+	errs := make([]error, len(opts))
+	var wg sync.WaitGroup
+	for i, o := range opts {
+		wg.Go(func() {
+			sites[i], errs[i] = Start(ctx, o)
+			if errs[i] != nil {
+				errs[i] = fmt.Errorf("starting site %s (logs in %s): %w", o.ClusterIdentity, o.Dir, errs[i])
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, s := range sites {
+			if s != nil {
+				err = errors.Join(err, s.Stop())
+			}
+		}
+		return nil, err
+	}
+	return sites, nil
+}
+
+// LiveMoveOptions configure a LiveMove.
+type LiveMoveOptions struct {
+	// RTT is the round trip between the sites (default DefaultMoveRTT).
+	RTT time.Duration
+	// Workload configures the project's own etcd client, a second,
+	// lower-level check beside the kube-apiservers' clients (its preload
+	// among others); its endpoints, dialer, prefix and log are set here.
+	Workload workload.Options
+	// Before is how long the traffic runs before the move starts, counted
+	// from the load's start (default 5 s); After how long the destination's
+	// clients write after the move's end (default 5 s).
+	Before, After time.Duration
+	// OnEvent, when set, sees every event of the move as it happens.
+	OnEvent func(migration.Event)
+	// Out receives one line per stage (default: nothing). The logs of the
+	// move's own parts (the mover, the loads) go to files in the source
+	// site's folder.
+	Out io.Writer
+}
+
+// LiveMove is the live move of a shoot's etcd-main from site A to site B,
+// two peered sites of real parts, with the migration adapter as gardenlet
+// drives it: a shoot kube-apiserver in each site on its own site's etcd
+// client Service, client-go clients through both for the whole move, and
+// the source's clients switched to the destination's kube-apiserver before
+// any source member goes.
+type LiveMove struct {
+	A, B *Site
+	opts LiveMoveOptions
+}
+
+// NewLiveMove peers a and b at opts.RTT and creates the shoot namespace in
+// both. a and b are sites of MoveSiteOptions.
+func NewLiveMove(ctx context.Context, a, b *Site, opts LiveMoveOptions) (*LiveMove, error) {
+	if opts.RTT <= 0 {
+		opts.RTT = DefaultMoveRTT
+	}
+	if opts.Before <= 0 {
+		opts.Before = 5 * time.Second
+	}
+	if opts.After <= 0 {
+		opts.After = 5 * time.Second
+	}
+	if opts.Out == nil {
+		opts.Out = io.Discard
+	}
+	if err := Peer(a, b, opts.RTT); err != nil {
+		return nil, fmt.Errorf("peering the sites: %w", err)
+	}
+	for _, s := range []*Site{a, b} {
+		if err := s.CreateNamespace(ctx, MoveNamespace); err != nil {
+			return nil, err
+		}
+	}
+	return &LiveMove{A: a, B: b, opts: opts}, nil
+}
+
+// Key is the moved Etcd's key, the same in both sites.
+func (m *LiveMove) Key() client.ObjectKey {
+	return client.ObjectKey{Namespace: MoveNamespace, Name: MoveEtcdName}
+}
+
+func (m *LiveMove) printf(format string, args ...any) {
+	fmt.Fprintf(m.opts.Out, format+"\n", args...)
+}
+
+// CreateSource creates the source Etcd in A, opted in to druid-stretch and
+// advertising its members' names under A's external domain, and waits
+// until druid reports it Ready and druid-stretch sees its voters.
+func (m *LiveMove) CreateSource(ctx context.Context) error {
+	if _, err := m.A.CreateEtcd(ctx, MoveNamespace, func(o *unstructured.Unstructured) error {
+		if err := unstructured.SetNestedField(o.Object, int64(0), "spec", "ordinalStart"); err != nil {
+			return err
+		}
+		return unstructured.SetNestedSlice(o.Object, ExternalPeerURLs(MoveEtcdName, MoveReplicas, sourceDomain), "spec", "etcd", "additionalAdvertisePeerURLs")
+	}); err != nil {
+		return err
+	}
+	if err := m.A.WaitEtcdReady(ctx, m.Key(), MoveReplicas, 5*time.Minute); err != nil {
+		return err
+	}
+	return m.A.WaitVoters(ctx, m.Key(), MoveReplicas, 3*time.Minute)
+}
+
+// ExternalPeerURLs is spec.etcd.additionalAdvertisePeerURLs giving the pods
+// 0..n-1 of Etcd name in MoveNamespace their name under the site's domain.
+func ExternalPeerURLs(name string, n int, domain string) []any {
+	var out []any
+	for i := range n {
+		pod := fmt.Sprintf("%s-%d", name, i)
+		out = append(out, map[string]any{"memberName": pod,
+			"urls": []any{fmt.Sprintf("http://%s.%s.%s:2380", pod, MoveNamespace, domain)}})
+	}
+	return out
+}
+
+// ClientURLs are the external client URLs of the members of both sides: A's
+// pods 0..2 under A's domain, then B's 3..5 under B's.
+func ClientURLs() []string {
+	var eps []string
+	for i := range 2 * MoveReplicas {
+		domain := sourceDomain
+		if i >= MoveReplicas {
+			domain = destinationDomain
+		}
+		eps = append(eps, fmt.Sprintf("http://%s-%d.%s.%s:2379", MoveEtcdName, i, MoveNamespace, domain))
+	}
+	return eps
+}
+
+// LiveMoveRun is what a live move showed.
+type LiveMoveRun struct {
+	// MoveStarted is when the move's first step began; MoveTook how long
+	// the whole move took.
+	MoveStarted time.Time
+	MoveTook    time.Duration
+	// API are the kube-apiservers' clients' figures; APIRequests every
+	// request they made.
+	API         apiload.Results
+	APIRequests []apiload.Request
+	// Own are the figures of the project's own etcd client, OwnLost its
+	// acknowledged writes read back.
+	Own     workload.Figures
+	OwnLost workload.LostWrites
+	// Membership is every member list a poll (every 100 ms) saw.
+	Membership *MembershipHistory
+	// DruidReady is druid's Ready of B, sampled every second from B's
+	// first member's join to the move's end.
+	DruidReady []bool
+	// Ties is how many ties the controllers measured during the move, and
+	// TieSeconds their sum (from etcd's answers to the change that made
+	// each and the one that ended it).
+	Ties, TiesUnderOneSecond uint64
+	TieSeconds               float64
+	// EtcdCrashes are the panics and fatal exits in every etcd log of both
+	// sites.
+	EtcdCrashes []string
+	// FirstMemberRuns is how often B's pod etcd-main-3 ran (1: no change of
+	// its template restarted it during the move).
+	FirstMemberRuns int
+}
+
+// Run runs the client traffic, moves the Etcd while it runs, waits until B
+// serves with every member ready and druid reports it Ready, and checks
+// the traffic. The Etcd must run in A (CreateSource). The returned run
+// holds whatever was measured, also when an error ends it early. Every
+// client and load it starts has ended when it returns.
+func (m *LiveMove) Run(ctx context.Context) (*LiveMoveRun, error) {
+	run := &LiveMoveRun{}
+	a, b := m.A, m.B
+	eps := ClientURLs()
+	var closers []func() error
+	defer func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			_ = closers[i]()
+		}
+	}()
+	logTo := func(name string) (logr.Logger, error) {
+		f, err := os.Create(filepath.Join(a.Dir, name))
+		if err != nil {
+			return logr.Discard(), err
+		}
+		closers = append(closers, f.Close)
+		return ctrlzap.New(ctrlzap.WriteTo(f)), nil
+	}
+
+	// The project's own etcd client through the members' external client
+	// URLs, a lower-level check: lost writes and linearizability at the
+	// etcd API.
+	wlog, err := logTo("workload.log")
+	if err != nil {
+		return run, err
+	}
+	wo := m.opts.Workload
+	wo.Endpoints, wo.DialContext, wo.Prefix, wo.Log = eps, a.DialContext, "/move/", wlog
+	w, err := workload.New(wo)
+	if err != nil {
+		return run, err
+	}
+	closers = append(closers, w.Close)
+	m.printf("starting the project's own etcd client (%d preloaded keys) ...", wo.PreloadKeys)
+	if err := w.Start(ctx); err != nil {
+		return run, fmt.Errorf("starting the own etcd client: %w", err)
+	}
+	closers = append(closers, func() error { w.Stop(); return nil })
+
+	cli, err := a.EtcdClient(eps...)
+	if err != nil {
+		return run, err
+	}
+	closers = append(closers, cli.Close)
+	run.Membership = RecordMembership(cli)
+	closers = append(closers, func() error { run.Membership.Stop(); return nil })
+
+	// The clients that matter: client-go clients of the shoot's
+	// kube-apiservers, one per site, each on the etcd client Service of its
+	// own site, as Gardener runs a shoot's control plane in each seed
+	// during a move. B's starts once B has a ready member.
+	var servers []apiload.Server
+	shoots := map[*Site]*ShootAPIServer{}
+	for _, s := range []*Site{a, b} {
+		api, err := s.NewShootAPIServer(s.opts.ClusterIdentity, MoveNamespace, MoveEtcdName)
+		if err != nil {
+			return run, err
+		}
+		shoots[s] = api
+		servers = append(servers, apiload.Server{Name: api.Name, Config: api.Config})
+	}
+	m.printf("starting the shoot kube-apiserver of %s on its etcd client Service, and client-go clients through it ...", a.opts.ClusterIdentity)
+	if err := shoots[a].Start(ctx); err != nil {
+		return run, err
+	}
+	startB := make(chan error, 1)
+	bCtx, cancelB := context.WithCancel(ctx)
+	closers = append(closers, func() error { cancelB(); return nil })
+	go func() { startB <- shoots[b].StartOnceEtcdServes(bCtx) }()
+	llog, err := logTo("apiload.log")
+	if err != nil {
+		return run, err
+	}
+	load, err := apiload.New(apiload.Options{Servers: servers, Log: llog})
+	if err != nil {
+		return run, err
+	}
+	startCtx, cancelStart := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancelStart()
+	if err := load.Start(startCtx); err != nil {
+		return run, fmt.Errorf("%s's kube-apiserver does not serve: %w", a.opts.ClusterIdentity, err)
+	}
+	closers = append(closers, func() error { load.Stop(); return nil })
+	// A baseline of the traffic before the move.
+	if err := pauseUntil(ctx, load.StartedAt().Add(m.opts.Before)); err != nil {
+		return run, err
+	}
+
+	templates := func(domain string) migration.URLTemplates {
+		return migration.URLTemplates{
+			Peer:    "http://{pod}.{namespace}." + domain + ":2380",
+			Client:  "http://{pod}.{namespace}." + domain + ":2379",
+			Sidecar: fmt.Sprintf("http://{pod}.{namespace}.%s:%d", domain, webhook.DefaultSidecarPort),
+		}
+	}
+	druidReady := WatchDruidReady(b, m.Key())
+	closers = append(closers, func() error { druidReady.Stop(); return nil })
+	mlog, err := logTo("mover.log")
+	if err != nil {
+		return run, err
+	}
+	ties, tieSum, tiesUnder, err := tieHistogram()
+	if err != nil {
+		return run, err
+	}
+	mover, err := migration.New(migration.Options{
+		Source: a.Client, Destination: b.Client,
+		Namespace: MoveNamespace, Name: MoveEtcdName,
+		// B's pods take the ordinals after A's (etcd-main-3..5): in one shoot
+		// namespace of two seeds, druid's in-cluster peer URL of a pod of
+		// the same name is the same string, and etcd refuses a second
+		// member with a peer URL it knows. The adapter makes B's members
+		// advertise their names under B's domain.
+		SourceAddresses: templates(sourceDomain).Addresses(), DestinationAddresses: templates(destinationDomain).Addresses(),
+		StepTimeout: 5 * time.Minute,
+		// Once B's first member votes and B's kube-apiserver serves on
+		// it, before any of A's members goes, A's clients move to B's
+		// kube-apiserver (the shoot's API endpoint switched) and A's
+		// kube-apiserver stops, as gardenlet does it.
+		SwitchClients: func(ctx context.Context) error {
+			if err := <-startB; err != nil {
+				return fmt.Errorf("starting %s's kube-apiserver: %w", b.opts.ClusterIdentity, err)
+			}
+			if err := load.WaitReady(ctx, b.opts.ClusterIdentity); err != nil {
+				return err
+			}
+			if err := load.Switch(ctx, a.opts.ClusterIdentity, b.opts.ClusterIdentity); err != nil {
+				return err
+			}
+			return shoots[a].Stop(ctx)
+		},
+		Logger: mlog,
+		Progress: func(e migration.Event) {
+			if e.Kind == migration.StepStarted || e.Kind == migration.StepDone {
+				w.Mark(string(e.Step) + " " + string(e.Kind))
+				load.Mark(string(e.Step) + " " + string(e.Kind))
+			}
+			if e.Kind == migration.StepStarted {
+				m.printf("  %6.1f s  %-17s %s", e.At.Sub(load.StartedAt()).Seconds(), e.Step, requestCounts(load.Requests(), servers))
+			}
+			if e.Kind == migration.StepDone && e.Step == move.StepJoinDestination {
+				druidReady.Start()
+			}
+			if m.opts.OnEvent != nil {
+				m.opts.OnEvent(e)
+			}
+		},
+	})
+	if err != nil {
+		return run, err
+	}
+	w.MarkPhase("during")
+	load.MarkPhase("during")
+	m.printf("moving %s/%s from %s to %s (times on the load's clock) ...", MoveNamespace, MoveEtcdName, a.opts.ClusterIdentity, b.opts.ClusterIdentity)
+	run.MoveStarted = time.Now()
+	err = mover.Move(ctx)
+	run.MoveTook = time.Since(run.MoveStarted)
+	run.DruidReady = druidReady.Stop()
+	if err != nil {
+		return run, fmt.Errorf("the move: %w", err)
+	}
+	w.MarkPhase("after")
+	load.MarkPhase("after")
+	afterMove := time.Since(load.StartedAt())
+	if n, sum, under, err := tieHistogram(); err == nil {
+		run.Ties, run.TieSeconds, run.TiesUnderOneSecond = n-ties, sum-tieSum, under-tiesUnder
+	}
+	m.printf("moved in %s; waiting for B's members, pods and druid's Ready ...", run.MoveTook.Round(100*time.Millisecond))
+
+	if err := b.WaitVoters(ctx, m.Key(), MoveReplicas, 3*time.Minute); err != nil {
+		return run, err
+	}
+	// A member that joined by snapshot serves its first linearizable read
+	// (etcd-wrapper's readiness) some seconds after its promotion; B's
+	// StatefulSet rolls out whatever druid changed at the move's end.
+	if err := b.waitRolledOut(ctx, m.Key(), MoveReplicas, 3*time.Minute); err != nil {
+		return run, err
+	}
+	// druid reads its member leases by the ordinals 0..2; the member lease
+	// bridge fills them from the leases B's members renew.
+	if err := b.WaitEtcdReady(ctx, m.Key(), MoveReplicas, 5*time.Minute); err != nil {
+		return run, err
+	}
+	if run.FirstMemberRuns, err = b.PodRuns(MoveNamespace, MoveEtcdName+"-3"); err != nil {
+		return run, err
+	}
+	// The destination's clients write for a while after the move: the
+	// baseline after it.
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(context.Context) (bool, error) {
+		return time.Since(load.StartedAt()) >= afterMove+m.opts.After && wroteSince(load, b.opts.ClusterIdentity, afterMove), nil
+	}); err != nil {
+		return run, fmt.Errorf("%s's kube-apiserver acknowledged no write after the move: %w", b.opts.ClusterIdentity, err)
+	}
+
+	m.printf("checking the histories (lost writes, linearizability) ...")
+	w.Stop()
+	if err := w.SetEndpoints(eps[MoveReplicas:]...); err != nil {
+		return run, err
+	}
+	if run.Own, run.OwnLost, err = w.Verify(ctx, workload.VerifyOptions{LinearizabilityTimeout: time.Minute}); err != nil {
+		return run, fmt.Errorf("checking the own client's history: %w", err)
+	}
+	load.Stop()
+	run.APIRequests = load.Requests()
+	if run.API, err = load.Results(ctx, apiload.VerifyOptions{LinearizabilityTimeout: time.Minute}); err != nil {
+		return run, fmt.Errorf("checking the kube-apiservers' history: %w", err)
+	}
+	run.Membership.Stop()
+	for _, s := range []*Site{a, b} {
+		crashes, err := s.EtcdCrashes()
+		if err != nil {
+			return run, err
+		}
+		run.EtcdCrashes = append(run.EtcdCrashes, crashes...)
+	}
+	return run, nil
+}
+
+// waitRolledOut waits until the Etcd's StatefulSet has rolled out its
+// current revision with replicas ready pods, and every pod of the Etcd is
+// ready.
+func (s *Site) waitRolledOut(ctx context.Context, key client.ObjectKey, replicas int32, timeout time.Duration) error {
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		pods, err := s.EtcdPods(ctx, key)
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		for _, p := range pods {
+			if !PodReady(&p) {
+				last = "pod " + p.Name + " is not ready"
+				return false, nil
+			}
+		}
+		sts, err := s.Kube.AppsV1().StatefulSets(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		switch {
+		case sts.Status.CurrentRevision != sts.Status.UpdateRevision:
+			last = fmt.Sprintf("StatefulSet rolling out %s (current %s)", sts.Status.UpdateRevision, sts.Status.CurrentRevision)
+		case sts.Status.ReadyReplicas != replicas:
+			last = fmt.Sprintf("StatefulSet has %d ready replicas, want %d", sts.Status.ReadyReplicas, replicas)
+		case len(pods) != int(replicas):
+			last = fmt.Sprintf("%d pods, want %d", len(pods), replicas)
+		default:
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("etcd %s in %s did not roll out in %s: %s", key, s.opts.ClusterIdentity, timeout, last)
+	}
+	return nil
+}
+
+// requestCounts sums the requests so far per server, for the progress
+// lines: what a person watching the move wants to see change.
+func requestCounts(reqs []apiload.Request, servers []apiload.Server) string {
+	type counts struct{ ok, failed int }
+	by := map[string]*counts{}
+	for _, r := range reqs {
+		c := by[r.Server]
+		if c == nil {
+			c = &counts{}
+			by[r.Server] = c
+		}
+		if r.Failed() {
+			c.failed++
+		} else {
+			c.ok++
+		}
+	}
+	var parts []string
+	for _, s := range servers {
+		if c := by[s.Name]; c != nil {
+			parts = append(parts, fmt.Sprintf("%s: %d answered, %d failed", s.Name, c.ok, c.failed))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// pauseUntil waits until t or until ctx ends.
+func pauseUntil(ctx context.Context, t time.Time) error {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
+}
+
+// wroteSince tells whether server had a write acknowledged that it was
+// called at or after since, an offset on the load's clock.
+func wroteSince(l *apiload.Load, server string, since time.Duration) bool {
+	for _, r := range l.Requests() {
+		if r.Server == server && r.Acknowledged() && r.Call >= since {
+			return true
+		}
+	}
+	return false
+}
+
+// tieHistogram reads the controllers' tie durations from controller-
+// runtime's registry (both sites' controllers run in this process and
+// share it): how many, their sum in seconds, and how many lasted at most a
+// second.
+func tieHistogram() (n uint64, sum float64, underOneSecond uint64, err error) {
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	for _, f := range families {
+		if f.GetName() != "druid_stretch_membership_tie_duration_seconds" || len(f.Metric) == 0 {
+			continue
+		}
+		h := f.Metric[0].GetHistogram()
+		for _, b := range h.GetBucket() {
+			if b.GetUpperBound() == 1 {
+				underOneSecond = b.GetCumulativeCount()
+			}
+		}
+		return h.GetSampleCount(), h.GetSampleSum(), underOneSecond, nil
+	}
+	return 0, 0, 0, nil
+}
+
+// PodRuns counts the pods of that name in namespace the site's node ran
+// (one folder each, named by the pod's UID).
+func (s *Site) PodRuns(namespace, pod string) (int, error) {
+	dirs, err := filepath.Glob(filepath.Join(s.Dir, "node", "pods", namespace+"_"+pod+"_*"))
+	return len(dirs), err
+}
+
+// ReadySampler records druid's Ready of one Etcd once a second, from Start
+// until Stop.
+type ReadySampler struct {
+	site      *Site
+	key       client.ObjectKey
+	startOnce sync.Once
+	stopOnce  sync.Once
+	ctx       context.Context
+	cancel    context.CancelFunc
+	done      chan struct{}
+	samples   []bool
+}
+
+// WatchDruidReady prepares a sampler of druid's Ready of the Etcd key in s.
+func WatchDruidReady(s *Site, key client.ObjectKey) *ReadySampler {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &ReadySampler{site: s, key: key, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+}
+
+// Start starts sampling; a second call does nothing.
+func (r *ReadySampler) Start() {
+	r.startOnce.Do(func() {
+		go func() {
+			defer close(r.done)
+			tick := time.NewTicker(time.Second)
+			defer tick.Stop()
+			for {
+				var e v1alpha1.Etcd
+				if err := r.site.Client.Get(r.ctx, r.key, &e); err == nil {
+					r.samples = append(r.samples, e.DruidEtcd().IsReady())
+				}
+				select {
+				case <-r.ctx.Done():
+					return
+				case <-tick.C:
+				}
+			}
+		}()
+	})
+}
+
+// Stop ends the sampling and returns the samples (none if it never
+// started). Safe to call twice.
+func (r *ReadySampler) Stop() []bool {
+	r.stopOnce.Do(func() {
+		r.cancel()
+		r.startOnce.Do(func() { close(r.done) })
+		<-r.done
+	})
+	return r.samples
+}
