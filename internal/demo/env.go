@@ -1,10 +1,13 @@
 // Package demo runs a live move of an etcd cluster between two Kubernetes
-// clusters on one machine, with real parts only: two kube-apiservers
-// (envtest), a membership controller for each (in-process managers), a pod
-// runner for each that runs real etcd members with their sidecars in its own
-// WAN site, the link emulator between the sites, and a client workload that
-// writes and reads throughout. Run is the `druid-stretch demo` command; Env
-// is the same setup for the end-to-end tests and the benchmark.
+// clusters on one machine. RunOnSites is the `druid-stretch demo` command
+// and Bench the `bench` command: two sites of real parts (internal/site:
+// the control plane, etcd-druid, etcd-backup-restore, druid-stretch from
+// its chart), judged by client-go clients through a kube-apiserver per
+// site. Env is a lighter setup for the end-to-end tests of test/e2e: two
+// kube-apiservers (envtest), a membership controller for each, a pod runner
+// for each that runs real etcd members with their sidecars in its own WAN
+// site, the link emulator between the sites, and the project's own
+// retrying etcd client writing and reading throughout.
 package demo
 
 import (

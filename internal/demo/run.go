@@ -5,146 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
-	"go.uber.org/zap/zapcore"
-	"k8s.io/klog/v2"
-	ctrl "sigs.k8s.io/controller-runtime"
-	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
 	"github.com/druid-stretch/druid-stretch/internal/localetcd"
 	"github.com/druid-stretch/druid-stretch/internal/migration"
 	"github.com/druid-stretch/druid-stretch/internal/report"
-	"github.com/druid-stretch/druid-stretch/internal/testbin"
 	"github.com/druid-stretch/druid-stretch/internal/workload"
 )
-
-// Options configure Run.
-type Options struct {
-	// Config is the environment (RTT, names, size, folder).
-	Config
-	// PreloadKeys keys of PreloadValueSize bytes are written before the
-	// traffic starts, so that joining members have data to catch up on.
-	PreloadKeys, PreloadValueSize int
-	// Before and After are how long the traffic runs before the move starts
-	// and after it ended (defaults 5 s each), the baselines of the report.
-	Before, After time.Duration
-	// ReportPath receives the report as JSON; PlotPath the write latency
-	// plot as SVG. Empty: not written.
-	ReportPath, PlotPath string
-	// Out receives the progress and the report (default os.Stdout).
-	Out io.Writer
-	// KeepDir keeps the folder with the members' data and logs after the
-	// run (a temporary folder is removed otherwise).
-	KeepDir bool
-	// Quiet prints only the report, not the progress (the benchmark).
-	Quiet bool
-}
-
-func (o *Options) setDefaults() {
-	if o.Before <= 0 {
-		o.Before = 5 * time.Second
-	}
-	if o.After <= 0 {
-		o.After = 5 * time.Second
-	}
-	if o.Out == nil {
-		o.Out = os.Stdout
-	}
-}
-
-// Run is the demo: it builds the binaries if needed, starts both clusters,
-// creates the Etcd in A, runs the client traffic, moves the Etcd to B while
-// the traffic runs, checks the recorded history, prints the report and
-// writes the files asked for. Every process it started has ended when it
-// returns, also on error and when ctx is cancelled (Ctrl-C).
-func Run(ctx context.Context, o Options) (rep report.Report, err error) {
-	o.setDefaults()
-	out := o.Out
-	if o.Quiet {
-		out = io.Discard
-	}
-	start := time.Now()
-	fmt.Fprintln(out, "druid-stretch demo: a live move of an etcd cluster from Kubernetes cluster A to cluster B")
-	if err := testbin.Ensure(ctx, out); err != nil {
-		return rep, err
-	}
-	if o.Dir == "" {
-		if o.Dir, err = os.MkdirTemp("", "druid-stretch-demo-"); err != nil {
-			return rep, err
-		}
-		if !o.KeepDir {
-			defer func() { err = errors.Join(err, os.RemoveAll(o.Dir)) }()
-		}
-	}
-	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
-		return rep, err
-	}
-	logPath := filepath.Join(o.Dir, "demo.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return rep, fmt.Errorf("creating the log file: %w", err)
-	}
-	defer func() { _ = logFile.Close() }()
-	if o.Logger.GetSink() == nil {
-		o.Logger = ctrlzap.New(ctrlzap.WriteTo(logFile), ctrlzap.Level(zapcore.InfoLevel))
-		ctrl.SetLogger(o.Logger)
-		// client-go logs through klog; its shutdown chatter ("context
-		// canceled") belongs in the log file, not between the figures.
-		klog.SetLogger(o.Logger.WithName("client-go"))
-	}
-	o.Config.setDefaults()
-	fmt.Fprintf(out, "  RTT %s between the clusters (etcd heartbeat %s, election timeout %s), %d preloaded keys of %d bytes\n",
-		o.RTT, o.HeartbeatInterval, o.ElectionTimeout, o.PreloadKeys, max(o.PreloadValueSize, 0))
-	fmt.Fprintf(out, "  files and logs: %s\n", o.Dir)
-
-	fmt.Fprintln(out, "starting two kube-apiservers, a membership controller and a pod runner for each cluster ...")
-	env, err := Start(ctx, o.Config)
-	if err != nil {
-		return rep, err
-	}
-	defer func() {
-		fmt.Fprintln(out, "stopping every process ...")
-		err = errors.Join(err, env.Close())
-	}()
-	fmt.Fprintf(out, "creating Etcd %s/%s in cluster A (%d members) ...\n", o.Namespace, o.Name, o.Replicas)
-	if err := env.CreateSource(ctx, 2*time.Minute); err != nil {
-		return rep, err
-	}
-	fmt.Fprintf(out, "cluster A's etcd runs (%.1f s since the start); starting the client traffic; times below are seconds on the client's clock, as in the report\n", time.Since(start).Seconds())
-
-	r, err := env.Rehearse(ctx, out, RehearsalOptions{
-		Workload: workload.Options{PreloadKeys: o.PreloadKeys, PreloadValueSize: o.PreloadValueSize, Log: o.Logger.WithName("workload")},
-		Before:   o.Before, After: o.After,
-	})
-	if err != nil {
-		return rep, err
-	}
-	rep = r
-	fmt.Fprintln(o.Out)
-	if err := rep.WriteText(o.Out); err != nil {
-		return rep, err
-	}
-	if o.ReportPath != "" {
-		if err := rep.WriteJSON(o.ReportPath); err != nil {
-			return rep, err
-		}
-		fmt.Fprintf(out, "report written to %s\n", o.ReportPath)
-	}
-	if o.PlotPath != "" {
-		if err := report.PlotSVG(o.PlotPath, env.lastFigures.Series, env.lastFigures.Marks); err != nil {
-			return rep, err
-		}
-		fmt.Fprintf(out, "plot written to %s\n", o.PlotPath)
-	}
-	return rep, nil
-}
 
 // RehearsalOptions configure Rehearse.
 type RehearsalOptions struct {
