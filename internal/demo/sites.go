@@ -1,13 +1,16 @@
 package demo
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.uber.org/zap/zapcore"
@@ -135,6 +138,7 @@ func RunOnSites(ctx context.Context, o SiteOptions) (rep report.Report, err erro
 	rep.MigrationSeconds = run.MoveTook.Seconds()
 	rep.TieSeconds = run.TieSeconds
 	rep.EtcdCrashes = run.EtcdCrashes
+	rep.Steps = timeline(rep.Steps, rep.StartedAt, run.Membership.TimedTransitions())
 	ownOffset := run.Own.StartedAt.Sub(rep.StartedAt)
 	rep.AddOwnClient(run.Own, ownOffset)
 	if rep.NoLeaderSeconds, err = noLeaderOnSites(sites, run); err != nil {
@@ -161,6 +165,30 @@ func RunOnSites(ctx context.Context, o SiteOptions) (rep report.Report, err erro
 		fmt.Fprintf(out, "plot written to %s\n", o.PlotPath)
 	}
 	return rep, nil
+}
+
+// timeline merges each step's start and end mark into one step with its
+// duration, and adds the membership changes the polls saw ("etcd: promote
+// etcd-main-3"), all in time order on the clock that starts at start.
+func timeline(marks []report.Step, start time.Time, changes []site.Transition) []report.Step {
+	out := make([]report.Step, 0, len(marks)+len(changes))
+	open := map[string]int{} // step name -> its index in out
+	for _, m := range marks {
+		if name, ok := strings.CutSuffix(m.Name, site.StepDoneSuffix); ok {
+			if i, ok := open[name]; ok {
+				out[i].DurationSeconds = m.AtSeconds - out[i].AtSeconds
+				delete(open, name)
+				continue
+			}
+		}
+		open[m.Name] = len(out)
+		out = append(out, m)
+	}
+	for _, c := range changes {
+		out = append(out, report.Step{Name: "etcd: " + c.Change, AtSeconds: c.At.Sub(start).Seconds(), At: c.At})
+	}
+	slices.SortStableFunc(out, func(a, b report.Step) int { return cmp.Compare(a.AtSeconds, b.AtSeconds) })
+	return out
 }
 
 // noLeaderOnSites is the time during the move in which no member was

@@ -40,7 +40,7 @@ func PlotSVG(path string, series []workload.Sample, marks []workload.Mark) error
 	if len(series) == 0 {
 		return errors.New("no write samples to plot")
 	}
-	p, err := latencyPlot("Write latency over time", series, marks)
+	p, err := latencyPlot("Write latency over time", series, marks, true)
 	if err != nil {
 		return err
 	}
@@ -67,7 +67,9 @@ func latencyPoint(at, latency time.Duration) plotter.XY {
 }
 
 // latencyPlot draws the own client's writes; title heads the colour key.
-func latencyPlot(title string, series []workload.Sample, marks []workload.Mark) (*plot.Plot, error) {
+// With labelled false the marks are lines only (a panel below one that
+// names them).
+func latencyPlot(title string, series []workload.Sample, marks []workload.Mark, labelled bool) (*plot.Plot, error) {
 	var answered, failed plotter.XYs
 	yMin, yMax := math.Inf(1), 0.0
 	xMax := 0.0
@@ -111,6 +113,9 @@ func latencyPlot(title string, series []workload.Sample, marks []workload.Mark) 
 			return nil, fmt.Errorf("failed writes: %w", err)
 		}
 		p.Add(sc)
+	}
+	if !labelled {
+		return p, nil
 	}
 	if labels, err := markLabels(marks, p.Y.Max, p.X.Max); err != nil {
 		return nil, err
@@ -226,13 +231,13 @@ func markLabels(marks []workload.Mark, top, xMax float64) (*plotter.Labels, erro
 	for _, m := range marks {
 		x := m.At.Seconds()
 		if n := len(xyl.Labels); n > 0 && x-groupStart < labelGap*xMax {
-			xyl.Labels[n-1] += " · " + m.Name
+			xyl.Labels[n-1] = shorten(xyl.Labels[n-1] + " · " + m.Name)
 			phase[n-1] = phase[n-1] && m.Phase
 			continue
 		}
 		groupStart = x
 		xyl.XYs = append(xyl.XYs, plotter.XY{X: x, Y: top})
-		xyl.Labels = append(xyl.Labels, m.Name)
+		xyl.Labels = append(xyl.Labels, shorten(m.Name))
 		phase = append(phase, m.Phase)
 	}
 	labels, err := plotter.NewLabels(xyl)
@@ -253,6 +258,19 @@ func markLabels(marks []workload.Mark, top, xMax float64) (*plotter.Labels, erro
 	}
 	labels.Offset = vg.Point{X: -vg.Points(2), Y: -vg.Points(3)}
 	return labels, nil
+}
+
+// maxLabel is the longest mark label, in characters. gonum reserves a
+// label's length as head room above the data (it does not rotate the glyph
+// box), so a longer one squeezes a panel's data area to nothing.
+const maxLabel = 48
+
+// shorten cuts a label to maxLabel characters, marking the cut.
+func shorten(label string) string {
+	if r := []rune(label); len(r) > maxLabel {
+		return string(r[:maxLabel-1]) + "…"
+	}
+	return label
 }
 
 // Markers converts steps on the run's clock into plot marks, for callers

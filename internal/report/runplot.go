@@ -125,7 +125,7 @@ func runPanels(in RunPlot) ([]*plot.Plot, []vg.Length, error) {
 		for _, s := range in.Own {
 			own = append(own, workload.Sample{At: s.At + in.OwnOffset, Latency: s.Latency, OK: s.OK})
 		}
-		p, err := latencyPlot(ownClientLabel+": write latency over time", own, in.Marks)
+		p, err := latencyPlot(ownClientLabel+": write latency over time", own, in.Marks, false)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -396,16 +396,9 @@ func stackHeight(heights []vg.Length) vg.Length {
 // one instant is one x on every panel (plot.Align does this for equal
 // tiles only).
 func drawStacked(c draw.Canvas, plots []*plot.Plot, heights []vg.Length) {
-	c = draw.Crop(c, 0, -rightMargin, 0, 0)
-	tiles := make([]draw.Canvas, len(plots))
-	top := c.Max.Y
+	tiles := stackTiles(c, heights)
 	var left, right vg.Length
 	for i, p := range plots {
-		tiles[i] = draw.Canvas{Canvas: c.Canvas, Rectangle: vg.Rectangle{
-			Min: vg.Point{X: c.Min.X, Y: top - heights[i]},
-			Max: vg.Point{X: c.Max.X, Y: top},
-		}}
-		top -= heights[i] + panelGap
 		d := p.DataCanvas(tiles[i])
 		left, right = max(left, d.Min.X-tiles[i].Min.X), max(right, tiles[i].Max.X-d.Max.X)
 	}
@@ -415,4 +408,20 @@ func drawStacked(c draw.Canvas, plots []*plot.Plot, heights []vg.Length) {
 		tiles[i].Max.X -= right - (tiles[i].Max.X - d.Max.X)
 		p.Draw(tiles[i])
 	}
+}
+
+// stackTiles divides c into panels top to bottom, as high as heights says
+// and panelGap apart, leaving rightMargin free on the right.
+func stackTiles(c draw.Canvas, heights []vg.Length) []draw.Canvas {
+	c = draw.Crop(c, 0, -rightMargin, 0, 0)
+	tiles := make([]draw.Canvas, len(heights))
+	top := c.Max.Y
+	for i, h := range heights {
+		tiles[i] = draw.Canvas{Canvas: c.Canvas, Rectangle: vg.Rectangle{
+			Min: vg.Point{X: c.Min.X, Y: top - h},
+			Max: vg.Point{X: c.Max.X, Y: top},
+		}}
+		top -= h + panelGap
+	}
+	return tiles
 }

@@ -3,10 +3,13 @@ package report
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgsvg"
 
 	"github.com/druid-stretch/druid-stretch/internal/apiload"
 	"github.com/druid-stretch/druid-stretch/internal/workload"
@@ -129,4 +132,31 @@ func TestReadyBands(t *testing.T) {
 	g.Expect(readyBands([]apiload.ReadyzSample{{At: msec(0), Code: 200}, {At: msec(1000), Code: 200}, {At: msec(50000), Code: 200}}, 0)).
 		To(Equal([]Window{{FromSeconds: 0, ToSeconds: 51}}), "one long gap does not stretch the last answer")
 	g.Expect(readyBands(nil, 0)).To(BeEmpty())
+}
+
+// TestLongStepLabelsLeaveEveryPanelItsData: gonum reserves a vertical
+// label's length as head room, so marks named at length (several close
+// steps share one label) once squeezed the own client's panel, which
+// repeated the labels, to a negative height: it drew nothing.
+func TestLongStepLabelsLeaveEveryPanelItsData(t *testing.T) {
+	g := NewWithT(t)
+	var own []workload.Sample
+	for at := time.Duration(0); at < 200*time.Second; at += 50 * time.Millisecond {
+		own = append(own, workload.Sample{At: at, Latency: msec(3 + int(at/time.Second)%40), OK: true})
+	}
+	var marks []workload.Mark
+	for i, name := range []string{"prepare-source", "prepare-source done", "join-destination", "etcd: add learner (unnamed)", "etcd: promote etcd-main-4 + remove etcd-main-1"} {
+		marks = append(marks, workload.Mark{At: 5*time.Second + time.Duration(i)*100*time.Millisecond, Name: name})
+	}
+	in := RunPlot{Requests: apiRequests(), Servers: apiResults().Servers, Own: own, Marks: marks}
+	panels, heights, err := runPanels(in)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(panels).To(HaveLen(3))
+	tiles := stackTiles(draw.New(vgsvg.New(plotWidth, stackHeight(heights))), heights)
+	for i, p := range panels {
+		d := p.DataCanvas(tiles[i])
+		g.Expect(d.Max.Y-d.Min.Y).To(BeNumerically(">", heights[i]/3), "panel %d (%s) keeps most of its height for data", i, p.Title.Text)
+	}
+	g.Expect(shorten(strings.Repeat("x", 200))).To(HaveLen(maxLabel-1+len("…")), "a label is cut to maxLabel characters")
+	g.Expect(shorten("retire-source")).To(Equal("retire-source"))
 }

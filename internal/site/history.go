@@ -134,8 +134,26 @@ func (h *MembershipHistory) Snapshot() [][]MemberState {
 // of more than one member at once is named as such, so that it fails any
 // expectation of single steps.
 func (h *MembershipHistory) Transitions() []string {
-	lists := h.Snapshot()
 	var out []string
+	for _, t := range h.TimedTransitions() {
+		out = append(out, t.Change)
+	}
+	return out
+}
+
+// Transition is a change of the member list, at the poll that first saw
+// it.
+type Transition struct {
+	At     time.Time
+	Change string
+}
+
+// TimedTransitions are Transitions with when a poll first saw each.
+func (h *MembershipHistory) TimedTransitions() []Transition {
+	h.mu.Lock()
+	lists, seen := slices.Clone(h.lists), slices.Clone(h.seen)
+	h.mu.Unlock()
+	var out []Transition
 	for i := 1; i < len(lists); i++ {
 		before, after := map[uint64]MemberState{}, map[uint64]MemberState{}
 		for _, m := range lists[i-1] {
@@ -162,7 +180,7 @@ func (h *MembershipHistory) Transitions() []string {
 			}
 		}
 		slices.Sort(changes)
-		out = append(out, strings.Join(changes, " + "))
+		out = append(out, Transition{At: seen[i], Change: strings.Join(changes, " + ")})
 	}
 	return out
 }

@@ -94,9 +94,10 @@ type LiveMoveOptions struct {
 	// lower-level check beside the kube-apiservers' clients (its preload
 	// among others); its endpoints, dialer, prefix and log are set here.
 	Workload workload.Options
-	// Before is how long the traffic runs before the move starts, counted
-	// from the load's start (default 5 s); After how long the destination's
-	// clients write after the move's end (default 5 s).
+	// Before is how long the kube-apiservers' clients write before the move
+	// starts, counted from when A's kube-apiserver serves (default 5 s);
+	// After how long the destination's clients write after the move's end
+	// (default 5 s).
 	Before, After time.Duration
 	// OnEvent, when set, sees every event of the move as it happens.
 	OnEvent func(migration.Event)
@@ -196,6 +197,10 @@ func ClientURLs() []string {
 	return eps
 }
 
+// StepDoneSuffix ends the mark of a step's end; its start's mark is the
+// step's name alone.
+const StepDoneSuffix = " done"
+
 // LiveMoveRun is what a live move showed.
 type LiveMoveRun struct {
 	// MoveStarted is when the move's first step began; MoveTook how long
@@ -266,7 +271,13 @@ func (m *LiveMove) Run(ctx context.Context) (*LiveMoveRun, error) {
 		return run, err
 	}
 	closers = append(closers, w.Close)
-	m.printf("starting the project's own etcd client (%d preloaded keys) ...", wo.PreloadKeys)
+	if wo.PreloadKeys > 0 {
+		m.printf("preloading %d keys of %d bytes through the project's own etcd client ...", wo.PreloadKeys, wo.PreloadValueSize)
+		if _, err := w.Preload(ctx); err != nil {
+			return run, fmt.Errorf("preloading: %w", err)
+		}
+	}
+	m.printf("starting the project's own etcd client ...")
 	if err := w.Start(ctx); err != nil {
 		return run, fmt.Errorf("starting the own etcd client: %w", err)
 	}
@@ -316,8 +327,9 @@ func (m *LiveMove) Run(ctx context.Context) (*LiveMoveRun, error) {
 		return run, fmt.Errorf("%s's kube-apiserver does not serve: %w", a.opts.ClusterIdentity, err)
 	}
 	closers = append(closers, func() error { load.Stop(); return nil })
-	// A baseline of the traffic before the move.
-	if err := pauseUntil(ctx, load.StartedAt().Add(m.opts.Before)); err != nil {
+	// A baseline of the traffic before the move, from when A's
+	// kube-apiserver serves.
+	if err := pauseUntil(ctx, time.Now().Add(m.opts.Before)); err != nil {
 		return run, err
 	}
 
@@ -366,9 +378,13 @@ func (m *LiveMove) Run(ctx context.Context) (*LiveMoveRun, error) {
 		},
 		Logger: mlog,
 		Progress: func(e migration.Event) {
-			if e.Kind == migration.StepStarted || e.Kind == migration.StepDone {
-				w.Mark(string(e.Step) + " " + string(e.Kind))
-				load.Mark(string(e.Step) + " " + string(e.Kind))
+			switch e.Kind {
+			case migration.StepStarted:
+				w.Mark(string(e.Step))
+				load.Mark(string(e.Step))
+			case migration.StepDone:
+				w.Mark(string(e.Step) + StepDoneSuffix)
+				load.Mark(string(e.Step) + StepDoneSuffix)
 			}
 			if e.Kind == migration.StepStarted {
 				m.printf("  %6.1f s  %-17s %s", e.At.Sub(load.StartedAt()).Seconds(), e.Step, requestCounts(load.Requests(), servers))

@@ -1,0 +1,36 @@
+package demo
+
+import (
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/druid-stretch/druid-stretch/internal/report"
+	"github.com/druid-stretch/druid-stretch/internal/site"
+)
+
+func TestTimelineMergesStepsAndAddsMembershipChanges(t *testing.T) {
+	g := NewWithT(t)
+	start := time.Date(2026, 11, 25, 20, 0, 0, 0, time.UTC)
+	marks := []report.Step{
+		{Name: "join-destination", AtSeconds: 6.5},
+		{Name: "switch site-a -> site-b", AtSeconds: 115.4},
+		{Name: "join-destination done", AtSeconds: 61.25},
+		{Name: "retire-source", AtSeconds: 120.5},
+		{Name: "finish done", AtSeconds: 240}, // no start seen: kept as it is
+	}
+	changes := []site.Transition{
+		{At: start.Add(40 * time.Second), Change: "promote etcd-main-3"},
+		{At: start.Add(7 * time.Second), Change: "add learner (unnamed)"},
+	}
+	got := timeline(marks, start, changes)
+	g.Expect(got).To(Equal([]report.Step{
+		{Name: "join-destination", AtSeconds: 6.5, DurationSeconds: 54.75},
+		{Name: "etcd: add learner (unnamed)", AtSeconds: 7, At: start.Add(7 * time.Second)},
+		{Name: "etcd: promote etcd-main-3", AtSeconds: 40, At: start.Add(40 * time.Second)},
+		{Name: "switch site-a -> site-b", AtSeconds: 115.4},
+		{Name: "retire-source", AtSeconds: 120.5},
+		{Name: "finish done", AtSeconds: 240},
+	}), "a step without its end keeps no duration")
+}
