@@ -53,11 +53,18 @@ func (d DNSResolver) SidecarURL(e *v1alpha1.Etcd, _, podName string) (string, er
 }
 
 // Sides of the planner: the local members against the external ones, so
-// that a move between two clusters passes through one tie only.
+// that a move between two clusters passes through one tie only; and, in a
+// move of the pod window (a new ordinalStart, members moved between groups
+// of nodes), the members of the window against those of the old ordinals,
+// so that such a move too passes through one tie, with leadership moved
+// before it and the tie ended by the removal in the same sidecar call.
 const (
 	sideLocal     = "local"
 	sideExternal  = "external"
 	sideUnmanaged = "unmanaged"
+	// sideLeaving holds e's own members whose ordinals are outside its pod
+	// window: local by origin, departing by plan.
+	sideLeaving = "leaving"
 )
 
 // reach is how the controller reaches the cluster of one Etcd before it has
@@ -150,11 +157,15 @@ func retainedExternal(e *v1alpha1.Etcd, obs *membership.Observation) map[string]
 	return present
 }
 
-// side places a member name: local (any ordinal of e's pods), external, or
+// side places a member name: local (an ordinal of e's pod window),
+// leaving (an ordinal of e's pods outside the window), external, or
 // unmanaged.
 func side(e *v1alpha1.Etcd, name string) string {
-	if _, ok := members.Ordinal(e, name); ok {
-		return sideLocal
+	if o, ok := members.Ordinal(e, name); ok {
+		if members.LocalOrdinals(e).Contains(o) {
+			return sideLocal
+		}
+		return sideLeaving
 	}
 	if _, ok := e.Spec.ExternalMember(name); ok {
 		return sideExternal
@@ -176,7 +187,7 @@ func origin(e *v1alpha1.Etcd, t membership.Target, name string, peerURLs []strin
 		return v1alpha1.MemberOriginUnmanaged
 	}
 	switch side(e, name) {
-	case sideLocal:
+	case sideLocal, sideLeaving:
 		return v1alpha1.MemberOriginLocal
 	case sideExternal:
 		return v1alpha1.MemberOriginExternal

@@ -77,6 +77,11 @@ type Options struct {
 	// <hostname>.<namespace>.<ExternalDomain>, as a seed's external DNS
 	// would: the name under which other sites reach it (podnet.Peer).
 	ExternalDomain string
+	// SkipServiceDNS leaves the Services' DNS names to another Host on the
+	// same Network. Those names are the cluster's, not a node's: two Hosts
+	// publishing them from two informer caches would each overwrite the
+	// other's fresher records with staler ones while endpoints change.
+	SkipServiceDNS bool
 	// MaxRestartBackoff caps the wait between restarts of a failing
 	// container (default 20 s; kubelet's is 5 minutes, far longer than a
 	// test).
@@ -153,8 +158,10 @@ func Start(ctx context.Context, opts Options) (*Host, error) {
 	h.node = n
 	runCtx, cancel := context.WithCancel(vklog.WithLogger(context.Background(), vkLogger{h.log.WithName("virtual-kubelet")}))
 	h.cancel = cancel
-	h.dns = newServiceDNS(opts.Client, opts.Network, opts.ClusterDomain, h.log)
-	go h.dns.run(runCtx)
+	if !opts.SkipServiceDNS {
+		h.dns = newServiceDNS(opts.Client, opts.Network, opts.ClusterDomain, h.log)
+		go h.dns.run(runCtx)
+	}
 	go func() {
 		defer close(h.done)
 		if err := n.Run(runCtx); err != nil && runCtx.Err() == nil {

@@ -182,11 +182,11 @@ func (s *Site) EtcdClient(endpoints ...string) (*clientv3.Client, error) {
 }
 
 // EtcdCrashes are the lines of every etcd container log on the site's
-// node, of every pod that ran there, that tell of a panic or a fatal exit
+// nodes, of every pod that ran there, that tell of a panic or a fatal exit
 // (etcd issue 21966: a member polled while it applies its own removal
 // panics), each prefixed with the pod's folder.
 func (s *Site) EtcdCrashes() ([]string, error) {
-	logs, err := filepath.Glob(filepath.Join(s.Dir, "node", "pods", "*", "etcd.log"))
+	logs, err := s.EtcdLogs()
 	if err != nil {
 		return nil, err
 	}
@@ -205,10 +205,18 @@ func (s *Site) EtcdCrashes() ([]string, error) {
 	return out, nil
 }
 
-// EtcdLogs are the paths of every etcd container log on the site's node,
+// EtcdLogs are the paths of every etcd container log on the site's nodes,
 // of every pod that ran there.
 func (s *Site) EtcdLogs() ([]string, error) {
-	return filepath.Glob(filepath.Join(s.Dir, "node", "pods", "*", "etcd.log"))
+	var logs []string
+	for _, n := range s.Nodes {
+		l, err := filepath.Glob(filepath.Join(n.Dir, "pods", "*", "etcd.log"))
+		if err != nil {
+			return nil, err
+		}
+		logs = append(logs, l...)
+	}
+	return logs, nil
 }
 
 // ClusterIdentity is the site's name in the membership lock and in reports.

@@ -580,10 +580,10 @@ func tieHistogram() (n uint64, sum float64, underOneSecond uint64, err error) {
 	return 0, 0, 0, nil
 }
 
-// PodRuns counts the pods of that name in namespace the site's node ran
-// (one folder each, named by the pod's UID).
+// PodRuns counts the runs of the pod of that name in namespace on the
+// site's nodes (one folder each, named by the pod's UID).
 func (s *Site) PodRuns(namespace, pod string) (int, error) {
-	dirs, err := filepath.Glob(filepath.Join(s.Dir, "node", "pods", namespace+"_"+pod+"_*"))
+	dirs, err := s.PodFolders(namespace + "_" + pod + "_*")
 	return len(dirs), err
 }
 

@@ -117,39 +117,7 @@ func TestLiveMoveBetweenRealSites(t *testing.T) {
 	}
 
 	history := run.Membership
-	steps := history.Transitions()
-	t.Logf("membership steps: %s", strings.Join(steps, "; "))
-	// The planner's interleaved move, one change at a time, and nothing
-	// else: a destination member added and promoted, then a source member
-	// removed; where the majority changes sides, the promotion that makes
-	// the tie and the removal that ends it go in one sidecar call, so a
-	// poll sees them together.
-	// Which source member goes when depends on where the leader is (never
-	// the leader first), so the source members are named by side only.
-	var removed []string
-	shape := slices.Clone(steps)
-	for i, s := range shape {
-		for _, src := range []string{"etcd-main-0", "etcd-main-1", "etcd-main-2"} {
-			if strings.Contains(s, "remove "+src) {
-				removed = append(removed, src)
-				shape[i] = strings.Replace(s, "remove "+src, "remove a source member", 1)
-			}
-		}
-	}
-	// The tie's promotion and removal are one sidecar call; on a busy
-	// machine a poll may still fall between etcd's two commits, and sees
-	// them apart. How long the tie lasted is asserted below.
-	if i := slices.Index(shape, "promote etcd-main-4"); i >= 0 && i+1 < len(shape) && shape[i+1] == "remove a source member" {
-		shape = slices.Replace(shape, i, i+2, "promote etcd-main-4 + remove a source member")
-	}
-	g.Expect(shape).To(Equal([]string{
-		"add learner (unnamed)", "promote etcd-main-3", "remove a source member",
-		"add learner (unnamed)", "promote etcd-main-4 + remove a source member",
-		"add learner (unnamed)", "promote etcd-main-5", "remove a source member",
-	}), "membership history: %v", history.Snapshot())
-	g.Expect(removed).To(ConsistOf("etcd-main-0", "etcd-main-1", "etcd-main-2"))
-	g.Expect(history.Last()).To(ConsistOf(
-		HaveField("Name", "etcd-main-3"), HaveField("Name", "etcd-main-4"), HaveField("Name", "etcd-main-5")))
+	expectInterleavedMove(t, history, "a source member")
 	tie, ties := history.LongestTie(func(name string) bool { return memberOrdinal(name) >= 3 })
 	t.Logf("polls saw the voters tied %d time(s), the longest for %s", ties, tie)
 	g.Expect(ties).To(BeNumerically("<=", 1), "the move passes through one tie at most")
@@ -159,9 +127,6 @@ func TestLiveMoveBetweenRealSites(t *testing.T) {
 	t.Logf("the controllers measured %d tie(s), %.3f s in all", run.Ties, run.TieSeconds)
 	g.Expect(run.Ties).To(BeNumerically(">=", 1), "the majority changed sides through a tie")
 	g.Expect(run.TiesUnderOneSecond).To(Equal(run.Ties), "every tie lasted under a second")
-	for _, m := range history.Last() {
-		g.Expect(m.Learner).To(BeFalse(), "%s votes", m.Name)
-	}
 	// No etcd member of either site panicked or exited fatally (etcd
 	// issue 21966: a member applying its own removal, polled).
 	g.Expect(run.EtcdCrashes).To(BeEmpty(), "etcd panics or fatal exits")
@@ -188,6 +153,48 @@ func TestLiveMoveBetweenRealSites(t *testing.T) {
 	waitEtcdReady(t, b, restored, 1)
 	g.Expect(readPrefix(t, etcdClientOf(t, b, restored, "etcd-restored-0"), "/move/", true)).To(Equal(before),
 		"the Etcd restored from B's snapshot holds every key of the moved cluster")
+}
+
+// expectInterleavedMove asserts that the member list, as the polls saw it,
+// went through the planner's interleaved move of etcd-main-0..2 to
+// etcd-main-3..5 and nothing else: a new member added and promoted, then
+// an old one removed; where the majority changes sides, the promotion that
+// makes the tie and the removal that ends it go in one sidecar call, so a
+// poll sees them together. Which old member goes when depends on where the
+// leader is (never the leader first), so the old members are named by
+// role only: label. It ends with the three new members voting.
+func expectInterleavedMove(t *testing.T, history *MembershipHistory, label string) {
+	t.Helper()
+	g := NewWithT(t)
+	steps := history.Transitions()
+	t.Logf("membership steps: %s", strings.Join(steps, "; "))
+	var removed []string
+	shape := slices.Clone(steps)
+	for i, s := range shape {
+		for _, old := range []string{"etcd-main-0", "etcd-main-1", "etcd-main-2"} {
+			if strings.Contains(s, "remove "+old) {
+				removed = append(removed, old)
+				shape[i] = strings.Replace(s, "remove "+old, "remove "+label, 1)
+			}
+		}
+	}
+	// On a busy machine a poll may still fall between etcd's two commits
+	// of the tie's sidecar call and see them apart; how long the tie lasted
+	// is asserted by the caller.
+	if i := slices.Index(shape, "promote etcd-main-4"); i >= 0 && i+1 < len(shape) && shape[i+1] == "remove "+label {
+		shape = slices.Replace(shape, i, i+2, "promote etcd-main-4 + remove "+label)
+	}
+	g.Expect(shape).To(Equal([]string{
+		"add learner (unnamed)", "promote etcd-main-3", "remove " + label,
+		"add learner (unnamed)", "promote etcd-main-4 + remove " + label,
+		"add learner (unnamed)", "promote etcd-main-5", "remove " + label,
+	}), "membership history: %v", history.Snapshot())
+	g.Expect(removed).To(ConsistOf("etcd-main-0", "etcd-main-1", "etcd-main-2"))
+	g.Expect(history.Last()).To(ConsistOf(
+		HaveField("Name", "etcd-main-3"), HaveField("Name", "etcd-main-4"), HaveField("Name", "etcd-main-5")))
+	for _, m := range history.Last() {
+		g.Expect(m.Learner).To(BeFalse(), "%s votes", m.Name)
+	}
 }
 
 // testWriter writes each line to the test's log.
@@ -322,24 +329,16 @@ func logFileOf(t *testing.T, s *Site, name string) *os.File {
 	return f
 }
 
-// containerLogs is a container's output over every run of the pod of that
-// name on s's node, a deleted and recreated one included (the node keeps
-// each pod's folder, named by its UID).
+// containerLogs is a container's output over every run of pod p on any
+// node of s (a deleted and recreated pod included); the test fails if the
+// pod never ran there.
 func containerLogs(t *testing.T, s *Site, p corev1.Pod, container string) string {
 	t.Helper()
-	dirs, err := filepath.Glob(filepath.Join(s.Dir, "node", "pods", p.Namespace+"_"+p.Name+"_*"))
-	if err != nil || len(dirs) == 0 {
-		t.Fatalf("no folder of pod %s/%s on the node (%v)", p.Namespace, p.Name, err)
+	log, runs, err := s.ContainerLogs(p.Namespace, p.Name, container)
+	if err != nil || runs == 0 {
+		t.Fatalf("no run of pod %s/%s on the nodes (%v)", p.Namespace, p.Name, err)
 	}
-	var out strings.Builder
-	for _, dir := range dirs {
-		b, err := os.ReadFile(filepath.Join(dir, container+".log"))
-		if err != nil && !os.IsNotExist(err) {
-			t.Fatalf("reading the log of %s in %s: %v", container, dir, err)
-		}
-		out.Write(b)
-	}
-	return out.String()
+	return log
 }
 
 // logTemplateChanges logs how each revision of a StatefulSet's pod template

@@ -10,11 +10,13 @@
 //     (sig-storage-lib-external-provisioner);
 //   - the real etcd-druid manager, configured by its own Helm chart (the
 //     operator configuration and RBAC the chart renders);
-//   - a node stand-in (internal/podhost) where kubelet would be: every Pod
-//     bound to it runs as sandboxed host processes, from the Pod as the API
-//     server holds it, each pod in a network namespace of its own
-//     (internal/podnet). Image references map to local binaries: the real
-//     etcdbrctl, the etcd-wrapper stand-in, the druid-stretch binary;
+//   - a node stand-in (internal/podhost) where kubelet would be, one per
+//     node (Options.Nodes; one node by default), all on one pod network:
+//     every Pod bound to a node runs as sandboxed host processes, from the
+//     Pod as the API server holds it, each pod in a network namespace of
+//     its own (internal/podnet). Image references map to local binaries:
+//     the real etcdbrctl, the etcd-wrapper stand-in, the druid-stretch
+//     binary;
 //   - optionally druid-stretch, installed from its chart: the extended Etcd
 //     CRD, the chart's RBAC and webhook configurations, and the controller
 //     with its webhooks running in this process.
@@ -51,9 +53,15 @@ const ClusterDomain = "cluster.local"
 // Options configure a site.
 type Options struct {
 	// Dir holds everything the site writes: certificates, kubeconfigs,
-	// logs/ (one file per process), the node's pods and hostpath/ (the
-	// node's hostPath volumes and the provisioner's volumes). Required.
+	// logs/ (one file per process), the nodes' pods (node/ for a site of
+	// one node, nodes/<name>/ for each of several) and hostpath/ (the
+	// nodes' hostPath volumes and the provisioner's volumes). Required.
 	Dir string
+	// Nodes are the site's nodes, each a node stand-in on the site's one
+	// pod network and hostPath root (default: the one node NodeName,
+	// unlabelled). Pods go where the scheduler binds them; cordon a node
+	// (spec.unschedulable) or label it to steer them.
+	Nodes []NodeOptions
 	// DruidStretch installs druid-stretch besides druid.
 	DruidStretch bool
 	// ClusterIdentity names the site's druid-stretch controller in the
@@ -87,10 +95,13 @@ type Site struct {
 	Kube kubernetes.Interface
 	// Network is the pod network.
 	Network *podnet.Network
-	// Node is the node stand-in.
+	// Nodes are the site's nodes, in Options.Nodes order.
+	Nodes []*Node
+	// Node is the first node's stand-in (Nodes[0].Host), the only one of
+	// a site of one node.
 	Node *podhost.Host
-	// HostPathRoot is where the node's hostPath volumes live: a Pod's
-	// hostPath /a/b is HostPathRoot/a/b here.
+	// HostPathRoot is where the nodes' hostPath volumes live: a Pod's
+	// hostPath /a/b is HostPathRoot/a/b here, on every node.
 	HostPathRoot string
 
 	opts Options
@@ -124,7 +135,7 @@ func Start(ctx context.Context, opts Options) (s *Site, err error) {
 	}{
 		{"the control plane", s.startControlPlane},
 		{"the storage provisioner", s.startProvisioner},
-		{"the node stand-in", s.startNode},
+		{"the node stand-ins", s.startNodes},
 		{"etcd-druid", s.startDruid},
 	}
 	if opts.DruidStretch {
@@ -149,7 +160,7 @@ func (s *Site) onStop(fn func() error) {
 }
 
 // Stop stops everything in the reverse order of its start: druid-stretch,
-// druid, the node (its pods get their grace period), the provisioner, the
+// druid, the nodes (their pods get their grace period), the provisioner, the
 // control plane. It is safe to call twice.
 func (s *Site) Stop() error {
 	s.mu.Lock()

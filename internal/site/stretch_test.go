@@ -3,8 +3,6 @@ package site
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -136,7 +134,7 @@ func stretchedEtcd(t *testing.T, s *Site, a *v1alpha1.Etcd) {
 	// cluster at one member, so neither its scale-up path nor its
 	// promotion ran.
 	for _, p := range etcdPods(t, s, b) {
-		log := containerLog(t, s, p, "backup-restore")
+		log := containerLogs(t, s, p, "backup-restore")
 		g.Expect(log).To(ContainSubstring("Starting leaderElection"), "backup-restore of %s ran its leader election, where it would promote", p.Name)
 		for _, action := range []string{
 			"Checking whether etcd cluster is marked for scale-up", // its scale-up path
@@ -190,21 +188,6 @@ func podUIDs(t *testing.T, s *Site, es ...*v1alpha1.Etcd) map[client.ObjectKey]t
 		}
 	}
 	return out
-}
-
-// containerLog is what a container of a pod wrote, from the node stand-in's
-// log files.
-func containerLog(t *testing.T, s *Site, p corev1.Pod, container string) string {
-	t.Helper()
-	_, dir, ok := s.Node.Pod(p.Namespace, p.Name)
-	if !ok {
-		t.Fatalf("the node does not run pod %s/%s", p.Namespace, p.Name)
-	}
-	b, err := os.ReadFile(filepath.Join(dir, container+".log"))
-	if err != nil {
-		t.Fatalf("reading the log of %s in %s: %v", container, p.Name, err)
-	}
-	return string(b)
 }
 
 // eventReasons are the reasons of the Events about e.

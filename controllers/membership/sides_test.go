@@ -1,0 +1,34 @@
+package membership
+
+import (
+	"testing"
+
+	. "github.com/onsi/gomega"
+	"k8s.io/utils/ptr"
+
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/internal/membership"
+)
+
+// TestSidesOfAnOrdinalMove: in a move of the pod window the members of the
+// old ordinals are a side of their own, so the planner sees the one tie
+// between the two ranges (and moves leadership before it); they stay
+// local by origin.
+func TestSidesOfAnOrdinalMove(t *testing.T) {
+	g := NewWithT(t)
+	e := &v1alpha1.Etcd{}
+	e.Name, e.Spec.Replicas = "etcd-main", 3
+	e.Spec.OrdinalStart = ptr.To[int32](3)
+	e.Spec.ExternalMembers = []v1alpha1.ExternalMember{{Name: "seed-a-etcd-main-0"}}
+	for name, want := range map[string]string{
+		"etcd-main-3": sideLocal, "etcd-main-5": sideLocal,
+		"etcd-main-0": sideLeaving, "etcd-main-2": sideLeaving, "etcd-main-6": sideLeaving,
+		"seed-a-etcd-main-0": sideExternal,
+		"other-0":            sideUnmanaged,
+	} {
+		g.Expect(side(e, name)).To(Equal(want), name)
+	}
+	g.Expect(origin(e, membership.Target{}, "etcd-main-0", nil)).To(Equal(v1alpha1.MemberOriginLocal), "a leaving member is still one of ours")
+	g.Expect(origin(e, membership.Target{}, "etcd-main-4", nil)).To(Equal(v1alpha1.MemberOriginLocal))
+	g.Expect(origin(e, membership.Target{}, "seed-a-etcd-main-0", nil)).To(Equal(v1alpha1.MemberOriginExternal))
+}

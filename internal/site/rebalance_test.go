@@ -1,0 +1,249 @@
+package site
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
+	"github.com/druid-stretch/druid-stretch/internal/apiload"
+	"github.com/druid-stretch/druid-stretch/internal/workload"
+)
+
+// The node groups of the rebalancing site: one node each, told apart by a
+// label, as a cluster's worker pools are.
+const (
+	nodeGroupLabel = "node.druid-stretch.test/group"
+	groupANode     = "node-0"
+	groupBNode     = "node-1"
+)
+
+// rebalanceNamespace is the shoot namespace of the rebalanced Etcd.
+const rebalanceNamespace = "shoot--dev--rebalance"
+
+// TestRebalanceBetweenNodeGroups moves a running 3-member Etcd from one
+// node group of a site to the other, as an operator rebalances: with the
+// target group's node uncordoned and the source group's cordoned, a new
+// spec.ordinalStart makes druid-stretch's controller move the members to
+// the new ordinal range one safe step at a time (add a learner, promote it,
+// remove an old member; leadership moved once), and the scheduler puts the
+// new range's pods on the target group. It is judged as the live move is:
+// by client-go clients of a shoot kube-apiserver on the Etcd's client
+// Service (no failed request, no acknowledged write lost, a linearizable
+// history), by the member list (the planner's steps and nothing else, one
+// tie under a second), by druid's Ready, and by the etcd and backup-restore
+// logs.
+func TestRebalanceBetweenNodeGroups(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("a real site needs root: its pods get network namespaces and chroots")
+	}
+	g := NewWithT(t)
+	ctx := context.Background()
+	s := startSites(t, Options{DruidStretch: true, ClusterIdentity: "site", Nodes: []NodeOptions{
+		{Name: groupANode, Labels: map[string]string{nodeGroupLabel: "group-a"}},
+		{Name: groupBNode, Labels: map[string]string{nodeGroupLabel: "group-b"}},
+	}})[0]
+	ns := createNamespace(t, s, rebalanceNamespace)
+
+	// group-b's node is cordoned, so the Etcd lands on group-a.
+	g.Expect(s.Cordon(ctx, groupBNode, true)).To(Succeed())
+	e := applyEtcd(t, s, ns, func(o *unstructured.Unstructured) {
+		g.Expect(unstructured.SetNestedField(o.Object, int64(0), "spec", "ordinalStart")).To(Succeed())
+	})
+	key := client.ObjectKeyFromObject(e)
+	waitEtcdReady(t, s, e, 3)
+	waitVoters(t, s, e, 3)
+	for _, p := range etcdPods(t, s, e) {
+		g.Expect(p.Spec.NodeName).To(Equal(groupANode), "pod %s runs in group-a", p.Name)
+	}
+
+	// The members of both ranges by their in-cluster names.
+	var eps []string
+	for i := range 6 {
+		eps = append(eps, "http://"+podAddr(e, fmt.Sprintf("etcd-main-%d", i), 2379))
+	}
+	// The project's own etcd client, a second, lower-level check.
+	w, err := workload.New(workload.Options{
+		Endpoints: eps, DialContext: s.DialContext, Prefix: "/rebalance/",
+		Log: ctrlzap.New(ctrlzap.WriteTo(logFileOf(t, s, "workload.log"))),
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = w.Close() })
+	g.Expect(w.Start(ctx)).To(Succeed())
+	t.Cleanup(w.Stop)
+	history := recordMembership(t, etcdClientVia(t, s, eps...))
+
+	// The clients that matter: client-go clients of the shoot's
+	// kube-apiserver, which runs in group-a on the Etcd's client Service
+	// and stays there: only the etcd members move.
+	shoot, err := s.NewShootAPIServer("shoot", ns, "etcd-main")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(shoot.Start(ctx)).To(Succeed())
+	load, err := apiload.New(apiload.Options{Servers: []apiload.Server{{Name: shoot.Name, Config: shoot.Config}},
+		Log: ctrlzap.New(ctrlzap.WriteTo(logFileOf(t, s, "apiload.log")))})
+	g.Expect(err).NotTo(HaveOccurred())
+	startCtx, cancelStart := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancelStart()
+	g.Expect(load.Start(startCtx)).To(Succeed(), "the shoot kube-apiserver serves")
+	t.Cleanup(load.Stop)
+	// A baseline of acknowledged writes before the move.
+	g.Eventually(func() bool {
+		return time.Since(load.StartedAt()) >= 5*time.Second && wroteSince(load, shoot.Name, 0)
+	}).WithTimeout(time.Minute).WithPolling(200*time.Millisecond).Should(BeTrue(), "the clients write before the move")
+
+	ties, tieSum, tiesUnder, err := tieHistogram()
+	g.Expect(err).NotTo(HaveOccurred())
+	druidReady := WatchDruidReady(s, key)
+	t.Cleanup(func() { druidReady.Stop() })
+
+	// The operator's steps: open group-b, close group-a, move the
+	// ordinal range (and ask druid to reconcile the changed spec, as
+	// gardenlet does with every spec it writes).
+	w.MarkPhase("during")
+	load.MarkPhase("during")
+	moveStart := time.Now()
+	g.Expect(s.Cordon(ctx, groupBNode, false)).To(Succeed())
+	g.Expect(s.Cordon(ctx, groupANode, true)).To(Succeed())
+	patchEtcd(t, s, e, func(x *v1alpha1.Etcd) {
+		x.Spec.OrdinalStart = ptr.To[int32](3)
+		move.RequestDruidReconcile(x)
+	})
+	druidReady.Start()
+	newRange := []string{"etcd-main-3", "etcd-main-4", "etcd-main-5"}
+	var lastVoters []string
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var got v1alpha1.Etcd
+		if err := s.Client.Get(ctx, key, &got); err != nil {
+			return false, nil
+		}
+		lastVoters = got.Status.Membership.Voters()
+		return slices.Equal(sortedCopy(lastVoters), newRange), nil
+	})
+	g.Expect(err).NotTo(HaveOccurred(), "status.membership shows the voters %v (last seen %v)", newRange, lastVoters)
+	membershipTook := time.Since(moveStart)
+	if n, sum, under, err := tieHistogram(); err == nil {
+		ties, tieSum, tiesUnder = n-ties, sum-tieSum, under-tiesUnder
+	}
+	// The new members' pods ready in group-b, the old ones gone, and druid
+	// Ready with three ready replicas.
+	g.Expect(s.waitRolledOut(ctx, key, 3, 3*time.Minute)).To(Succeed())
+	g.Expect(s.WaitEtcdReady(ctx, key, 3, 5*time.Minute)).To(Succeed())
+	moveTook := time.Since(moveStart)
+	samples := druidReady.Stop()
+	w.MarkPhase("after")
+	load.MarkPhase("after")
+	afterMove := time.Since(load.StartedAt())
+	t.Logf("the rebalance took %s: voters %v after %s, pods ready and druid Ready after %s",
+		moveTook.Round(100*time.Millisecond), newRange, membershipTook.Round(100*time.Millisecond), moveTook.Round(100*time.Millisecond))
+	logTemplateChanges(t, s, ns, "etcd-main")
+
+	firstReady := slices.Index(samples, true)
+	g.Expect(firstReady).To(BeNumerically(">=", 0), "druid reported the Etcd Ready during the rebalance (%d samples)", len(samples))
+	g.Expect(samples[firstReady:]).To(HaveEach(BeTrue()), "once Ready, druid reports the Etcd Ready for the rest of the rebalance")
+	t.Logf("druid's Ready, sampled every second from the patch: first Ready at sample %d, then %d samples, all Ready", firstReady, len(samples)-firstReady)
+
+	pods := etcdPods(t, s, e)
+	g.Expect(pods).To(HaveLen(3))
+	for _, p := range pods {
+		g.Expect(p.Name).To(BeElementOf(newRange))
+		g.Expect(p.Spec.NodeName).To(Equal(groupBNode), "pod %s is bound to group-b's node", p.Name)
+		g.Expect(podReady(&p)).To(BeTrue(), "pod %s is ready", p.Name)
+	}
+	for _, name := range newRange {
+		_, runs, err := s.ContainerLogs(ns, name, "etcd")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(runs).To(Equal(1), "%s ran once, on group-b: no template change restarted it", name)
+	}
+
+	// The clients write after the move, then the histories are checked.
+	g.Eventually(func() bool {
+		return time.Since(load.StartedAt()) >= afterMove+5*time.Second && wroteSince(load, shoot.Name, afterMove)
+	}).WithTimeout(time.Minute).WithPolling(time.Second).Should(BeTrue(), "the kube-apiserver serves writes on the moved members")
+	w.Stop()
+	g.Expect(w.SetEndpoints(eps[3:]...)).To(Succeed())
+	f, lost, err := w.Verify(ctx, workload.VerifyOptions{LinearizabilityTimeout: time.Minute})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Logf("own etcd client: %d writes, %d reads, %d failed (%v), %d retries, max write gap %s", f.Writes, f.Reads, f.FailedRequests, f.FailedErrors, f.Retries, f.MaxWriteGap)
+	g.Expect(lost.Lost).To(BeEmpty(), "no acknowledged write of the own client lost")
+	g.Expect(f.Linearizable).To(BeTrue(), "the own client's history is linearizable: %s", f.LinearizabilityResult)
+
+	load.Stop()
+	api, err := load.Results(ctx, apiload.VerifyOptions{LinearizabilityTimeout: time.Minute})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Logf("kube-apiserver clients:\n%s", api)
+	marks := make([]string, 0, len(api.Marks))
+	for _, m := range api.Marks {
+		marks = append(marks, fmt.Sprintf("%.1f s %s", m.At.Seconds(), m.Name))
+	}
+	t.Logf("on the load's clock: %s", strings.Join(marks, "; "))
+	g.Expect(json.NewEncoder(logFileOf(t, s, "apiload-results.json")).Encode(api)).To(Succeed())
+	g.Expect(api.LostAcknowledgedWrites).To(BeZero(), "no write the kube-apiserver acknowledged is lost: %v", api.LostWrites)
+	g.Expect(api.Linearizable).To(BeTrue(), "the kube-apiserver's history is linearizable: %s", api.LinearizabilityResult)
+	// The client gate drains a member before its removal and holds calls
+	// through the leader transfer (chart value
+	// sidecar.clientGateBackendPort, on in every site).
+	for _, sf := range api.Servers {
+		t.Logf("%s: %d writes, %d failed (by class %v), max write gap %s", sf.Name, sf.Writes, sf.Failed, sf.FailedByClass, sf.MaxWriteGap)
+		g.Expect(sf.Failed).To(BeZero(), "failed requests through %s: %v", sf.Name, sf.FailedErrors)
+		g.Expect(sf.MaxWriteGap).To(BeNumerically("<=", time.Second), "the longest write gap of %s's clients", sf.Name)
+	}
+
+	history.Stop()
+	expectInterleavedMove(t, history, "an old member")
+	tie, polledTies := history.LongestTie(func(name string) bool { return memberOrdinal(name) >= 3 })
+	t.Logf("polls saw the voters tied %d time(s), the longest for %s; the controller measured %d tie(s), %.3f s in all",
+		polledTies, tie, ties, tieSum)
+	g.Expect(polledTies).To(BeNumerically("<=", 1), "the rebalance passes through one tie at most")
+	g.Expect(tie).To(BeNumerically("<", time.Second), "the tie lasts one removal")
+	g.Expect(ties).To(BeNumerically("==", 1), "the majority changed ranges through one tie")
+	g.Expect(tiesUnder).To(Equal(ties), "the tie lasted under a second")
+
+	crashes, err := s.EtcdCrashes()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(crashes).To(BeEmpty(), "etcd panics or fatal exits")
+	// backup-restore of every pod of both ranges, over every run, never
+	// changed the membership itself.
+	for i := range 6 {
+		name := fmt.Sprintf("etcd-main-%d", i)
+		log, runs, err := s.ContainerLogs(ns, name, "backup-restore")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(runs).To(BeNumerically(">=", 1), "pod %s ran", name)
+		g.Expect(log).NotTo(ContainSubstring("Attempting to promote member"), "backup-restore of %s promoted", name)
+	}
+	// Each node ran the pods of its range only, each pod once: the old
+	// range in group-a, the new one in group-b (the nodes' pod folders).
+	for _, n := range s.Nodes {
+		var ran []string
+		for _, pattern := range []string{"etcd-main-[012]", "etcd-main-[345]"} {
+			dirs, err := filepath.Glob(filepath.Join(n.Dir, "pods", ns+"_"+pattern+"_*"))
+			g.Expect(err).NotTo(HaveOccurred())
+			ran = append(ran, fmt.Sprintf("%s: %d", pattern, len(dirs)))
+		}
+		want := []string{"etcd-main-[012]: 3", "etcd-main-[345]: 0"}
+		if n.Name == groupBNode {
+			want = []string{"etcd-main-[012]: 0", "etcd-main-[345]: 3"}
+		}
+		g.Expect(ran).To(Equal(want), "the etcd pods node %s ran", n.Name)
+	}
+}
+
+// sortedCopy is names sorted, s untouched.
+func sortedCopy(names []string) []string {
+	out := slices.Clone(names)
+	slices.Sort(out)
+	return out
+}
