@@ -114,6 +114,7 @@ type LiveMoveOptions struct {
 // the source's clients switched to the destination's kube-apiserver before
 // any source member goes.
 type LiveMove struct {
+	// A is the source site, B the destination.
 	A, B *Site
 	opts LiveMoveOptions
 }
