@@ -6,8 +6,10 @@
 // site. Env is a lighter setup for the end-to-end tests of test/e2e: two
 // kube-apiservers (envtest), a membership controller for each, a pod runner
 // for each that runs real etcd members with their sidecars in its own WAN
-// site, the link emulator between the sites, and the project's own
-// retrying etcd client writing and reading throughout.
+// site, the link emulator between the sites, the project's own retrying
+// etcd client writing and reading throughout, and (RehearsalOptions.
+// KubeAPIServers) a shoot kube-apiserver per cluster on that cluster's
+// members, with client-go clients through both.
 package demo
 
 import (
@@ -140,13 +142,15 @@ type Env struct {
 
 	lastFigures workload.Figures
 	lastTies    []Tie
+	// shoots are the shoot kube-apiservers a Rehearse runs (shared by In).
+	shoots *shootSet
 }
 
 // Start brings up both clusters. Close ends everything it started, also
 // when Start fails half-way.
 func Start(ctx context.Context, cfg Config) (_ *Env, err error) {
 	cfg.setDefaults()
-	e := &Env{Config: cfg, WAN: linkemu.NewWAN(), dir: cfg.Dir, steps: newStepLog()}
+	e := &Env{Config: cfg, WAN: linkemu.NewWAN(), dir: cfg.Dir, steps: newStepLog(), shoots: newShootSet()}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, e.Close())
@@ -336,10 +340,11 @@ func (c *Cluster) close() error {
 	return errors.Join(errs...)
 }
 
-// Close ends every controller, member, sidecar, kube-apiserver and link,
-// and removes the run's folder when Start made it.
+// Close ends every shoot kube-apiserver, controller, member, sidecar,
+// kube-apiserver and link, and removes the run's folder when Start made it.
 func (e *Env) Close() error {
-	var errs []error
+	// The shoot kube-apiservers first: their etcd members go next.
+	errs := []error{e.shoots.stopAll()}
 	for _, c := range []*Cluster{e.B, e.A} {
 		if c != nil {
 			errs = append(errs, c.close())

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
 	"github.com/druid-stretch/druid-stretch/internal/localetcd"
@@ -33,6 +32,16 @@ type RehearsalOptions struct {
 	OnProgress func(migration.Event)
 	// OnTraffic, when set, is given the client traffic once it runs.
 	OnTraffic func(*Traffic)
+	// KubeAPIServers judges the move through real kube-apiservers too: a
+	// shoot kube-apiserver per cluster on that cluster's members of the
+	// Etcd (B's once one of them serves), client-go clients through both
+	// for the whole move, A's clients switched to B's kube-apiserver and
+	// A's stopped before any source member goes (the Mover's
+	// SwitchClients). An aborted move keeps the shoot at the source: B's
+	// clients move to A's kube-apiserver and B's stops before the abort.
+	// Their figures and verdicts go into the report (KubeAPIServers,
+	// APIHistory).
+	KubeAPIServers bool
 }
 
 // Rehearse runs the client traffic, moves the Etcd from A to B (or aborts
@@ -69,6 +78,19 @@ func (e *Env) Rehearse(ctx context.Context, out io.Writer, o RehearsalOptions) (
 	}
 	show := newLiveView(out, e, wl)
 	defer show.stop()
+	var shoot *shootLoad
+	if o.KubeAPIServers {
+		if shoot, err = e.startShootLoad(ctx, show); err != nil {
+			return rep, err
+		}
+		defer func() { _ = shoot.close() }()
+	}
+	mark := func(name string, at time.Time) {
+		wl.MarkAt(name, at)
+		if shoot != nil {
+			shoot.mark(name)
+		}
+	}
 
 	if err := sleep(ctx, o.Before); err != nil {
 		return rep, err
@@ -86,7 +108,7 @@ func (e *Env) Rehearse(ctx context.Context, out io.Writer, o RehearsalOptions) (
 		stepsMu.Unlock()
 		if ev.Applied() {
 			name := fmt.Sprintf("%s: %s", ev.Cluster, ev)
-			wl.MarkAt(name, ev.Start)
+			mark(name, ev.Start)
 			stepsMu.Lock()
 			steps = append(steps, report.Step{Name: name, AtSeconds: wl.Since(ev.Start).Seconds(), At: ev.Start, DurationSeconds: ev.End.Sub(ev.Start).Seconds()})
 			stepsMu.Unlock()
@@ -96,10 +118,13 @@ func (e *Env) Rehearse(ctx context.Context, out io.Writer, o RehearsalOptions) (
 	defer stopMarks()
 
 	wl.MarkPhase("during")
+	if shoot != nil {
+		shoot.load.MarkPhase("during")
+	}
 	moveStart := time.Now()
-	mover, err := e.Mover(migration.Options{Progress: func(ev migration.Event) {
+	mo := migration.Options{Progress: func(ev migration.Event) {
 		if ev.Kind == migration.StepStarted {
-			wl.MarkAt(string(ev.Step), ev.At)
+			mark(string(ev.Step), ev.At)
 			stepsMu.Lock()
 			steps = append(steps, report.Step{Name: string(ev.Step), AtSeconds: wl.Since(ev.At).Seconds(), At: ev.At})
 			stepsMu.Unlock()
@@ -108,12 +133,21 @@ func (e *Env) Rehearse(ctx context.Context, out io.Writer, o RehearsalOptions) (
 		if o.OnProgress != nil {
 			o.OnProgress(ev)
 		}
-	}, Logger: e.Config.Logger.WithName("migration")})
+	}, Logger: e.Config.Logger.WithName("migration")}
+	var beforeAbort func(context.Context) error
+	if shoot != nil {
+		if o.Abort {
+			beforeAbort = shoot.keepAtSource
+		} else {
+			mo.SwitchClients = shoot.switchClients
+		}
+	}
+	mover, err := e.Mover(mo)
 	if err != nil {
 		return rep, err
 	}
 	if o.Abort {
-		err = e.abortWhen(ctx, mover, o.AbortWhen)
+		err = e.abortWhen(ctx, mover, o.AbortWhen, beforeAbort)
 	} else {
 		err = mover.Move(ctx)
 	}
@@ -122,6 +156,9 @@ func (e *Env) Rehearse(ctx context.Context, out io.Writer, o RehearsalOptions) (
 	}
 	moveTime := time.Since(moveStart)
 	wl.MarkPhase("after")
+	if shoot != nil {
+		shoot.load.MarkPhase("after")
+	}
 	if err := sleep(ctx, o.After); err != nil {
 		return rep, err
 	}
@@ -134,6 +171,14 @@ func (e *Env) Rehearse(ctx context.Context, out io.Writer, o RehearsalOptions) (
 	}
 	e.lastFigures = fig
 	rep = report.FromFigures(fig)
+	if shoot != nil {
+		fmt.Fprintln(out, "checking the kube-apiservers' history: lost acknowledged writes, linearizability (porcupine) ...")
+		res, err := shoot.results(ctx)
+		if err != nil {
+			return rep, fmt.Errorf("checking the kube-apiservers' history: %w", err)
+		}
+		rep.AddKubeAPIServers(res, res.StartedAt.Sub(rep.StartedAt))
+	}
 	what := "live move"
 	if o.Abort {
 		what = "aborted move"
@@ -177,8 +222,9 @@ func (e *Env) noLeaderTime(ctx context.Context, ids idSet, from, to time.Time) (
 	return leaderless(evs, from, to).Seconds(), nil
 }
 
-// abortWhen runs the move until when holds, then aborts it.
-func (e *Env) abortWhen(ctx context.Context, mover *migration.Mover, when func(src, dst *v1alpha1.Etcd) bool) error {
+// abortWhen runs the move until when holds, then aborts it, after before
+// (when set) returned nil.
+func (e *Env) abortWhen(ctx context.Context, mover *migration.Mover, when func(src, dst *v1alpha1.Etcd) bool, before func(context.Context) error) error {
 	if when == nil {
 		when = func(src, dst *v1alpha1.Etcd) bool { return move.Phase(src, dst) == move.PhaseDestinationJoined }
 	}
@@ -193,6 +239,11 @@ func (e *Env) abortWhen(ctx context.Context, mover *migration.Mover, when func(s
 	}
 	if werr != nil {
 		return werr
+	}
+	if before != nil {
+		if err := before(ctx); err != nil {
+			return fmt.Errorf("before the abort: %w", err)
+		}
 	}
 	return mover.Abort(ctx)
 }

@@ -191,7 +191,7 @@ func crosses(pts plotter.XYs) (*plotter.Scatter, error) {
 // thinGrid is the resolution, in cells per axis, below which two dots are
 // drawn as one: they would cover each other at the plot's size anyway, and
 // a run of tens of thousands of writes stays a small SVG.
-const thinGrid = 500
+const thinGrid = 300
 
 // thin keeps one point per cell of a thinGrid x thinGrid grid over the
 // plot's axes (log-spaced on a log axis), in order.
