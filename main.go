@@ -7,6 +7,9 @@ import (
 	"os"
 
 	"github.com/druid-stretch/druid-stretch/internal/cli"
+	"github.com/druid-stretch/druid-stretch/internal/democli"
 )
 
-func main() { os.Exit(cli.Main(os.Args[1:])) }
+func main() {
+	os.Exit(cli.Main(os.Args[1:], democli.NewDemoCommand(), democli.NewBenchCommand()))
+}

@@ -13,11 +13,15 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// Main runs the command line and returns the process exit code.
-func Main(args []string) int {
+// Main runs the command line and returns the process exit code. extra are
+// subcommands beside the shipped ones (the demo and the benchmark, which
+// the binary's main adds from internal/democli: they pull in the real test
+// sites, which the shipped parts must not depend on).
+func Main(args []string, extra ...*cobra.Command) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	root := newRootCommand()
+	root.AddCommand(extra...)
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "druid-stretch:", err)
@@ -38,8 +42,6 @@ func newRootCommand() *cobra.Command {
 		newSidecarCommand(),
 		newBackupRestoreConfigCommand(),
 		newMigrateCommand(),
-		newDemoCommand(),
-		newBenchCommand(),
 		newControllerCommand(),
 		newRebalanceCommand(),
 		newImageCommand(),

@@ -1,4 +1,9 @@
-package cli
+// Package democli holds the demo and bench subcommands: the live move on
+// two real sites of this machine, once or per RTT and preload. They live
+// apart from internal/cli because the sites pull in the test site package
+// (the Kubernetes control plane, etcd-druid, the node stand-in), which the
+// shipped parts and their tests must not depend on.
+package democli
 
 import (
 	"time"
@@ -8,10 +13,10 @@ import (
 	"github.com/druid-stretch/druid-stretch/internal/demo"
 )
 
-// newDemoCommand runs the live move on this machine between two sites of
+// NewDemoCommand runs the live move on this machine between two sites of
 // real parts, judged by client-go clients through a kube-apiserver per
 // site, then prints the report.
-func newDemoCommand() *cobra.Command {
+func NewDemoCommand() *cobra.Command {
 	var o demo.SiteOptions
 	cmd := &cobra.Command{
 		Use:   "demo",

@@ -1,4 +1,4 @@
-package cli
+package democli
 
 import (
 	"time"
@@ -8,10 +8,10 @@ import (
 	"github.com/druid-stretch/druid-stretch/internal/demo"
 )
 
-// newBenchCommand runs the demo's live move on real sites for 0, 50 and 180
+// NewBenchCommand runs the demo's live move on real sites for 0, 50 and 180
 // ms RTT, each with 1k and 100k preloaded keys, and prints the figures as a
 // table.
-func newBenchCommand() *cobra.Command {
+func NewBenchCommand() *cobra.Command {
 	var (
 		o    demo.SiteOptions
 		rtts []time.Duration
