@@ -26,7 +26,8 @@ import (
 
 // SiteOptions configure RunOnSites.
 type SiteOptions struct {
-	// RTT is the round trip between the two sites (default 180 ms).
+	// RTT is the round trip between the two sites (0: none; the demo
+	// command's default is site.DefaultMoveRTT).
 	RTT time.Duration
 	// PreloadKeys keys of PreloadValueSize bytes are written through the
 	// own etcd client before the move, so that joining members have data
@@ -91,8 +92,8 @@ func RunOnSites(ctx context.Context, o SiteOptions) (rep report.Report, err erro
 	// file, not between the figures.
 	klog.SetLogger(log.WithName("client-go"))
 	rtt := o.RTT
-	if rtt <= 0 {
-		rtt = site.DefaultMoveRTT
+	if rtt < 0 {
+		return rep, fmt.Errorf("--rtt %s: the round trip between the sites must be 0 or more", rtt)
 	}
 	fmt.Fprintf(out, "  RTT %s between the sites, %d keys of %d bytes preloaded; files and logs: %s\n", rtt, o.PreloadKeys, max(o.PreloadValueSize, 0), o.Dir)
 

@@ -88,7 +88,8 @@ func StartSites(ctx context.Context, opts ...Options) ([]*Site, error) {
 
 // LiveMoveOptions configure a LiveMove.
 type LiveMoveOptions struct {
-	// RTT is the round trip between the sites (default DefaultMoveRTT).
+	// RTT is the round trip between the sites; 0 puts them at no distance
+	// (the test and the demo pass DefaultMoveRTT).
 	RTT time.Duration
 	// Workload configures the project's own etcd client, a second,
 	// lower-level check beside the kube-apiservers' clients (its preload
@@ -122,8 +123,8 @@ type LiveMove struct {
 // NewLiveMove peers a and b at opts.RTT and creates the shoot namespace in
 // both. a and b are sites of MoveSiteOptions.
 func NewLiveMove(ctx context.Context, a, b *Site, opts LiveMoveOptions) (*LiveMove, error) {
-	if opts.RTT <= 0 {
-		opts.RTT = DefaultMoveRTT
+	if opts.RTT < 0 {
+		return nil, fmt.Errorf("the round trip between the sites is %s: want 0 or more", opts.RTT)
 	}
 	if opts.Before <= 0 {
 		opts.Before = 5 * time.Second

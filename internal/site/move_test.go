@@ -61,6 +61,7 @@ func TestLiveMoveBetweenRealSites(t *testing.T) {
 		reconcileErrs = make([]error, 2)
 	)
 	mv, err := NewLiveMove(ctx, a, b, LiveMoveOptions{
+		RTT: DefaultMoveRTT,
 		Out: testWriter{t},
 		OnEvent: func(e migration.Event) {
 			if e.Kind == migration.StepStarted && e.Step == move.StepRetireSource {
