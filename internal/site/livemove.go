@@ -315,6 +315,9 @@ func (m *LiveMove) Run(ctx context.Context) (*LiveMoveRun, error) {
 	bCtx, cancelB := context.WithCancel(ctx)
 	closers = append(closers, func() error { cancelB(); return nil })
 	go func() { startB <- shoots[b].StartOnceEtcdServes(bCtx) }()
+	// The switch may run again (a Mover retries a step that failed): the
+	// start's outcome is read once and kept.
+	bStarted := sync.OnceValue(func() error { return <-startB })
 	llog, err := logTo("apiload.log")
 	if err != nil {
 		return run, err
@@ -367,7 +370,7 @@ func (m *LiveMove) Run(ctx context.Context) (*LiveMoveRun, error) {
 		// kube-apiserver (the shoot's API endpoint switched) and A's
 		// kube-apiserver stops, as gardenlet does it.
 		SwitchClients: func(ctx context.Context) error {
-			if err := <-startB; err != nil {
+			if err := bStarted(); err != nil {
 				return fmt.Errorf("starting %s's kube-apiserver: %w", b.opts.ClusterIdentity, err)
 			}
 			if err := load.WaitReady(ctx, b.opts.ClusterIdentity); err != nil {
@@ -384,15 +387,13 @@ func (m *LiveMove) Run(ctx context.Context) (*LiveMoveRun, error) {
 			case migration.StepStarted:
 				w.Mark(string(e.Step))
 				load.Mark(string(e.Step))
+				m.printf("  %6.1f s  %-17s %s", e.At.Sub(load.StartedAt()).Seconds(), e.Step, requestCounts(load.Requests(), servers))
 			case migration.StepDone:
 				w.Mark(string(e.Step) + StepDoneSuffix)
 				load.Mark(string(e.Step) + StepDoneSuffix)
-			}
-			if e.Kind == migration.StepStarted {
-				m.printf("  %6.1f s  %-17s %s", e.At.Sub(load.StartedAt()).Seconds(), e.Step, requestCounts(load.Requests(), servers))
-			}
-			if e.Kind == migration.StepDone && e.Step == move.StepJoinDestination {
-				druidReady.Start()
+				if e.Step == move.StepJoinDestination {
+					druidReady.Start()
+				}
 			}
 			if m.opts.OnEvent != nil {
 				m.opts.OnEvent(e)
