@@ -62,6 +62,10 @@ func RunOnSites(ctx context.Context, o SiteOptions) (rep report.Report, err erro
 		o.Out = os.Stdout
 	}
 	out := o.Out
+	rtt := o.RTT
+	if rtt < 0 {
+		return rep, fmt.Errorf("--rtt %s: the round trip between the sites must be 0 or more", rtt)
+	}
 	if os.Geteuid() != 0 {
 		return rep, errors.New("the demo runs two real sites, whose pods get network namespaces and chroots: run it as root")
 	}
@@ -91,10 +95,6 @@ func RunOnSites(ctx context.Context, o SiteOptions) (rep report.Report, err erro
 	// client-go logs through klog; its shutdown chatter belongs in the log
 	// file, not between the figures.
 	klog.SetLogger(log.WithName("client-go"))
-	rtt := o.RTT
-	if rtt < 0 {
-		return rep, fmt.Errorf("--rtt %s: the round trip between the sites must be 0 or more", rtt)
-	}
 	fmt.Fprintf(out, "  RTT %s between the sites, %d keys of %d bytes preloaded; files and logs: %s\n", rtt, o.PreloadKeys, max(o.PreloadValueSize, 0), o.Dir)
 
 	fmt.Fprintln(out, "starting sites A and B (control plane, etcd-druid, druid-stretch, a node stand-in each) ...")

@@ -1,6 +1,8 @@
 package demo
 
 import (
+	"io"
+	"os"
 	"testing"
 	"time"
 
@@ -33,4 +35,12 @@ func TestTimelineMergesStepsAndAddsMembershipChanges(t *testing.T) {
 		{Name: "retire-source", AtSeconds: 120.5},
 		{Name: "finish done", AtSeconds: 240},
 	}), "a step without its end keeps no duration")
+}
+
+func TestRunOnSitesRefusesANegativeRTTBeforeStartingAnything(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	_, err := RunOnSites(t.Context(), SiteOptions{RTT: -time.Second, Dir: dir, Out: io.Discard})
+	g.Expect(err).To(MatchError(ContainSubstring("--rtt -1s: the round trip between the sites must be 0 or more")))
+	g.Expect(os.ReadDir(dir)).To(BeEmpty(), "nothing was written: no binaries built, no site started")
 }

@@ -2,12 +2,10 @@ package site
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -184,23 +182,10 @@ func TestRebalanceBetweenNodeGroups(t *testing.T) {
 	load.Stop()
 	api, err := load.Results(ctx, apiload.VerifyOptions{LinearizabilityTimeout: time.Minute})
 	g.Expect(err).NotTo(HaveOccurred())
-	t.Logf("kube-apiserver clients:\n%s", api)
-	marks := make([]string, 0, len(api.Marks))
-	for _, m := range api.Marks {
-		marks = append(marks, fmt.Sprintf("%.1f s %s", m.At.Seconds(), m.Name))
-	}
-	t.Logf("on the load's clock: %s", strings.Join(marks, "; "))
-	g.Expect(json.NewEncoder(logFileOf(t, s, "apiload-results.json")).Encode(api)).To(Succeed())
-	g.Expect(api.LostAcknowledgedWrites).To(BeZero(), "no write the kube-apiserver acknowledged is lost: %v", api.LostWrites)
-	g.Expect(api.Linearizable).To(BeTrue(), "the kube-apiserver's history is linearizable: %s", api.LinearizabilityResult)
 	// The client gate drains a member before its removal and holds calls
 	// through the leader transfer (chart value
 	// sidecar.clientGateBackendPort, on in every site).
-	for _, sf := range api.Servers {
-		t.Logf("%s: %d writes, %d failed (by class %v), max write gap %s", sf.Name, sf.Writes, sf.Failed, sf.FailedByClass, sf.MaxWriteGap)
-		g.Expect(sf.Failed).To(BeZero(), "failed requests through %s: %v", sf.Name, sf.FailedErrors)
-		g.Expect(sf.MaxWriteGap).To(BeNumerically("<=", time.Second), "the longest write gap of %s's clients", sf.Name)
-	}
+	expectKubeAPIServersSawNothing(t, api, s)
 
 	history.Stop()
 	expectInterleavedMove(t, history, "an old member")
