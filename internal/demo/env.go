@@ -36,7 +36,6 @@ import (
 	"github.com/druid-stretch/druid-stretch/internal/pki"
 	"github.com/druid-stretch/druid-stretch/internal/podrunner"
 	"github.com/druid-stretch/druid-stretch/internal/testbin"
-	"github.com/druid-stretch/druid-stretch/internal/workload"
 )
 
 // Config configures an Env. Zero values take the defaults named.
@@ -140,8 +139,7 @@ type Env struct {
 	// step log is shared by every Etcd the two controllers manage.
 	stepsSince time.Time
 
-	lastFigures workload.Figures
-	lastTies    []Tie
+	lastTies []Tie
 	// shoots are the shoot kube-apiservers a Rehearse runs (shared by In).
 	shoots *shootSet
 }
@@ -205,7 +203,7 @@ func (e *Env) In(ctx context.Context, namespace, name string) (*Env, error) {
 	in := *e
 	in.Config.Namespace, in.Config.Name = namespace, name
 	in.ownDir = false
-	in.lastFigures, in.lastTies = workload.Figures{}, nil
+	in.lastTies = nil
 	in.stepsSince = time.Now()
 	return &in, nil
 }

@@ -169,7 +169,6 @@ func (e *Env) Rehearse(ctx context.Context, out io.Writer, o RehearsalOptions) (
 	if err != nil {
 		return rep, fmt.Errorf("checking the history: %w", err)
 	}
-	e.lastFigures = fig
 	rep = report.FromFigures(fig)
 	if shoot != nil {
 		fmt.Fprintln(out, "checking the kube-apiservers' history: lost acknowledged writes, linearizability (porcupine) ...")
@@ -250,9 +249,6 @@ func (e *Env) abortWhen(ctx context.Context, mover *migration.Mover, when func(s
 
 // LastTies are the ties of the last Rehearse.
 func (e *Env) LastTies() []Tie { return e.lastTies }
-
-// LastFigures are the workload figures of the last Rehearse.
-func (e *Env) LastFigures() workload.Figures { return e.lastFigures }
 
 func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)

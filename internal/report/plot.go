@@ -1,7 +1,6 @@
 package report
 
 import (
-	"errors"
 	"fmt"
 	"image/color"
 	"math"
@@ -29,26 +28,6 @@ var (
 // write, a linear axis squeezes the normal writes into one line at the
 // bottom, so the y axis becomes logarithmic.
 const logScaleRatio = 20
-
-// PlotSVG draws write latency over time into an SVG file at path: one dot per
-// write (red crosses for writes without an answer), and a labelled vertical
-// line per mark (migration steps in orange, phase starts in grey).
-func PlotSVG(path string, series []workload.Sample, marks []workload.Mark) error {
-	if err := checkSVGPath(path); err != nil {
-		return err
-	}
-	if len(series) == 0 {
-		return errors.New("no write samples to plot")
-	}
-	p, err := latencyPlot("Write latency over time", series, marks, true)
-	if err != nil {
-		return err
-	}
-	if err := p.Save(12*vg.Inch, 6*vg.Inch, path); err != nil {
-		return fmt.Errorf("writing plot %s: %w", path, err)
-	}
-	return nil
-}
 
 // checkSVGPath refuses a file name gonum would write in another format.
 func checkSVGPath(path string) error {

@@ -155,49 +155,6 @@ func svgText(g Gomega, path string) (string, string) {
 	return root, text.String()
 }
 
-func TestPlotSVG(t *testing.T) {
-	var spiky, flat []workload.Sample
-	for at := time.Duration(0); at < 40*time.Second; at += 50 * time.Millisecond {
-		lat := msec(3)
-		if at > 20*time.Second && at < 21*time.Second {
-			lat = msec(1200)
-		}
-		spiky = append(spiky, workload.Sample{At: at, Latency: lat, OK: at != 30*time.Second})
-		flat = append(flat, workload.Sample{At: at, Latency: msec(3 + int(at/time.Second)%3), OK: true})
-	}
-	marks := figures().Marks
-	tests := []struct {
-		name   string
-		series []workload.Sample
-	}{
-		{"log scale for a spike", spiky},
-		{"linear scale for steady latency", flat},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			g := NewWithT(t)
-			path := filepath.Join(t.TempDir(), "latency.svg")
-			g.Expect(PlotSVG(path, tt.series, marks)).To(Succeed())
-			root, text := svgText(g, path)
-			g.Expect(root).To(Equal("svg"))
-			for _, m := range marks {
-				g.Expect(text).To(ContainSubstring(m.Name))
-			}
-			g.Expect(text).To(ContainSubstring("write latency (ms)"))
-		})
-	}
-
-	t.Run("bad input", func(t *testing.T) {
-		g := NewWithT(t)
-		dir := t.TempDir()
-		g.Expect(PlotSVG(filepath.Join(dir, "latency.png"), spiky, marks)).To(MatchError(ContainSubstring(`want a .svg file name, got ".png"`)))
-		g.Expect(PlotSVG(filepath.Join(dir, "latency.svg"), nil, marks)).To(MatchError(ContainSubstring("no write samples")))
-		entries, err := os.ReadDir(dir)
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(entries).To(BeEmpty(), "a refused plot writes no file")
-	})
-}
-
 func TestMarkersFromSteps(t *testing.T) {
 	g := NewWithT(t)
 	r := FromFigures(figures())

@@ -218,6 +218,3 @@ func (s *Site) EtcdLogs() ([]string, error) {
 	}
 	return logs, nil
 }
-
-// ClusterIdentity is the site's name in the membership lock and in reports.
-func (s *Site) ClusterIdentity() string { return s.opts.ClusterIdentity }
