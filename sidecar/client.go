@@ -44,11 +44,13 @@ func WithDialContext(dial func(ctx context.Context, network, addr string) (net.C
 func WithTimeout(d time.Duration) ClientOption { return func(cl *Client) { cl.http.Timeout = d } }
 
 // CallOptions are the guards a mutating call carries: the fingerprint of the
-// membership it was planned from and the membership lock holder. Empty
-// fields are not sent (and not checked).
+// membership it was planned from, and the membership lock holder with the
+// token of its process (the fence). Empty fields are not sent (and not
+// checked).
 type CallOptions struct {
 	Fingerprint string
 	LockHolder  string
+	LockToken   string
 }
 
 // NewClient returns a client of the sidecar at baseURL (e.g.
@@ -106,21 +108,23 @@ func (c *Client) MoveLeader(ctx context.Context, name string, o CallOptions) (*C
 	return c.change(ctx, http.MethodPost, "/v1/leader", LeaderRequest{Name: name}, o)
 }
 
-// AcquireLock takes or renews the membership lock for holder with the given
-// TTL (whole seconds, 1 s to 1 h). Held by someone else: *Error LockHeld.
-func (c *Client) AcquireLock(ctx context.Context, holder string, ttl time.Duration) (*LockStatus, error) {
+// AcquireLock takes or renews the membership lock for holder's process
+// token with the given TTL (whole seconds, longer than the sidecar's request
+// timeout, at most 1 h), or takes it over from another token of the same
+// holder. Held by another holder: *Error LockHeld.
+func (c *Client) AcquireLock(ctx context.Context, holder, token string, ttl time.Duration) (*LockStatus, error) {
 	var out LockStatus
-	body := LockRequest{Holder: holder, TTLSeconds: int64(ttl.Round(time.Second) / time.Second)}
+	body := LockRequest{Holder: holder, Token: token, TTLSeconds: int64(ttl.Round(time.Second) / time.Second)}
 	if err := c.do(ctx, http.MethodPost, "/v1/lock", body, CallOptions{}, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
 }
 
-// ReleaseLock releases holder's lock; releasing a lock nobody holds
-// succeeds.
-func (c *Client) ReleaseLock(ctx context.Context, holder string) error {
-	return c.do(ctx, http.MethodDelete, "/v1/lock", nil, CallOptions{LockHolder: holder}, nil)
+// ReleaseLock releases the lock of holder's process token; releasing a
+// lock nobody holds succeeds.
+func (c *Client) ReleaseLock(ctx context.Context, holder, token string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/lock", nil, CallOptions{LockHolder: holder, LockToken: token}, nil)
 }
 
 // DrainClients moves the clients of the sidecar's member to other members
@@ -203,6 +207,9 @@ func (c *Client) do(ctx context.Context, method, path string, body any, o CallOp
 	}
 	if o.LockHolder != "" {
 		req.Header.Set(HeaderLockHolder, o.LockHolder)
+	}
+	if o.LockToken != "" {
+		req.Header.Set(HeaderLockToken, o.LockToken)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

@@ -2,8 +2,11 @@ package sidecar
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -12,21 +15,75 @@ import (
 
 // The membership lock lets one controller at a time change the membership of
 // an etcd cluster that spans two Kubernetes clusters. It lives in that etcd
-// cluster (the one store both sides share) as a key whose value names the
-// holder, attached to a lease: a holder that dies loses the lock when the
-// lease runs out. Every write is a transaction on the key's create or mod
-// revision, so two acquirers never both win.
+// cluster (the one store both sides share) as a key that names the holder
+// and the token of the holder's process, attached to a lease: a holder that
+// dies loses the lock when the lease runs out. Every write is a transaction
+// on the key's create or mod revision, so two acquirers never both win.
+//
+// The lock is a fence, not only advice: every membership change is recorded
+// (fence.go) by a transaction that compares the lock key with the caller's
+// holder and token, so a caller whose lock expired or was taken over
+// changes nothing. Two rules make the check before the change as good as a
+// check at the change itself:
+//   - the lease must outlive any request: a lock is granted for longer than
+//     the sidecar's request timeout, and a change is refused (LockExpiring)
+//     when the lease has less left than that timeout; the change's etcd
+//     calls end within the timeout, before the lock can pass to anyone else;
+//   - a change in flight blocks the next holder: its record stays open
+//     until the call ended (or, if the sidecar died, until the record's
+//     lease runs out), and neither a takeover nor another token's change
+//     passes an open record.
 
 const (
-	minLockTTL = 1
 	maxLockTTL = 3600
 	// lockAttempts bounds the retries when the key changes between our read
 	// and our transaction.
 	lockAttempts = 3
+	// maxLockHeldRetry caps the retry hint of LockHeld: a holder that is
+	// done releases the lock long before its lease would run out.
+	maxLockHeldRetry = 5 * time.Second
 )
 
-// acquireLock answers POST /v1/lock: take the lock, or renew it when the
-// caller holds it already.
+// lockValue is the lock key's value: who holds the lock, in which process.
+type lockValue struct {
+	Holder string `json:"holder"`
+	Token  string `json:"token,omitempty"`
+}
+
+func (l lockValue) encode() string {
+	b, _ := json.Marshal(l)
+	return string(b)
+}
+
+// parseLock reads the lock key's value; nil for no lock. A plain string
+// (written before tokens existed) is a holder without a token.
+func parseLock(kv *mvccpb.KeyValue) *lockValue {
+	if kv == nil {
+		return nil
+	}
+	var l lockValue
+	if strings.HasPrefix(string(kv.Value), "{") && json.Unmarshal(kv.Value, &l) == nil {
+		return &l
+	}
+	return &lockValue{Holder: string(kv.Value)}
+}
+
+// callerLock is the holder and token a request names in its headers.
+func callerLock(r *http.Request) lockValue {
+	return lockValue{Holder: r.Header.Get(HeaderLockHolder), Token: r.Header.Get(HeaderLockToken)}
+}
+
+// minLockTTL is the shortest lease a lock is granted: longer than the
+// sidecar's request timeout, so that a change checked under the lock ends
+// before the lock can pass to another holder.
+func (s *Server) minLockTTL() int64 {
+	return int64(math.Ceil(s.cfg.RequestTimeout.Seconds())) + 1
+}
+
+// acquireLock answers POST /v1/lock: take the lock, renew it when the
+// caller's process holds it already, or take it over from an earlier
+// process of the same holder (a restarted controller) once no change of
+// that process is in flight.
 func (s *Server) acquireLock(r *http.Request) (int, any, *Error) {
 	var req LockRequest
 	if e := decodeJSON(r, &req); e != nil {
@@ -35,25 +92,42 @@ func (s *Server) acquireLock(r *http.Request) (int, any, *Error) {
 	if e := validateName("holder", req.Holder); e != nil {
 		return 0, nil, e
 	}
-	setTarget(r, req.Holder)
-	if req.TTLSeconds < minLockTTL || req.TTLSeconds > maxLockTTL {
-		return 0, nil, badRequest(ReasonInvalidArgument, "ttlSeconds is %d; want %d to %d", req.TTLSeconds, minLockTTL, maxLockTTL)
+	if req.Token != "" {
+		if e := validateName("token", req.Token); e != nil {
+			return 0, nil, e
+		}
 	}
+	setTarget(r, req.Holder)
+	if minTTL := s.minLockTTL(); req.TTLSeconds < minTTL || req.TTLSeconds > maxLockTTL {
+		return 0, nil, badRequest(ReasonInvalidArgument, "ttlSeconds is %d; want %d to %d (longer than this sidecar's request timeout of %s, so that a change made under the lock ends before the lock can pass to another holder)",
+			req.TTLSeconds, minTTL, maxLockTTL, s.cfg.RequestTimeout)
+	}
+	want := lockValue{Holder: req.Holder, Token: req.Token}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 	defer cancel()
 	for range lockAttempts {
-		kv, err := s.readLock(ctx)
+		kv, step, err := s.readLockAndStep(ctx)
 		if err != nil {
 			return 0, nil, etcdError("reading the membership lock", err)
 		}
-		if kv != nil && string(kv.Value) != req.Holder {
+		held := parseLock(kv)
+		if held != nil && held.Holder != req.Holder {
 			return 0, nil, s.lockHeldError(ctx, kv)
 		}
-		var cond clientv3.Cmp
-		if kv == nil {
-			cond = clientv3.Compare(clientv3.CreateRevision(lockKey), "=", 0)
-		} else {
-			cond = clientv3.Compare(clientv3.ModRevision(lockKey), "=", kv.ModRevision)
+		takeover := held != nil && held.Token != req.Token
+		if takeover {
+			// The earlier process may have a change on the wire: the new
+			// one must not plan around it until it ended.
+			if rec := parseStep(step); rec != nil && rec.State == StepInFlight && rec.Token == held.Token {
+				return 0, nil, changeInFlight(rec)
+			}
+		}
+		cond := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(lockKey), "=", 0)}
+		if kv != nil {
+			cond = []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(lockKey), "=", kv.ModRevision)}
+		}
+		if takeover {
+			cond = append(cond, clientv3.Compare(clientv3.ModRevision(stepKey), "=", modRevision(step)))
 		}
 		// A renewal moves the key to a fresh lease with the requested TTL
 		// instead of keeping the old one alive, so the TTL can change.
@@ -65,7 +139,7 @@ func (s *Server) acquireLock(r *http.Request) (int, any, *Error) {
 			if lease, err = c.Grant(ctx, req.TTLSeconds); err != nil {
 				return err
 			}
-			txn, err = c.Txn(ctx).If(cond).Then(clientv3.OpPut(lockKey, req.Holder, clientv3.WithLease(lease.ID))).Commit()
+			txn, err = c.Txn(ctx).If(cond...).Then(clientv3.OpPut(lockKey, want.encode(), clientv3.WithLease(lease.ID))).Commit()
 			return err
 		})
 		if err != nil {
@@ -78,23 +152,28 @@ func (s *Server) acquireLock(r *http.Request) (int, any, *Error) {
 		if kv != nil && kv.Lease != 0 {
 			s.revokeLease(ctx, clientv3.LeaseID(kv.Lease))
 		}
-		return http.StatusOK, LockStatus{Holder: req.Holder, ExpiresInSeconds: lease.TTL}, nil
+		if takeover {
+			s.log.Info("membership lock taken over from an earlier process of the same holder; changes with its token are refused from now on",
+				"holder", req.Holder, "token", req.Token, "staleToken", held.Token)
+		}
+		return http.StatusOK, LockStatus{Holder: req.Holder, Token: req.Token, ExpiresInSeconds: lease.TTL}, nil
 	}
 	return 0, nil, &Error{StatusCode: http.StatusServiceUnavailable, Reason: ReasonEtcdUnavailable, RetryAfter: time.Second,
 		Message: fmt.Sprintf("the membership lock changed %d times while %q tried to take it; retry", lockAttempts, req.Holder)}
 }
 
 // releaseLock answers DELETE /v1/lock. Releasing a lock nobody holds is a
-// success (the caller's goal holds); releasing another holder's lock is not.
+// success (the caller's goal holds); releasing another holder's lock, or
+// the lock of another process of the same holder, is not.
 func (s *Server) releaseLock(r *http.Request) (int, any, *Error) {
-	holder := r.Header.Get(HeaderLockHolder)
-	if holder == "" {
+	caller := callerLock(r)
+	if caller.Holder == "" {
 		return 0, nil, badRequest(ReasonInvalidArgument, "the header %s naming the holder is missing", HeaderLockHolder)
 	}
-	if e := validateName(HeaderLockHolder, holder); e != nil {
+	if e := validateName(HeaderLockHolder, caller.Holder); e != nil {
 		return 0, nil, e
 	}
-	setTarget(r, holder)
+	setTarget(r, caller.Holder)
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 	defer cancel()
 	for range lockAttempts {
@@ -105,8 +184,8 @@ func (s *Server) releaseLock(r *http.Request) (int, any, *Error) {
 		if kv == nil {
 			return http.StatusOK, map[string]bool{"released": false}, nil
 		}
-		if string(kv.Value) != holder {
-			return 0, nil, s.lockHeldError(ctx, kv)
+		if e := s.lockRefusal(ctx, caller, kv); e != nil {
+			return 0, nil, e
 		}
 		var txn *clientv3.TxnResponse
 		err = s.withCluster(ctx, func(c *clientv3.Client) (err error) {
@@ -125,53 +204,84 @@ func (s *Server) releaseLock(r *http.Request) (int, any, *Error) {
 		}
 	}
 	return 0, nil, &Error{StatusCode: http.StatusServiceUnavailable, Reason: ReasonEtcdUnavailable, RetryAfter: time.Second,
-		Message: fmt.Sprintf("the membership lock changed %d times while %q tried to release it; retry", lockAttempts, holder)}
+		Message: fmt.Sprintf("the membership lock changed %d times while %q tried to release it; retry", lockAttempts, caller.Holder)}
 }
 
 // checkLock refuses a membership change whose caller names itself as lock
-// holder but does not hold the lock in the observation v. Without the header
-// nothing is checked (an operator with curl). The check and the change are
-// two etcd calls, so the lock guards against a second controller, not
-// against a lock that expires during the change itself.
+// holder but does not hold the lock in the observation v, under its own
+// token. Without the header nothing is checked (an operator with curl). The
+// check here gives an early, clear answer; the fence (fence.go) repeats it
+// in the transaction that records the change.
 func (s *Server) checkLock(ctx context.Context, r *http.Request, v *view) *Error {
-	holder := r.Header.Get(HeaderLockHolder)
-	if holder == "" {
+	caller := callerLock(r)
+	if caller.Holder == "" {
 		return nil
 	}
-	if e := validateName(HeaderLockHolder, holder); e != nil {
+	if e := validateName(HeaderLockHolder, caller.Holder); e != nil {
 		return e
+	}
+	if caller.Token != "" {
+		if e := validateName(HeaderLockToken, caller.Token); e != nil {
+			return e
+		}
 	}
 	if v.lock == nil {
 		return &Error{StatusCode: http.StatusConflict, Reason: ReasonLockNotHeld,
-			Message: fmt.Sprintf("%q does not hold the membership lock (nobody does; it may have expired); acquire it first", holder)}
+			Message: fmt.Sprintf("%q does not hold the membership lock (nobody does; it may have expired); acquire it first", caller.Holder)}
 	}
-	if string(v.lock.Value) != holder {
-		return s.lockHeldError(ctx, v.lock)
+	return s.lockRefusal(ctx, caller, v.lock)
+}
+
+// lockRefusal says why caller does not hold the lock kv; nil when it does.
+func (s *Server) lockRefusal(ctx context.Context, caller lockValue, kv *mvccpb.KeyValue) *Error {
+	held := parseLock(kv)
+	switch {
+	case held.Holder != caller.Holder:
+		return s.lockHeldError(ctx, kv)
+	case held.Token != caller.Token:
+		return staleToken(caller, *held)
 	}
 	return nil
 }
 
+func staleToken(caller, held lockValue) *Error {
+	return &Error{StatusCode: http.StatusConflict, Reason: ReasonStaleToken,
+		Message: fmt.Sprintf("the membership lock of %q is held by its process with token %q; this caller's token %q is stale (a newer process took the lock over), so it changes nothing",
+			held.Holder, held.Token, caller.Token)}
+}
+
 func (s *Server) readLock(ctx context.Context) (*mvccpb.KeyValue, error) {
-	var resp *clientv3.GetResponse
-	err := s.readCluster(ctx, func(c *clientv3.Client) (err error) {
-		resp, err = c.Get(ctx, lockKey)
+	kv, _, err := s.readLockAndStep(ctx)
+	return kv, err
+}
+
+// readLockAndStep reads the lock key and the step record in one
+// linearizable transaction.
+func (s *Server) readLockAndStep(ctx context.Context) (lock, step *mvccpb.KeyValue, err error) {
+	var resp *clientv3.TxnResponse
+	err = s.readCluster(ctx, func(c *clientv3.Client) (err error) {
+		resp, err = c.Txn(ctx).Then(clientv3.OpGet(lockKey), clientv3.OpGet(stepKey)).Commit()
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if len(resp.Kvs) == 0 {
-		return nil, nil
+	kvs := make([]*mvccpb.KeyValue, 2)
+	for i, r := range resp.Responses {
+		if rr := r.GetResponseRange(); rr != nil && len(rr.Kvs) > 0 && i < len(kvs) {
+			kvs[i] = rr.Kvs[0]
+		}
 	}
-	return resp.Kvs[0], nil
+	return kvs[0], kvs[1], nil
 }
 
 func (s *Server) lockHeldError(ctx context.Context, kv *mvccpb.KeyValue) *Error {
-	e := &Error{StatusCode: http.StatusConflict, Reason: ReasonLockHeld,
-		Message: fmt.Sprintf("the membership lock is held by %q", kv.Value)}
+	held := parseLock(kv)
+	e := &Error{StatusCode: http.StatusConflict, Reason: ReasonLockHeld, RetryAfter: time.Second,
+		Message: fmt.Sprintf("the membership lock is held by %q", held.Holder)}
 	if st := s.lockStatus(ctx, kv); st != nil && st.ExpiresInSeconds > 0 {
-		e.Message += fmt.Sprintf(" for %d more seconds unless renewed", st.ExpiresInSeconds)
-		e.RetryAfter = time.Duration(st.ExpiresInSeconds) * time.Second
+		e.Message += fmt.Sprintf(" for %d more seconds unless released or renewed", st.ExpiresInSeconds)
+		e.RetryAfter = min(time.Duration(st.ExpiresInSeconds)*time.Second, maxLockHeldRetry)
 	}
 	return e
 }
@@ -179,7 +289,8 @@ func (s *Server) lockHeldError(ctx context.Context, kv *mvccpb.KeyValue) *Error 
 // lockStatus reads the remaining lease time of the lock key; nil when the
 // lease has run out meanwhile.
 func (s *Server) lockStatus(ctx context.Context, kv *mvccpb.KeyValue) *LockStatus {
-	st := &LockStatus{Holder: string(kv.Value)}
+	held := parseLock(kv)
+	st := &LockStatus{Holder: held.Holder, Token: held.Token}
 	if kv.Lease == 0 {
 		return st
 	}

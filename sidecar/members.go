@@ -60,14 +60,21 @@ func (s *Server) addLearner(r *http.Request) (int, any, *Error) {
 	if e := checkFingerprint(r, v); e != nil {
 		return 0, nil, e
 	}
+	step, e := s.fence(ctx, r, v, StepRecord{Kind: StepAddLearner, Target: req.Name})
+	if e != nil {
+		return 0, nil, e
+	}
 	var resp *clientv3.MemberAddResponse
 	err := s.withCluster(ctx, func(c *clientv3.Client) (err error) {
 		resp, err = c.MemberAddAsLearner(ctx, req.PeerURLs)
 		return err
 	})
 	if err != nil {
-		return 0, nil, etcdError("adding the learner", err)
+		e := etcdError("adding the learner", err)
+		step.failed(e)
+		return 0, nil, e
 	}
+	step.succeeded(true, "")
 	m := resp.Member
 	return http.StatusCreated, ChangeResult{Changed: true, Member: Member{
 		ID: formatID(m.ID), Name: m.Name, PeerURLs: orEmpty(m.PeerURLs), ClientURLs: orEmpty(m.ClientURLs), IsLearner: m.IsLearner,
@@ -105,10 +112,21 @@ func (s *Server) promote(r *http.Request) (int, any, *Error) {
 		return 0, nil, &Error{StatusCode: http.StatusPreconditionFailed, Reason: ReasonQuorumAtRisk,
 			Message: fmt.Sprintf("after promoting %q, %d of %d voters would be healthy, fewer than a quorum of %d", name, healthy, voters, quorum(voters))}
 	}
+	thenName := r.URL.Query().Get("thenRemove")
+	if thenName != "" {
+		if e := validateName("thenRemove", thenName); e != nil {
+			return 0, nil, e
+		}
+	}
+	step, e := s.fence(ctx, r, v, StepRecord{Kind: StepPromote, Target: name, ThenRemove: thenName})
+	if e != nil {
+		return 0, nil, e
+	}
 	var then *removal
-	if thenName := r.URL.Query().Get("thenRemove"); thenName != "" {
+	if thenName != "" {
 		var e *Error
 		if then, e = s.prepareRemovalAfterPromotion(ctx, v, m, thenName); e != nil {
+			step.failed(e)
 			return 0, nil, e
 		}
 	}
@@ -120,7 +138,9 @@ func (s *Server) promote(r *http.Request) (int, any, *Error) {
 		if then != nil {
 			then.undo()
 		}
-		return 0, nil, etcdError("promoting the learner", err)
+		e := etcdError("promoting the learner", err)
+		step.failed(e)
+		return 0, nil, e
 	}
 	out := m.api
 	out.IsLearner = false
@@ -135,6 +155,11 @@ func (s *Server) promote(r *http.Request) (int, any, *Error) {
 			res.Removed = &removed
 		}
 	}
+	var note string
+	if res.RemoveError != "" {
+		note = "promoted; the removal right after it failed: " + res.RemoveError
+	}
+	step.succeeded(res.Changed, note)
 	return http.StatusOK, res, nil
 }
 
@@ -278,9 +303,25 @@ func (s *Server) remove(r *http.Request) (int, any, *Error) {
 	if e != nil {
 		return 0, nil, e
 	}
-	undo, e := s.writeTombstone(ctx, target.pb.ID)
+	step, e := s.fence(ctx, r, v, StepRecord{Kind: StepRemove, Target: name})
 	if e != nil {
 		return 0, nil, e
+	}
+	res, e := s.sendRemoval(ctx, rc, target)
+	if e != nil {
+		step.failed(e)
+		return 0, nil, e
+	}
+	step.succeeded(res.Changed, "")
+	return http.StatusOK, res, nil
+}
+
+// sendRemoval removes target through rc, with the tombstone that keeps the
+// status polls off it while it applies its own removal.
+func (s *Server) sendRemoval(ctx context.Context, rc *clientv3.Client, target *memberView) (ChangeResult, *Error) {
+	undo, e := s.writeTombstone(ctx, target.pb.ID)
+	if e != nil {
+		return ChangeResult{}, e
 	}
 	// Status polls that read the tombstones just before our write must
 	// have started before the removal is applied (etcd issue 21966).
@@ -288,19 +329,19 @@ func (s *Server) remove(r *http.Request) (int, any, *Error) {
 	case <-time.After(s.cfg.RemovalGrace):
 	case <-ctx.Done():
 		undo()
-		return 0, nil, etcdError("waiting before the removal", ctx.Err())
+		return ChangeResult{}, etcdError("waiting before the removal", ctx.Err())
 	}
 	_, err := rc.MemberRemove(ctx, target.pb.ID)
 	switch {
 	case err == nil:
 		s.afterRemoval(target)
-		return http.StatusOK, ChangeResult{Member: target.api, Changed: true}, nil
+		return ChangeResult{Member: target.api, Changed: true}, nil
 	case isEtcdError(err, rpctypes.ErrGRPCMemberNotFound):
-		return http.StatusOK, ChangeResult{Member: target.api}, nil
+		return ChangeResult{Member: target.api}, nil
 	case isEtcdError(err, rpctypes.ErrGRPCUnhealthy), isEtcdError(err, rpctypes.ErrGRPCMemberNotEnoughStarted):
 		// A definite refusal: nothing changed, polling may resume.
 		undo()
-		return 0, nil, etcdError("removing the member", err)
+		return ChangeResult{}, etcdError("removing the member", err)
 	}
 	// An ambiguous failure (a timeout, a lost connection): the removal may
 	// have gone through. Ask the other voters; the tombstone stays until
@@ -308,9 +349,9 @@ func (s *Server) remove(r *http.Request) (int, any, *Error) {
 	list, lerr := rc.MemberList(ctx)
 	if lerr == nil && !containsID(list.Members, target.pb.ID) {
 		s.afterRemoval(target)
-		return http.StatusOK, ChangeResult{Member: target.api, Changed: true}, nil
+		return ChangeResult{Member: target.api, Changed: true}, nil
 	}
-	return 0, nil, etcdError("removing the member", err)
+	return ChangeResult{}, etcdError("removing the member", err)
 }
 
 // removalClient picks who takes a removal. Never the member it removes: that
@@ -467,16 +508,26 @@ func (s *Server) moveLeader(r *http.Request) (int, any, *Error) {
 		if target.pb.ID == s.localIDNow() {
 			return http.StatusOK, ChangeResult{Member: target.api}, nil
 		}
-		if _, err := s.local.MoveLeader(ctx, target.pb.ID); err != nil {
-			return 0, nil, etcdError("moving leadership", err)
+		step, e := s.fence(ctx, r, v, StepRecord{Kind: StepMoveLeader, Target: req.Name})
+		if e != nil {
+			return 0, nil, e
 		}
+		if _, err := s.local.MoveLeader(ctx, target.pb.ID); err != nil {
+			e := etcdError("moving leadership", err)
+			step.failed(e)
+			return 0, nil, e
+		}
+		step.succeeded(true, "")
 		out := target.api
 		out.IsLeader, out.Healthy = true, true
 		return http.StatusOK, ChangeResult{Member: out, Changed: true}, nil
 	}
-	v, err := s.observe(ctx, observeOptions{health: true})
+	v, err := s.observe(ctx, observeOptions{health: true, lockTTL: r.Header.Get(HeaderLockHolder) != ""})
 	if err != nil {
 		return 0, nil, etcdError("reading the membership", err)
+	}
+	if e := s.checkLock(ctx, r, v); e != nil {
+		return 0, nil, e
 	}
 	if e := checkTransferee(v, req.Name); e != nil {
 		return 0, nil, e
@@ -507,9 +558,16 @@ func (s *Server) moveLeader(r *http.Request) (int, any, *Error) {
 	if err != nil {
 		return 0, nil, etcdError("connecting to the leader", err)
 	}
-	if _, err := lc.MoveLeader(ctx, target.pb.ID); err != nil {
-		return 0, nil, etcdError("moving leadership", err)
+	step, e := s.fence(ctx, r, v, StepRecord{Kind: StepMoveLeader, Target: req.Name})
+	if e != nil {
+		return 0, nil, e
 	}
+	if _, err := lc.MoveLeader(ctx, target.pb.ID); err != nil {
+		e := etcdError("moving leadership", err)
+		step.failed(e)
+		return 0, nil, e
+	}
+	step.succeeded(true, "")
 	out := target.api
 	out.IsLeader = true
 	return http.StatusOK, ChangeResult{Member: out, Changed: true}, nil
@@ -646,9 +704,12 @@ func etcdError(doing string, err error) *Error {
 // change is over.
 func (s *Server) beginChange(r *http.Request, health bool) (ctx context.Context, v *view, done func(), e *Error) {
 	s.mutations.Lock()
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+	// A change once sent runs to its end even if the caller hangs up (a
+	// controller killed mid-call): its record then tells how it ended.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.RequestTimeout)
 	done = func() { cancel(); s.mutations.Unlock() }
-	v, err := s.observe(ctx, observeOptions{health: health})
+	// The fence needs the lock's remaining time when the caller holds it.
+	v, err := s.observe(ctx, observeOptions{health: health, lockTTL: r.Header.Get(HeaderLockHolder) != ""})
 	if err != nil {
 		done()
 		return nil, nil, nil, etcdError("reading the membership", err)

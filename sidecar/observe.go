@@ -35,6 +35,8 @@ type view struct {
 	leaderID  uint64
 	members   []*memberView // sorted by name, then ID
 	lock      *mvccpb.KeyValue
+	// step is the record of the latest change (fence.go).
+	step *mvccpb.KeyValue
 	// lockStatus is the lock with its remaining lease time, when asked for.
 	lockStatus *LockStatus
 }
@@ -113,8 +115,8 @@ func (s *Server) pollHealth(ctx context.Context) {
 	}
 }
 
-// observeOptions say how much an observation needs beyond the member list
-// and the lock (both read linearizably, concurrently).
+// observeOptions say how much an observation needs beyond the member list,
+// the lock and the step record (read linearizably, concurrently).
 type observeOptions struct {
 	// health polls every member that is not being removed.
 	health bool
@@ -127,7 +129,7 @@ type observeOptions struct {
 func (s *Server) observe(ctx context.Context, o observeOptions) (*view, error) {
 	var (
 		list          *clientv3.MemberListResponse
-		lock          *clientv3.GetResponse
+		lock, step    *mvccpb.KeyValue
 		listErr, lErr error
 		wg            sync.WaitGroup
 	)
@@ -137,12 +139,7 @@ func (s *Server) observe(ctx context.Context, o observeOptions) (*view, error) {
 			return err
 		})
 	})
-	wg.Go(func() {
-		lErr = s.readCluster(ctx, func(c *clientv3.Client) (err error) {
-			lock, err = c.Get(ctx, lockKey)
-			return err
-		})
-	})
+	wg.Go(func() { lock, step, lErr = s.readLockAndStep(ctx) })
 	wg.Wait()
 	if listErr != nil {
 		return nil, fmt.Errorf("listing members: %w", listErr)
@@ -150,10 +147,7 @@ func (s *Server) observe(ctx context.Context, o observeOptions) (*view, error) {
 	if lErr != nil {
 		return nil, fmt.Errorf("reading the membership lock: %w", lErr)
 	}
-	v := &view{clusterID: list.Header.GetClusterId()}
-	if len(lock.Kvs) > 0 {
-		v.lock = lock.Kvs[0]
-	}
+	v := &view{clusterID: list.Header.GetClusterId(), lock: lock, step: step}
 	for _, m := range list.Members {
 		v.members = append(v.members, &memberView{pb: m, api: Member{
 			ID:         formatID(m.ID),
@@ -529,5 +523,6 @@ func (s *Server) listMembers(r *http.Request) (int, any, *Error) {
 		Fingerprint: v.fingerprint(),
 		Members:     v.apiMembers(),
 		Lock:        v.lockStatus,
+		Step:        parseStep(v.step),
 	}, nil
 }

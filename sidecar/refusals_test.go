@@ -54,7 +54,7 @@ func TestRefusalsChangeNothing(t *testing.T) {
 	}}}
 
 	// Another controller holds the membership lock during the table.
-	_, err = tc.client(tc.Members[1]).AcquireLock(ctx, "other-controller", time.Minute)
+	_, err = tc.client(tc.Members[1]).AcquireLock(ctx, "other-controller", "", time.Minute)
 	g.Expect(err).NotTo(HaveOccurred())
 
 	addBody := func(name, peer string) string {
@@ -97,14 +97,14 @@ func TestRefusalsChangeNothing(t *testing.T) {
 		{"no client cert: promote", "POST", "/v1/members/" + follower.Name + "/promote", ``, nil, anonymous, 401, sidecar.ReasonUnauthorized},
 		{"no client cert: remove", "DELETE", "/v1/members/" + follower.Name, ``, nil, anonymous, 401, sidecar.ReasonUnauthorized},
 		{"no client cert: leader", "POST", "/v1/leader", fmt.Sprintf(`{"name":%q}`, follower.Name), nil, anonymous, 401, sidecar.ReasonUnauthorized},
-		{"no client cert: lock", "POST", "/v1/lock", `{"holder":"me","ttlSeconds":10}`, nil, anonymous, 401, sidecar.ReasonUnauthorized},
+		{"no client cert: lock", "POST", "/v1/lock", `{"holder":"me","ttlSeconds":60}`, nil, anonymous, 401, sidecar.ReasonUnauthorized},
 		{"no client cert: unlock", "DELETE", "/v1/lock", ``, map[string]string{sidecar.HeaderLockHolder: "other-controller"}, anonymous, 401, sidecar.ReasonUnauthorized},
 		{"stale fingerprint: remove", "DELETE", "/v1/members/" + follower.Name, ``, map[string]string{sidecar.HeaderMembership: "0123456789abcdef"}, withCert, 409, sidecar.ReasonMembershipChanged},
 		{"stale fingerprint: add", "POST", "/v1/members", addBody("x", newPeer), map[string]string{sidecar.HeaderMembership: "0123456789abcdef"}, withCert, 409, sidecar.ReasonMembershipChanged},
 		{"stale fingerprint: leader", "POST", "/v1/leader", fmt.Sprintf(`{"name":%q}`, follower.Name), map[string]string{sidecar.HeaderMembership: "0123456789abcdef"}, withCert, 409, sidecar.ReasonMembershipChanged},
 		{"lock held by another: remove", "DELETE", "/v1/members/" + follower.Name, ``, map[string]string{sidecar.HeaderLockHolder: "me"}, withCert, 409, sidecar.ReasonLockHeld},
 		{"lock held by another: add", "POST", "/v1/members", addBody("x", newPeer), map[string]string{sidecar.HeaderLockHolder: "me"}, withCert, 409, sidecar.ReasonLockHeld},
-		{"lock held by another: acquire", "POST", "/v1/lock", `{"holder":"me","ttlSeconds":10}`, nil, withCert, 409, sidecar.ReasonLockHeld},
+		{"lock held by another: acquire", "POST", "/v1/lock", `{"holder":"me","ttlSeconds":60}`, nil, withCert, 409, sidecar.ReasonLockHeld},
 		{"lock held by another: release", "DELETE", "/v1/lock", ``, map[string]string{sidecar.HeaderLockHolder: "me"}, withCert, 409, sidecar.ReasonLockHeld},
 		{"lock holder header invalid", "DELETE", "/v1/members/" + follower.Name, ``, map[string]string{sidecar.HeaderLockHolder: "me you"}, withCert, 400, sidecar.ReasonInvalidName},
 		{"lock TTL out of range", "POST", "/v1/lock", `{"holder":"me","ttlSeconds":0}`, nil, withCert, 400, sidecar.ReasonInvalidArgument},
@@ -139,7 +139,7 @@ func TestRefusalsChangeNothing(t *testing.T) {
 
 	t.Run("lock expired or released", func(t *testing.T) {
 		g := NewWithT(t)
-		g.Expect(tc.client(tc.Members[1]).ReleaseLock(ctx, "other-controller")).To(Succeed())
+		g.Expect(tc.client(tc.Members[1]).ReleaseLock(ctx, "other-controller", "")).To(Succeed())
 		before := tc.membership(g, via)
 		_, err := c.Remove(ctx, follower.Name, sidecar.CallOptions{LockHolder: "me"})
 		g.Expect(sidecar.IsReason(err, sidecar.ReasonLockNotHeld)).To(BeTrue(), "%v", err)

@@ -203,7 +203,7 @@ func retiredByOther(name, by, doing string) *Error {
 // RetiredByOther.
 func (c *Client) Retire(ctx context.Context, name, holder string, o CallOptions) (*RetireResult, error) {
 	var out RetireResult
-	err := c.do(ctx, http.MethodPut, "/v1/retired/"+url.PathEscape(name), RetireRequest{By: holder}, CallOptions{LockHolder: o.LockHolder}, &out)
+	err := c.do(ctx, http.MethodPut, "/v1/retired/"+url.PathEscape(name), RetireRequest{By: holder}, CallOptions{LockHolder: o.LockHolder, LockToken: o.LockToken}, &out)
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +215,7 @@ func (c *Client) Retire(ctx context.Context, name, holder string, o CallOptions)
 // RetiredByOther) and the holder must hold the membership lock.
 func (c *Client) Unretire(ctx context.Context, name string, o CallOptions) (*RetireResult, error) {
 	var out RetireResult
-	if err := c.do(ctx, http.MethodDelete, "/v1/retired/"+url.PathEscape(name), nil, CallOptions{LockHolder: o.LockHolder}, &out); err != nil {
+	if err := c.do(ctx, http.MethodDelete, "/v1/retired/"+url.PathEscape(name), nil, CallOptions{LockHolder: o.LockHolder, LockToken: o.LockToken}, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil

@@ -41,7 +41,7 @@ func runSequence(t *testing.T, tc *testCluster, newSite string) {
 	c := tc.client(via)
 
 	const holder = "sequence-test"
-	lock, err := c.AcquireLock(ctx, holder, time.Minute)
+	lock, err := c.AcquireLock(ctx, holder, "", time.Minute)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(lock.Holder).To(Equal(holder))
 	list, err := c.Members(ctx)
@@ -179,8 +179,8 @@ func runSequence(t *testing.T, tc *testCluster, newSite string) {
 	g.Expect(again.Changed).To(BeFalse())
 	g.Expect(tc.membership(g, via)).To(Equal(removed))
 
-	g.Expect(c.ReleaseLock(ctx, holder)).To(Succeed())
-	g.Expect(c.ReleaseLock(ctx, holder)).To(Succeed()) // not held any more: still fine
+	g.Expect(c.ReleaseLock(ctx, holder, "")).To(Succeed())
+	g.Expect(c.ReleaseLock(ctx, holder, "")).To(Succeed()) // not held any more: still fine
 	list, err = c.Members(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(list.Lock).To(BeNil())

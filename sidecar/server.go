@@ -161,6 +161,8 @@ type Server struct {
 	// that each one checks and acts on a membership no sibling call is
 	// changing. Across sidecars the membership lock does this.
 	mutations sync.Mutex
+	// recordsClosing counts the step records being closed (fence.go).
+	recordsClosing sync.WaitGroup
 
 	mu            sync.Mutex
 	closed        bool
@@ -174,6 +176,9 @@ type Server struct {
 	removalsSent  map[uint64]time.Time // member ID -> until when it stays unpolled
 	tombstones    tombstoneLease
 	releaseHold   func() // ends the client gate's current hold
+	// fenceHooks run around the fence's transaction; tests set them
+	// (export_test.go) to change the lock between a check and the fence.
+	fenceHooks struct{ before, after func() }
 
 	// background ends at Close: the sidecar's own goroutines (the health
 	// poll, a hold's watch for the new leader) stop with it.
@@ -257,6 +262,8 @@ func (s *Server) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	// Records of changes that were answered get their outcome first.
+	s.recordsClosing.Wait()
 	s.stopPolling()
 	<-s.pollingDone
 	s.mu.Lock()

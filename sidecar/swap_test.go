@@ -22,7 +22,7 @@ func TestPromoteThenRemove(t *testing.T) {
 	via := tc.Members[0]
 	c := tc.client(via)
 	const holder = "swap-test"
-	_, err := c.AcquireLock(ctx, holder, time.Minute)
+	_, err := c.AcquireLock(ctx, holder, "", time.Minute)
 	g.Expect(err).NotTo(HaveOccurred())
 	fresh := func() sidecar.CallOptions {
 		l, err := c.Members(ctx)

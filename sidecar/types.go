@@ -68,6 +68,16 @@ const (
 	// ReasonLockNotHeld: the caller named itself as lock holder but holds no
 	// lock (it expired or was never taken); acquire it again first.
 	ReasonLockNotHeld = "LockNotHeld"
+	// ReasonStaleToken: the caller's holder holds the lock, but under
+	// another process's token: a newer process of the same holder took the
+	// lock over, and this caller is fenced off.
+	ReasonStaleToken = "StaleToken"
+	// ReasonLockExpiring: the caller holds the lock, but its lease runs out
+	// sooner than a change could finish; renew it first.
+	ReasonLockExpiring = "LockExpiring"
+	// ReasonChangeInFlight: another process's membership change is in
+	// flight (its step record is open); retry once it ended.
+	ReasonChangeInFlight = "ChangeInFlight"
 	// ReasonEtcdUnavailable: etcd did not answer in time or failed in a way
 	// that has no more specific reason.
 	ReasonEtcdUnavailable = "EtcdUnavailable"
@@ -83,6 +93,9 @@ const (
 	// HeaderLockHolder names the caller as membership lock holder; the
 	// sidecar refuses the change unless that holder holds the lock.
 	HeaderLockHolder = "X-Druid-Stretch-Lock-Holder"
+	// HeaderLockToken carries the lock token of the caller's process (see
+	// LockRequest.Token); with HeaderLockHolder it fences the change.
+	HeaderLockToken = "X-Druid-Stretch-Lock-Token"
 )
 
 // MemberList is the answer of GET /v1/members: etcd's membership as seen
@@ -93,6 +106,9 @@ type MemberList struct {
 	Fingerprint string      `json:"fingerprint"`
 	Members     []Member    `json:"members"`
 	Lock        *LockStatus `json:"lock,omitempty"`
+	// Step is the record of the latest membership change sent through any
+	// sidecar of the cluster (fence.go); nil before the first.
+	Step *StepRecord `json:"step,omitempty"`
 	// Retired are the retirement records (PUT /v1/retired/{name}).
 	Retired []RetiredMember `json:"retired"`
 }
@@ -120,9 +136,11 @@ type Member struct {
 	HealthyForSeconds float64 `json:"healthyForSeconds"`
 }
 
-// LockStatus names the membership lock holder and when its lease runs out.
+// LockStatus names the membership lock holder, the token of the process
+// that holds it, and when its lease runs out.
 type LockStatus struct {
 	Holder           string `json:"holder"`
+	Token            string `json:"token,omitempty"`
 	ExpiresInSeconds int64  `json:"expiresInSeconds"`
 }
 
@@ -139,9 +157,14 @@ type LeaderRequest struct {
 	Name string `json:"name"`
 }
 
-// LockRequest is the body of POST /v1/lock.
+// LockRequest is the body of POST /v1/lock. Holder names the controller
+// (one per Kubernetes cluster, the same across restarts); Token names the
+// process that holds the lock for it, and is new with every process start:
+// a process with a newer token takes its holder's lock over, and every
+// change sent with the older token is refused from then on (StaleToken).
 type LockRequest struct {
 	Holder     string `json:"holder"`
+	Token      string `json:"token,omitempty"`
 	TTLSeconds int64  `json:"ttlSeconds"`
 }
 

@@ -127,7 +127,7 @@ func (r *Reconciler) target(e *v1alpha1.Etcd, obs *membership.Observation) (memb
 		}
 	}
 	for _, m := range obs.List.Members {
-		if o, ok := members.Ordinal(e, m.Name); ok && !members.LocalOrdinals(e).Contains(o) && !slices.Contains(t.Remove, m.Name) {
+		if side(e, m.Name) == sideLeaving && !slices.Contains(t.Remove, m.Name) {
 			t.Remove = append(t.Remove, m.Name)
 		}
 	}
@@ -158,19 +158,44 @@ func retainedExternal(e *v1alpha1.Etcd, obs *membership.Observation) map[string]
 }
 
 // side places a member name: local (an ordinal of e's pod window),
-// leaving (an ordinal of e's pods outside the window), external, or
-// unmanaged.
+// leaving (one of e's own members whose ordinal is outside the window),
+// external, or unmanaged.
+//
+// A name of e's form outside the window is e's own only when e's status
+// says so (ownedBefore): a name alone proves nothing, since another Etcd
+// or an operator may have added a member that happens to look like one of
+// e's, and whatever is not e's is never removed (rule 7).
 func side(e *v1alpha1.Etcd, name string) string {
 	if o, ok := members.Ordinal(e, name); ok {
-		if members.LocalOrdinals(e).Contains(o) {
+		switch {
+		case members.LocalOrdinals(e).Contains(o):
 			return sideLocal
+		case ownedBefore(e, name):
+			return sideLeaving
 		}
-		return sideLeaving
+		return sideUnmanaged
 	}
 	if _, ok := e.Spec.ExternalMember(name); ok {
 		return sideExternal
 	}
 	return sideUnmanaged
+}
+
+// ownedBefore reports whether e's status shows name as e's own member: it
+// was observed as a local member (in e's window then), or it is the member
+// e's controller added last (a learner etcd knows only by its peer URLs
+// until it starts).
+func ownedBefore(e *v1alpha1.Etcd, name string) bool {
+	st := e.Status.Membership
+	if st == nil || name == "" {
+		return false
+	}
+	if last := st.LastStep; last != nil && last.Kind == v1alpha1.StepAddLearner && last.Member == name {
+		return true
+	}
+	return slices.ContainsFunc(st.Members, func(m v1alpha1.ObservedMember) bool {
+		return m.Name == name && m.Origin == v1alpha1.MemberOriginLocal
+	})
 }
 
 // origin is the status origin of an observed member; an unstarted learner

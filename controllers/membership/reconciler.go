@@ -65,6 +65,12 @@ type Options struct {
 	// MaxConcurrentReconciles is how many Etcds are reconciled at once
 	// (default 4).
 	MaxConcurrentReconciles int
+	// AfterStepSent is a failpoint for fault-injection tests: when set, it is
+	// called once a change's sidecar call returned, before anything is
+	// reported. Returning true ends the reconcile as if the process died
+	// right there: no status, no event, no metric. The step's record in
+	// etcd (the sidecar's) is all a successor finds.
+	AfterStepSent func(step planner.Step, res membership.Result) bool
 }
 
 func (o *Options) setDefaults() {
@@ -114,6 +120,10 @@ type Reconciler struct {
 	opts     Options
 	cluster  *membership.Cluster
 
+	// started is when this process's reconciler began: a lastStep older
+	// than that was written by an earlier process.
+	started time.Time
+
 	mu       sync.Mutex
 	failures map[types.NamespacedName]int
 	tieSince map[types.NamespacedName]time.Time
@@ -136,6 +146,7 @@ func NewReconciler(d Dependencies, o Options) (*Reconciler, error) {
 	}
 	return &Reconciler{
 		client: d.Client, reader: d.APIReader, resolver: d.Resolver, recorder: d.Recorder, metrics: d.Metrics, opts: o, cluster: cluster,
+		started:  time.Now(),
 		failures: map[types.NamespacedName]int{}, tieSince: map[types.NamespacedName]time.Time{},
 	}, nil
 }
@@ -173,6 +184,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	}
 	s := newScope(e, r.opts.ClusterIdentity)
 	defer func() {
+		if s.died {
+			return
+		}
 		s.finish()
 		if err := r.client.Status().Patch(ctx, s.etcd, client.MergeFrom(s.before)); err != nil {
 			if !apierrors.IsNotFound(err) {
@@ -221,6 +235,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 		s.unreachable(err)
 		return r.backoff(key, 0), nil
 	}
+	s.adoptRecordedStep(obs.List.Step, r.cluster.Holder(), r.cluster.Token(), r.started)
 	r.admitLearners(ctx, e, obs)
 	r.nameUnstartedLearner(e, s.st.LastStep, obs)
 	t, err := r.target(e, obs)
@@ -261,11 +276,21 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 		s.converged(plan.Step.Reason)
 		return ctrl.Result{RequeueAfter: r.opts.ConvergedInterval}, nil
 	case planner.Wait:
+		word := waitWord(plan.Step.Reason)
+		if plan.Step.Rule == planner.RuleTargetSize {
+			// The members this controller waits for are the other
+			// controller's to add (an aborted move's source): it needs the
+			// lock for that.
+			if err := r.cluster.ReleaseLock(ctx, obs); err != nil {
+				logf.FromContext(ctx).Info("releasing the membership lock failed; it expires on its own", "error", err.Error())
+			}
+			s.reconfiguring(word, plan.Step.Reason)
+			return ctrl.Result{RequeueAfter: r.opts.ProgressInterval}, nil
+		}
 		if err := r.cluster.RenewLock(ctx, obs); err != nil {
 			logf.FromContext(ctx).Info("renewing the membership lock failed", "error", err.Error())
 		}
-		word := waitWord(plan.Step.Reason)
-		if word == v1alpha1.ReasonWaitingForLearner || word == reasonOutcomeUncertain {
+		if word == v1alpha1.ReasonWaitingForLearner || word == reasonOutcomeUncertain || word == membership.ReasonChangeInFlight {
 			s.reconfiguring(word, plan.Step.Reason)
 			return ctrl.Result{RequeueAfter: r.opts.ProgressInterval}, nil
 		}
@@ -279,6 +304,10 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 func (r *Reconciler) execute(ctx context.Context, s *scope, key types.NamespacedName, obs *membership.Observation, eps []membership.Endpoint, plan membership.Plan, progress *membership.Progress) (ctrl.Result, error) {
 	step := plan.Step
 	res := r.cluster.Execute(ctx, obs, eps, plan)
+	if r.opts.AfterStepSent != nil && res.Reason != membership.ReasonLockAcquired && r.opts.AfterStepSent(step, res) {
+		s.died = true
+		return ctrl.Result{}, nil
+	}
 	if res.Reason == membership.ReasonLockAcquired {
 		s.reconfiguring(v1alpha1.ReasonWaitingForLock, "took the membership lock; planning again under it")
 		return ctrl.Result{RequeueAfter: time.Millisecond}, nil

@@ -20,11 +20,21 @@ func TestSidesOfAnOrdinalMove(t *testing.T) {
 	e.Name, e.Spec.Replicas = "etcd-main", 3
 	e.Spec.OrdinalStart = ptr.To[int32](3)
 	e.Spec.ExternalMembers = []v1alpha1.ExternalMember{{Name: "seed-a-etcd-main-0"}}
+	// The status of the Etcd before its window moved: 0-2 were its members.
+	e.Status.Membership = &v1alpha1.MembershipStatus{Members: []v1alpha1.ObservedMember{
+		{Name: "etcd-main-0", Origin: v1alpha1.MemberOriginLocal},
+		{Name: "etcd-main-2", Origin: v1alpha1.MemberOriginLocal},
+		{Name: "etcd-main-6", Origin: v1alpha1.MemberOriginLocal},
+		{Name: "etcd-main-7", Origin: v1alpha1.MemberOriginUnmanaged},
+	}}
 	for name, want := range map[string]string{
 		"etcd-main-3": sideLocal, "etcd-main-5": sideLocal,
 		"etcd-main-0": sideLeaving, "etcd-main-2": sideLeaving, "etcd-main-6": sideLeaving,
 		"seed-a-etcd-main-0": sideExternal,
 		"other-0":            sideUnmanaged,
+		// Names of the Etcd's form it never owned: another's, or an
+		// operator's; never removed for their name alone.
+		"etcd-main-1": sideUnmanaged, "etcd-main-7": sideUnmanaged,
 	} {
 		g.Expect(side(e, name)).To(Equal(want), name)
 	}

@@ -31,6 +31,9 @@ const (
 	reasonOutcomeUncertain = "OutcomeUncertain"
 	// reasonNotApplied marks a once uncertain lastStep that did not happen.
 	reasonNotApplied = "NotApplied"
+	// reasonRecordedFailure marks a lastStep taken from the sidecar's step
+	// record of a call that failed.
+	reasonRecordedFailure = "RecordedFailure"
 	// reasonNotDegraded is MembershipDegraded's reason when it is False.
 	reasonNotDegraded = "NotDegraded"
 )
@@ -49,6 +52,9 @@ type scope struct {
 	degradedReason  string
 	degradedMessage string
 	unmanaged       []string
+	// died: the reconcile ends as if its process died (Options.AfterStepSent);
+	// nothing is written.
+	died bool
 }
 
 func newScope(e *v1alpha1.Etcd, holder string) *scope {
@@ -306,6 +312,37 @@ func learnersFromStatus(ls []v1alpha1.LearnerProgress) []membership.LearnerProgr
 		out = append(out, p)
 	}
 	return out
+}
+
+// adoptRecordedStep reports in status the change that an earlier process of
+// this controller recorded in etcd (the sidecar's step record) and did not
+// report itself: it was killed between sending the change and writing
+// status. Only a lastStep older than this process (since) gives way, so a
+// step this process reported is never replaced by an older record.
+func (s *scope) adoptRecordedStep(rec *sidecar.StepRecord, holder, token string, since time.Time) {
+	if rec == nil || rec.Holder != holder || rec.Token == token || rec.State == sidecar.StepInFlight {
+		return
+	}
+	last := s.st.LastStep
+	if last != nil && !last.Time.Time.Before(since) {
+		return
+	}
+	kind := v1alpha1.StepKind(rec.Kind)
+	if last != nil && last.Kind == kind && (last.Member == rec.Target || last.MemberID == rec.Target) {
+		return
+	}
+	at, err := time.Parse(time.RFC3339Nano, rec.Time)
+	if err != nil {
+		at = s.now
+	}
+	step := &v1alpha1.MembershipStep{Kind: kind, Member: rec.Target, Time: metav1.NewTime(at), Outcome: v1alpha1.StepSucceeded,
+		Message: fmt.Sprintf("%s %s: sent by an earlier process of this controller (token %s) and recorded at etcd revision %d; that process stopped before reporting it",
+			rec.Kind, rec.Target, rec.Token, rec.Revision)}
+	if rec.State == sidecar.StepFailed {
+		step.Outcome, step.Reason = v1alpha1.StepFailed, reasonRecordedFailure
+		step.Message += ": " + rec.Message
+	}
+	s.st.LastStep = step
 }
 
 func apiKind(k planner.StepKind) v1alpha1.StepKind {

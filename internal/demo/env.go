@@ -121,6 +121,9 @@ type Cluster struct {
 	ctrlDone   chan error
 	ctrlConfig membershipctrl.Options
 	log        logr.Logger
+
+	// crash is the failpoint of CrashAfterSteps.
+	crash crashPoint
 }
 
 // Env is two clusters, their controllers and pod runners, and the WAN.
@@ -265,6 +268,7 @@ func (e *Env) startCluster(ctx context.Context, c *Cluster) error {
 		SidecarTLS:       e.ClientTLS,
 		ProgressInterval: cfg.ControllerInterval,
 		Membership:       e.steps.config(c),
+		AfterStepSent:    c.crash.afterStepSent(c),
 	}
 	return c.StartController()
 }

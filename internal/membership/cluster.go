@@ -13,7 +13,9 @@ package membership
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -52,8 +54,12 @@ type Config struct {
 	// sidecar's own etcd timeout, so that its answer arrives rather than a
 	// client timeout that leaves the outcome unknown).
 	CallTimeout time.Duration
-	// LockTTL is the lease of the membership lock (default 15 s): a holder
-	// that dies loses the lock this long after its last renewal.
+	// LockTTL is the lease of the membership lock (default 60 s): another
+	// holder takes the lock over this long after a holder's last renewal
+	// when that holder died (a restarted process of the same holder takes
+	// it over at once). It must be longer than CallTimeout: the lock is
+	// renewed once half of it has passed, and the sidecar refuses a change
+	// under a lock that runs out sooner than a call may take.
 	LockTTL time.Duration
 	// MaxLearnerLag is how many raft entries a learner may be behind the
 	// leader and count as caught up (default 1000, the sidecar's figure).
@@ -88,7 +94,7 @@ func (c *Config) setDefaults() {
 		c.CallTimeout = 30 * time.Second
 	}
 	if c.LockTTL <= 0 {
-		c.LockTTL = 15 * time.Second
+		c.LockTTL = 60 * time.Second
 	}
 	if c.MaxLearnerLag == 0 {
 		c.MaxLearnerLag = 1000
@@ -150,10 +156,18 @@ func (e *UnreachableError) Error() string {
 // nothing per cluster but sidecar clients and recent sidecar failures.
 type Cluster struct {
 	cfg Config
+	// token names this process in the membership lock: new with every
+	// Cluster, so a restarted controller takes its holder's lock over and
+	// fences off whatever its predecessor might still send.
+	token string
 
 	mu       sync.Mutex
 	clients  map[string]*sidecar.Client
 	failedAt map[string]time.Time
+	// fenced is set once a sidecar refused this Cluster's token as stale:
+	// a newer process of the holder took the lock over, and this Cluster
+	// changes nothing more.
+	fenced bool
 }
 
 // New returns a Cluster for the given configuration.
@@ -168,11 +182,21 @@ func New(cfg Config) (*Cluster, error) {
 			return nil, fmt.Errorf("membership: holder %q has the character %q at position %d; allowed are letters, digits, '-', '.' and '_'", cfg.Holder, r, i)
 		}
 	}
-	return &Cluster{cfg: cfg, clients: map[string]*sidecar.Client{}, failedAt: map[string]time.Time{}}, nil
+	if cfg.LockTTL <= cfg.CallTimeout {
+		return nil, fmt.Errorf("membership: the lock TTL (%s) must be longer than the call timeout (%s), so that a change sent under the lock ends before the lock can pass to another holder", cfg.LockTTL, cfg.CallTimeout)
+	}
+	token := make([]byte, 8)
+	if _, err := rand.Read(token); err != nil {
+		return nil, fmt.Errorf("membership: a lock token: %w", err)
+	}
+	return &Cluster{cfg: cfg, token: hex.EncodeToString(token), clients: map[string]*sidecar.Client{}, failedAt: map[string]time.Time{}}, nil
 }
 
 // Holder is the name this Cluster uses in the lock and retirement records.
 func (c *Cluster) Holder() string { return c.cfg.Holder }
+
+// Token names this Cluster's process in the membership lock.
+func (c *Cluster) Token() string { return c.token }
 
 // client returns the cached client of a sidecar URL, so that connections
 // (and their TLS sessions) are reused across rounds.
@@ -244,9 +268,10 @@ func (o *Observation) Member(nameOrID string) *sidecar.Member {
 	return nil
 }
 
-// LockedBy reports whether holder held the membership lock when observed.
-func (o *Observation) LockedBy(holder string) bool {
-	return o.List.Lock != nil && o.List.Lock.Holder == holder
+// LockedBy reports whether holder's process with token held the
+// membership lock when observed.
+func (o *Observation) LockedBy(holder, token string) bool {
+	return o.List.Lock != nil && o.List.Lock.Holder == holder && o.List.Lock.Token == token
 }
 
 // Observe asks the sidecars in the order of the hint (healthy members

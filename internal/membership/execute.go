@@ -47,6 +47,9 @@ const (
 	ReasonTransport = "SidecarUnreachable"
 	// ReasonNotAChange: Execute was given a Wait or Done step.
 	ReasonNotAChange = "NotAChange"
+	// ReasonFenced: a newer process of this holder took the membership lock
+	// over; this one changes nothing more (sidecar.ReasonStaleToken).
+	ReasonFenced = "Fenced"
 )
 
 // Result is what Execute did.
@@ -102,6 +105,14 @@ func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []End
 		res.Err = fmt.Errorf("membership: %s is not a change", plan.Step.Kind)
 		return res
 	}
+	if c.isFenced() {
+		res.Outcome, res.Reason = Refused, ReasonFenced
+		res.Err = c.fencedError(string(plan.Step.Kind) + " " + stepTarget(plan.Step))
+		return res
+	}
+	// A change once sent runs until the sidecar answers: cancelling the
+	// reconcile (a manager stopping) must not leave its outcome unknown.
+	ctx = context.WithoutCancel(ctx)
 	removal := plan.Step
 	if plan.ThenRemove != nil {
 		removal = *plan.ThenRemove // the same call removes this member
@@ -122,7 +133,7 @@ func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []End
 		res.Err = fmt.Errorf("took the membership lock as %q; planning again under it before %s", c.cfg.Holder, plan.Step.Kind)
 		return res
 	}
-	opts := sidecar.CallOptions{Fingerprint: obs.List.Fingerprint, LockHolder: c.cfg.Holder}
+	opts := sidecar.CallOptions{Fingerprint: obs.List.Fingerprint, LockHolder: c.cfg.Holder, LockToken: c.token}
 	retire := func(member string) (Result, bool) {
 		if retiredBy(obs, member, c.cfg.Holder) {
 			return Result{}, true
@@ -223,6 +234,7 @@ func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []End
 		r := c.classify(err)
 		r.Step, r.Via, r.Start = res.Step, via, res.Start
 		r.Err = fmt.Errorf("%s %s through the sidecar of %s: %w", plan.Step.Kind, stepTarget(plan.Step), via, err)
+		c.noteFenced(err)
 		c.noteFailure(via, r.Outcome == Uncertain || r.Reason == ReasonTransport)
 		c.cfg.Logger.Info("membership step failed", "step", string(plan.Step.Kind), "member", stepTarget(plan.Step), "via", via.String(), "outcome", string(r.Outcome), "reason", r.Reason, "error", err.Error())
 		return r
@@ -294,13 +306,13 @@ func (c *Cluster) via(obs *Observation, endpoints []Endpoint, s planner.Step) (E
 // lease left. acquired is true when the lock was not held at observation
 // time; ok is false when it could not be taken (the Result says why).
 func (c *Cluster) ensureLock(ctx context.Context, cl *sidecar.Client, obs *Observation) (acquired bool, r Result, ok bool) {
-	held := obs.LockedBy(c.cfg.Holder)
+	held := obs.LockedBy(c.cfg.Holder, c.token)
 	if held && time.Duration(obs.List.Lock.ExpiresInSeconds)*time.Second > c.cfg.LockTTL/2 {
 		return false, Result{}, true
 	}
 	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 	defer cancel()
-	if _, err := cl.AcquireLock(callCtx, c.cfg.Holder, c.cfg.LockTTL); err != nil {
+	if _, err := cl.AcquireLock(callCtx, c.cfg.Holder, c.token, c.cfg.LockTTL); err != nil {
 		r := c.classify(err)
 		if r.Outcome == Uncertain {
 			r.Outcome = Retry // a lock, not a membership change
@@ -315,12 +327,12 @@ func (c *Cluster) ensureLock(ctx context.Context, cl *sidecar.Client, obs *Obser
 // and half of its lease has passed, so that a holder waiting between two
 // steps (for a learner to catch up) keeps the cluster to itself.
 func (c *Cluster) RenewLock(ctx context.Context, obs *Observation) error {
-	if !obs.LockedBy(c.cfg.Holder) || time.Duration(obs.List.Lock.ExpiresInSeconds)*time.Second > c.cfg.LockTTL/2 {
+	if !obs.LockedBy(c.cfg.Holder, c.token) || time.Duration(obs.List.Lock.ExpiresInSeconds)*time.Second > c.cfg.LockTTL/2 {
 		return nil
 	}
 	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 	defer cancel()
-	if _, err := c.client(obs.Via.URL).AcquireLock(callCtx, c.cfg.Holder, c.cfg.LockTTL); err != nil {
+	if _, err := c.client(obs.Via.URL).AcquireLock(callCtx, c.cfg.Holder, c.token, c.cfg.LockTTL); err != nil {
 		return fmt.Errorf("renewing the membership lock as %q through the sidecar of %s: %w", c.cfg.Holder, obs.Via, err)
 	}
 	return nil
@@ -329,12 +341,12 @@ func (c *Cluster) RenewLock(ctx context.Context, obs *Observation) error {
 // ReleaseLock gives the lock up when this holder held it at observation
 // time: the target is reached, and another controller may act.
 func (c *Cluster) ReleaseLock(ctx context.Context, obs *Observation) error {
-	if !obs.LockedBy(c.cfg.Holder) {
+	if !obs.LockedBy(c.cfg.Holder, c.token) {
 		return nil
 	}
 	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 	defer cancel()
-	if err := c.client(obs.Via.URL).ReleaseLock(callCtx, c.cfg.Holder); err != nil {
+	if err := c.client(obs.Via.URL).ReleaseLock(callCtx, c.cfg.Holder, c.token); err != nil {
 		return fmt.Errorf("releasing the membership lock of %q through the sidecar of %s: %w", c.cfg.Holder, obs.Via, err)
 	}
 	return nil
@@ -347,13 +359,16 @@ func (c *Cluster) Unretire(ctx context.Context, obs *Observation, plan Plan) err
 	if len(plan.Unretire) == 0 {
 		return nil
 	}
+	if c.isFenced() {
+		return c.fencedError("deleting retirement records")
+	}
 	cl := c.client(obs.Via.URL)
 	if _, r, ok := c.ensureLock(ctx, cl, obs); !ok {
 		return r.Err
 	}
 	for _, name := range plan.Unretire {
 		callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
-		_, err := cl.Unretire(callCtx, name, sidecar.CallOptions{LockHolder: c.cfg.Holder})
+		_, err := cl.Unretire(callCtx, name, sidecar.CallOptions{LockHolder: c.cfg.Holder, LockToken: c.token})
 		cancel()
 		if err != nil {
 			return fmt.Errorf("deleting the retirement record of %s through the sidecar of %s: %w", name, obs.Via, err)
@@ -402,6 +417,36 @@ var retryReasons = []string{
 	sidecar.ReasonLockNotHeld,
 	sidecar.ReasonMemberUnhealthy,
 	sidecar.ReasonNotReady,
+	sidecar.ReasonLockExpiring,
+	sidecar.ReasonChangeInFlight,
+}
+
+// noteFenced remembers a StaleToken refusal: a newer process of this
+// holder took the lock over, and taking it back would only make the two
+// take turns.
+func (c *Cluster) noteFenced(err error) {
+	if !sidecar.IsReason(err, sidecar.ReasonStaleToken) {
+		return
+	}
+	c.mu.Lock()
+	c.fenced = true
+	c.mu.Unlock()
+	c.cfg.Logger.Info("fenced off: a newer process of this holder took the membership lock over; this one changes nothing more",
+		"holder", c.cfg.Holder, "token", c.token, "error", err.Error())
+}
+
+// fencedError says why a fenced Cluster did not do what.
+func (c *Cluster) fencedError(what string) error {
+	return fmt.Errorf("%s not done: a newer process of %q took the membership lock over from this one (token %q), which changes nothing more; restart it to let it act again",
+		what, c.cfg.Holder, c.token)
+}
+
+// isFenced reports whether a newer process of this holder fenced this
+// Cluster off.
+func (c *Cluster) isFenced() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.fenced
 }
 
 // retiredBy reports whether the observation shows holder's retirement

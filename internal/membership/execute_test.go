@@ -203,8 +203,8 @@ func TestExecuteOutcomes(t *testing.T) {
 		{name: "the lock held by another: retry when it may expire", step: remove, outcome: membership.Retry, reason: sidecar.ReasonLockHeld, retryAfter: time.Second,
 			setup: func(g Gomega, c *membership.Cluster) {
 				cl := sidecar.NewClient(tc.Members[1].SidecarURL, tc.ClientTLS)
-				g.Expect(cl.ReleaseLock(ctx, holder)).To(Succeed())
-				_, err := cl.AcquireLock(ctx, "someone-else", 20*time.Second)
+				g.Expect(cl.ReleaseLock(ctx, holder, c.Token())).To(Succeed())
+				_, err := cl.AcquireLock(ctx, "someone-else", "", 20*time.Second)
 				g.Expect(err).NotTo(HaveOccurred())
 			}},
 		{name: "a sidecar that is down: retry, nothing was sent", step: remove, outcome: membership.Retry, reason: membership.ReasonTransport, via: "dead"},
@@ -213,12 +213,14 @@ func TestExecuteOutcomes(t *testing.T) {
 			g := NewWithT(t)
 			cl := tc.newCluster(holder, func(cfg *membership.Config) { cfg.CallTimeout = time.Second })
 			admin := sidecar.NewClient(tc.Members[1].SidecarURL, tc.ClientTLS)
-			_, err := admin.AcquireLock(ctx, holder, 30*time.Second)
+			// The lock is the Cluster's own (its process token), as if an
+			// earlier round had taken it.
+			_, err := admin.AcquireLock(ctx, holder, cl.Token(), 2*time.Minute)
 			g.Expect(err).NotTo(HaveOccurred())
 			t.Cleanup(func() {
 				tc.fault(tc.Members[0], nil)
-				_ = admin.ReleaseLock(context.Background(), holder)
-				_ = admin.ReleaseLock(context.Background(), "someone-else")
+				_ = admin.ReleaseLock(context.Background(), holder, cl.Token())
+				_ = admin.ReleaseLock(context.Background(), "someone-else", "")
 			})
 			obs, err := cl.Observe(ctx, tc.endpoints(), membership.Hint{Healthy: []string{"x-0"}})
 			g.Expect(err).NotTo(HaveOccurred())

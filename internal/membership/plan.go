@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -8,7 +9,12 @@ import (
 	"time"
 
 	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/sidecar"
 )
+
+// ReasonChangeInFlight starts the reason of a Wait while another process's
+// membership change is in flight (its step record is open).
+const ReasonChangeInFlight = sidecar.ReasonChangeInFlight
 
 // Target is the membership the caller wants, split by ownership, before the
 // retirement records in etcd are applied.
@@ -94,6 +100,14 @@ func (c *Cluster) Plan(obs *Observation, t Target, progress *Progress, pending *
 				Reason: fmt.Sprintf("OutcomeUncertain: the outcome of %s %s (%s ago) does not show yet; nothing else changes until it does or %s have passed",
 					pending.Step.Kind, stepTarget(pending.Step), obs.At.Sub(pending.At).Round(time.Second), c.cfg.Settle)}
 		}
+	}
+	if rec := obs.List.Step; rec != nil && rec.State == sidecar.StepInFlight && p.IsChange() &&
+		(rec.Holder != c.cfg.Holder || rec.Token != c.token) {
+		// Another process's change is on the wire (or its sidecar died with
+		// it, until the record's lease ends): its effect may not show yet.
+		p.Step = planner.Step{Kind: planner.Wait, Rule: planner.RuleHealthyCluster,
+			Reason: fmt.Sprintf("%s: %s %s sent by %s (token %s) through the sidecar of member %s is in flight since etcd revision %d; nothing else changes until it ended",
+				ReasonChangeInFlight, rec.Kind, rec.Target, cmp.Or(rec.Holder, "a caller without the lock"), cmp.Or(rec.Token, "none"), rec.Sidecar, rec.Revision)}
 	}
 	p.Retiring = p.Step.Kind == planner.Remove && slices.Contains(t.Remove, p.Step.Member)
 	if p.Step.Kind == planner.Promote && pending == nil {

@@ -9,6 +9,7 @@ package planner
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -127,6 +128,7 @@ const (
 	RuleUnmanaged      = "NeverTouchUnmanaged" // 7
 	RuleStuckLearner   = "RemoveStuckLearner"  // 8
 	RuleOwnership      = "Ownership"           // 9
+	RuleTargetSize     = "NeverBelowTarget"    // 10
 	RuleValidTarget    = "ValidTarget"         // the desired membership itself is wrong
 	RuleTargetReached  = "TargetReached"
 )
@@ -353,6 +355,16 @@ func (v *view) removeVoter(e *member, p Policy, rule, why string) Step {
 	if healthy < quorum(left) {
 		return waitStep(RuleQuorum, "WaitingForQuorum: removing %s would leave %d of %d voters healthy for %s, below a quorum of %d", e.label(), healthy, left, p.MinHealthyFor, quorum(left))
 	}
+	if rule != RuleHealthyCluster && len(v.keptAbsent) > 0 && left < v.size {
+		// Rule 10: a removal never takes the voters below what the target
+		// keeps. An aborted move is a move back: the source's members that
+		// were retired come back as voters (their controller adds them)
+		// before the destination's leave, so the cluster never drops to N-1.
+		// A departing voter that is down is the exception (rule 1): it
+		// votes for nothing while it stays.
+		return waitStep(RuleTargetSize, "WaitingForKeptMembers: removing %s would leave %d voters, fewer than the %d the target keeps; waiting until %s %s again",
+			e.label(), left, v.size, strings.Join(v.keptAbsent, ", "), isVoters(len(v.keptAbsent)))
+	}
 	if e.Leader {
 		// Rule 5: removing the leader leaves the cluster leaderless for an
 		// election (1.5-2.4 s measured); MoveLeader first costs 0.1 s.
@@ -419,6 +431,13 @@ func (v *view) addLearner(w *Want, p Policy) Step {
 	}
 	return Step{Kind: AddLearner, Member: w.Name, PeerURLs: slices.Clone(w.PeerURLs), Rule: RuleInterleave,
 		Reason: fmt.Sprintf("%s joins side %s as a learner", w.Name, w.Side)}
+}
+
+func isVoters(n int) string {
+	if n == 1 {
+		return "is a voter"
+	}
+	return "are voters"
 }
 
 func waitStep(rule, format string, args ...any) Step {

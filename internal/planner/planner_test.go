@@ -362,6 +362,39 @@ func TestRule9Ownership(t *testing.T) {
 	})
 }
 
+// abortB is the destination's target in an aborted move: its own members
+// go (replicas 0), the source's three stay.
+var abortB = Desired{Keep: []string{"a-0", "a-1", "a-2"}, Remove: []string{"b-0"}}
+
+func TestRule10NeverBelowTarget(t *testing.T) {
+	runCases(t, []ruleCase{
+		{name: "an abort waits until the retired source member is a voter again",
+			obs:    obs(lead(voter("a-1", "a")), voter("a-2", "a"), voter("b-0", "b")),
+			want:   abortB,
+			expect: expect{kind: Wait, rule: RuleTargetSize, reason: "WaitingForKeptMembers: removing b-0 would leave 2 voters, fewer than the 3 the target keeps; waiting until a-0 is a voter again"}},
+		{name: "a source member back as a learner does not count yet",
+			obs:    obs(lead(voter("a-1", "a")), voter("a-2", "a"), voter("b-0", "b"), learner("a-0", "a")),
+			want:   abortB,
+			expect: expect{kind: Wait, rule: RuleTargetSize, reason: "waiting until a-0 is a voter again"}},
+		{name: "the source whole again: the destination's member goes",
+			obs:    obs(lead(voter("a-1", "a")), voter("a-2", "a"), voter("b-0", "b"), voter("a-0", "a")),
+			want:   abortB,
+			expect: expect{kind: Remove, member: "b-0", rule: RuleInterleave}},
+		{name: "the destination's leader waits too, and hands over only once the source is whole",
+			obs:    obs(voter("a-1", "a"), voter("a-2", "a"), lead(voter("b-0", "b"))),
+			want:   abortB,
+			expect: expect{kind: Wait, rule: RuleTargetSize}},
+		{name: "a departing voter that is down is still removed (it votes for nothing)",
+			obs:    obs(lead(voter("a-1", "a")), voter("a-2", "a"), voter("b-0", "b"), down(voter("b-1", "b"))),
+			want:   Desired{Keep: abortB.Keep, Remove: []string{"b-0", "b-1"}},
+			expect: expect{kind: Remove, member: "b-1", rule: RuleHealthyCluster}},
+		{name: "a forward move may pass below the target's size: the tie ends with a removal",
+			obs:    obs(lead(voter("a-0", "a")), voter("b-0", "b")),
+			want:   Desired{Add: []Want{want("b-0", "b"), want("b-1", "b"), want("b-2", "b")}, Remove: []string{"a-0"}},
+			expect: expect{kind: MoveLeader, member: "b-0"}},
+	})
+}
+
 func TestInvalidTarget(t *testing.T) {
 	start := obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a"))
 	runCases(t, []ruleCase{

@@ -29,6 +29,10 @@ type view struct {
 	learners []*member
 	leader   *member
 	missing  []*Want // targets that are not members yet, in the order of Desired.Add
+	// size is how many voters the target has: Desired.Add and Desired.Keep.
+	size int
+	// keptAbsent are the names in Desired.Keep that are not voters now.
+	keptAbsent []string
 	// goal is the side that holds the majority once the target is reached;
 	// when no side will, the side that holds it now, if any.
 	goal string
@@ -88,6 +92,12 @@ func newView(obs Observed, want Desired) (*view, Step, bool) {
 		final[want.Add[i].Side]++
 		if !found[want.Add[i].Name] {
 			v.missing = append(v.missing, &want.Add[i])
+		}
+	}
+	v.size = len(want.Add) + len(want.Keep)
+	for _, n := range want.Keep {
+		if !slices.ContainsFunc(v.voters, func(m *member) bool { return m.name == n }) {
+			v.keptAbsent = append(v.keptAbsent, n)
 		}
 	}
 	v.goal = holder(final)

@@ -267,6 +267,91 @@ func TestMoveSurvivesTheDestinationControllerRestartedMidStep(t *testing.T) {
 	expectMovedToB(t, e)
 }
 
+// The destination's controller is killed after every membership change it
+// makes: its reconcile ends as the sidecar answers, before status, events or
+// metrics, and a new controller process (new lock token, same identity)
+// takes over. Each successor finds the change recorded in etcd, reports it,
+// and goes on from what it observes; the move completes with every change
+// applied exactly once.
+func TestMoveSurvivesItsControllerKilledAfterEachStep(t *testing.T) {
+	g := NewWithT(t)
+	e := newMove(t, "etcd-killsteps")
+	stop := e.B.CrashAfterSteps(demo.StepEvent.Applied)
+	rep, err := e.Rehearse(t.Context(), t.Output(), rehearsal())
+	crashes, crashErr := stop()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(crashErr).NotTo(HaveOccurred())
+	expectClientsSawNothing(t, rep)
+	expectKubeAPIServersKeptEveryWrite(t, rep)
+	expectMovedToB(t, e)
+
+	applied := appliedOnce(t, e.Steps())
+	t.Logf("%d controller crashes, one after each change: %v", len(crashes), crashes)
+	g.Expect(crashes).To(HaveLen(len(applied["B"])), "B's controller died after each change it applied")
+	g.Expect(len(crashes)).To(BeNumerically(">=", 6), "three members joined and three left")
+	expectNeverBelow(t, e, 3)
+	_, dst, err := e.Read(t.Context())
+	g.Expect(err).NotTo(HaveOccurred())
+	last := dst.Status.Membership.LastStep
+	g.Expect(last).NotTo(BeNil())
+	g.Expect(last.Message).To(ContainSubstring("sent by an earlier process"), "the last change, whose sender died, is reported from its record in etcd")
+}
+
+// appliedOnce asserts that no membership change was applied twice (a
+// controller that resumed after a crash repeating its predecessor's step)
+// and returns the applied changes per cluster.
+func appliedOnce(t *testing.T, steps []demo.StepEvent) map[string][]string {
+	t.Helper()
+	seen := map[string]bool{}
+	out := map[string][]string{}
+	for _, s := range steps {
+		if !s.Applied() {
+			continue
+		}
+		key := s.String()
+		if seen[key] {
+			t.Errorf("%s was applied twice", key)
+		}
+		seen[key] = true
+		out[s.Cluster] = append(out[s.Cluster], key)
+	}
+	return out
+}
+
+// expectNeverBelow replays the applied changes of both controllers, from
+// the source's voters, and asserts that the cluster never had fewer than
+// n voters.
+func expectNeverBelow(t *testing.T, e *demo.Env, n int) {
+	t.Helper()
+	voters, learners := map[string]bool{}, map[string]bool{}
+	for o := range 3 {
+		voters[fmt.Sprintf("%s-%d", e.Config.Name, o)] = true
+	}
+	least, at := len(voters), "the start"
+	for _, s := range e.Steps() {
+		if !s.Applied() {
+			continue
+		}
+		switch s.Kind {
+		case planner.AddLearner:
+			learners[s.Member] = true
+		case planner.Promote:
+			delete(learners, s.Member)
+			voters[s.Member] = true
+		case planner.Remove:
+			delete(learners, s.Member)
+			delete(voters, s.Member)
+		}
+		if len(voters) < least {
+			least, at = len(voters), s.String()
+		}
+	}
+	t.Logf("fewest voters: %d (after %s)", least, at)
+	if least < n {
+		t.Errorf("the cluster went down to %d voters after %s; never fewer than %d", least, at, n)
+	}
+}
+
 // The clusters are cut apart while the first destination member joins: the
 // source keeps its majority (three voters of three) and serves; the
 // learner cannot catch up, so nothing is promoted; after the heal the move
@@ -333,19 +418,44 @@ func TestPartitionDuringTheJoin(t *testing.T) {
 // source voters, one destination voter): the destination's controller
 // removes its member and withdraws its retirement record, the source's
 // controller adds the retired member back, and the source ends as it began.
+//
+// An abort is a move back: the cluster never has fewer than three voters,
+// the retired source member coming back as a voter before the destination's
+// member goes. Both controllers are killed after every change they make
+// once the abort began, and each successor resumes from what it observes.
 func TestAbortRestoresTheSource(t *testing.T) {
 	g := NewWithT(t)
 	e := newMove(t, "etcd-abort")
 	o := rehearsal()
 	o.Abort = true
+	var (
+		aborted      sync.Once
+		stopA, stopB func() ([]demo.StepEvent, error)
+	)
 	o.AbortWhen = func(src, dst *v1alpha1.Etcd) bool {
 		s, d, ok := move.Voters(src, dst)
-		return ok && s == 2 && d == 1
+		if ok && s == 2 && d == 1 {
+			aborted.Do(func() {
+				stopA, stopB = e.A.CrashAfterSteps(demo.StepEvent.Applied), e.B.CrashAfterSteps(demo.StepEvent.Applied)
+			})
+			return true
+		}
+		return false
 	}
 	rep, err := e.Rehearse(t.Context(), t.Output(), o)
 	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(stopA).NotTo(BeNil(), "the abort began")
+	crashesA, errA := stopA()
+	crashesB, errB := stopB()
+	g.Expect(errA).NotTo(HaveOccurred())
+	g.Expect(errB).NotTo(HaveOccurred())
+	t.Logf("controller crashes after the abort began: A %v, B %v", crashesA, crashesB)
+	g.Expect(crashesA).NotTo(BeEmpty(), "A's controller died after each change it made in the abort")
+	g.Expect(crashesB).NotTo(BeEmpty(), "B's controller died after each change it made in the abort")
 	expectClientsSawNothing(t, rep)
 	expectKubeAPIServersKeptEveryWrite(t, rep)
+	appliedOnce(t, e.Steps())
+	expectNeverBelow(t, e, 3)
 
 	src, dst, err := e.Read(t.Context())
 	g.Expect(err).NotTo(HaveOccurred())

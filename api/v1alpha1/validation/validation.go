@@ -258,6 +258,8 @@ func validateURL(u string, path *field.Path, re *regexp.Regexp, reason string) f
 //   - spec.memberNamePrefix (druid's rule, repeated here because local
 //     member names derive from it): renaming would orphan every running
 //     local member.
+//   - dropping an external member that status shows as a voter while the
+//     Etcd has replicas (ownership.go).
 //
 // Mutable on purpose: spec.ordinalStart (a live move of the local members to
 // a new ordinal range), spec.externalMembersPolicy (Keep to Retire finishes a
@@ -266,7 +268,8 @@ func validateURL(u string, path *field.Path, re *regexp.Regexp, reason string) f
 // external members are listed is refused by the scheme rule together with
 // the peer URL rule above.
 func ValidateEtcdUpdate(newE, oldE *v1alpha1.Etcd) field.ErrorList {
-	return append(ValidateEtcd(newE), validateUpdateRules(newE, oldE)...)
+	errs := append(ValidateEtcd(newE), validateUpdateRules(newE, oldE)...)
+	return append(errs, validateNoOrphanedVoter(newE, oldE)...)
 }
 
 // validateUpdateRules are the immutability rules; the CRD enforces them too.

@@ -1,0 +1,68 @@
+package demo
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/druid-stretch/druid-stretch/internal/membership"
+	"github.com/druid-stretch/druid-stretch/internal/planner"
+)
+
+// crashPoint kills a cluster's controller right after a step's sidecar
+// call returned, before the controller reports anything, and starts a new
+// one in its place: the crash that intent-before-action must survive.
+type crashPoint struct {
+	mu      sync.Mutex
+	when    func(StepEvent) bool
+	crashes []StepEvent
+	errs    []error
+}
+
+// CrashAfterSteps makes the cluster's controller die after every step whose
+// ended event when accepts: its reconcile ends as the sidecar answers, with
+// no status, event or metric written, and a new controller (a new process:
+// a new lock token, the same identity) starts in its place. The returned
+// func ends the failpoint and returns the steps that crashed a controller;
+// it fails if a restart failed.
+func (c *Cluster) CrashAfterSteps(when func(StepEvent) bool) (stop func() ([]StepEvent, error)) {
+	c.crash.mu.Lock()
+	c.crash.when, c.crash.crashes, c.crash.errs = when, nil, nil
+	c.crash.mu.Unlock()
+	return func() ([]StepEvent, error) {
+		c.crash.mu.Lock()
+		defer c.crash.mu.Unlock()
+		c.crash.when = nil
+		if len(c.crash.errs) > 0 {
+			return c.crash.crashes, fmt.Errorf("restarting the controller of cluster %s after a crash: %v", c.Name, c.crash.errs)
+		}
+		return c.crash.crashes, nil
+	}
+}
+
+// afterStepSent is the controller's AfterStepSent failpoint for c.
+func (p *crashPoint) afterStepSent(c *Cluster) func(planner.Step, membership.Result) bool {
+	return func(step planner.Step, res membership.Result) bool {
+		ev := StepEvent{Cluster: c.Name, Kind: step.Kind, Member: step.Member, ID: step.ID,
+			Start: res.Start, End: res.Start.Add(res.Duration), Outcome: res.Outcome, Changed: res.Changed}
+		p.mu.Lock()
+		when := p.when
+		p.mu.Unlock()
+		if when == nil || !when(ev) {
+			return false
+		}
+		p.mu.Lock()
+		p.crashes = append(p.crashes, ev)
+		p.mu.Unlock()
+		// Not on this goroutine: stopping the manager waits for this very
+		// reconcile, which ends as soon as the failpoint returns.
+		go func() {
+			if err := c.RestartController(); err != nil {
+				p.mu.Lock()
+				p.errs = append(p.errs, fmt.Errorf("%s at %s: %w", ev, time.Now().Format(time.TimeOnly), err))
+				p.mu.Unlock()
+			}
+		}()
+		return true
+	}
+}
