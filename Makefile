@@ -4,7 +4,7 @@ GO ?= go
 BIN := $(CURDIR)/bin
 export KUBEBUILDER_ASSETS := $(BIN)/envtest
 
-.PHONY: all build image test-binaries test lint generate verify-generate demo bench clean
+.PHONY: all build image test-binaries test fault-matrix lint generate verify-generate demo bench clean
 
 all: build
 
@@ -31,6 +31,9 @@ test-binaries: ## etcd, the Kubernetes control plane, etcd-druid and etcdbrctl o
 
 test: test-binaries lint verify-generate ## every test, on real etcd and a real kube-apiserver
 	$(GO) test -count=1 -timeout 45m ./...
+
+fault-matrix: test-binaries ## every fault in every phase of a live move (about 50 min); writes the table into README.md
+	$(GO) test -count=1 -timeout 90m -run TestFaultMatrix ./test/e2e -args -faults=full -faults.write=$(CURDIR)/README.md
 
 lint: ## go vet and a gofmt check
 	$(GO) vet ./...

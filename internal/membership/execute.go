@@ -339,14 +339,24 @@ func (c *Cluster) RenewLock(ctx context.Context, obs *Observation) error {
 }
 
 // ReleaseLock gives the lock up when this holder held it at observation
-// time: the target is reached, and another controller may act.
+// time: the target is reached, or the controller waits for the other one,
+// which may act meanwhile. A lock that an earlier process of this holder
+// left (a controller that died holding it) is taken over and released, so
+// the other controller need not wait for its lease to run out.
 func (c *Cluster) ReleaseLock(ctx context.Context, obs *Observation) error {
-	if !obs.LockedBy(c.cfg.Holder, c.token) {
+	l := obs.List.Lock
+	if l == nil || l.Holder != c.cfg.Holder || c.isFenced() {
 		return nil
 	}
 	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 	defer cancel()
-	if err := c.client(obs.Via.URL).ReleaseLock(callCtx, c.cfg.Holder, c.token); err != nil {
+	cl := c.client(obs.Via.URL)
+	if l.Token != c.token {
+		if _, err := cl.AcquireLock(callCtx, c.cfg.Holder, c.token, c.cfg.LockTTL); err != nil {
+			return fmt.Errorf("taking over the membership lock that an earlier process of %q left, to release it: %w", c.cfg.Holder, err)
+		}
+	}
+	if err := cl.ReleaseLock(callCtx, c.cfg.Holder, c.token); err != nil {
 		return fmt.Errorf("releasing the membership lock of %q through the sidecar of %s: %w", c.cfg.Holder, obs.Via, err)
 	}
 	return nil

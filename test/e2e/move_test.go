@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -12,7 +13,6 @@ import (
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
 	"github.com/druid-stretch/druid-stretch/internal/demo"
-	"github.com/druid-stretch/druid-stretch/internal/migration"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
 	"github.com/druid-stretch/druid-stretch/internal/report"
 	"github.com/druid-stretch/druid-stretch/internal/workload"
@@ -187,42 +187,6 @@ func TestLiveMoveAt180msRTT(t *testing.T) {
 	g.Expect(rep.MigrationSeconds).To(BeNumerically(">", 0))
 }
 
-// The leader is killed (SIGKILL, its pod restarts it) as the votes start to
-// move: a new leader is elected, the dead member is the first one removed,
-// and the move completes without losing a write.
-func TestMoveSurvivesTheSourceLeaderKilled(t *testing.T) {
-	g := NewWithT(t)
-	e := newMove(t, "etcd-killed")
-	var (
-		once   sync.Once
-		killed string
-		kerr   error
-	)
-	o := rehearsal()
-	o.OnProgress = func(ev migration.Event) {
-		if ev.Kind != migration.StepStarted || ev.Step != move.StepRetireSource {
-			return
-		}
-		once.Do(func() {
-			killed = leader(ev.Destination)
-			m := e.A.Runner.Runtime().Member(killed)
-			if m == nil {
-				kerr = fmt.Errorf("leader %q is not a member of cluster A", killed)
-				return
-			}
-			kerr = m.Kill()
-		})
-	}
-	rep, err := e.Rehearse(t.Context(), t.Output(), o)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(kerr).NotTo(HaveOccurred())
-	g.Expect(killed).NotTo(BeEmpty(), "the source leader was killed")
-	t.Logf("killed the leader %s", killed)
-	expectClientsSawNothing(t, rep)
-	expectKubeAPIServersKeptEveryWrite(t, rep)
-	expectMovedToB(t, e)
-}
-
 // leader is the leader in e's last observation.
 func leader(e *v1alpha1.Etcd) string {
 	if e == nil || e.Status.Membership == nil {
@@ -285,10 +249,17 @@ func TestMoveSurvivesItsControllerKilledAfterEachStep(t *testing.T) {
 	expectKubeAPIServersKeptEveryWrite(t, rep)
 	expectMovedToB(t, e)
 
-	applied := appliedOnce(t, e.Steps())
-	t.Logf("%d controller crashes, one after each change: %v", len(crashes), crashes)
-	g.Expect(crashes).To(HaveLen(len(applied["B"])), "B's controller died after each change it applied")
+	appliedOnce(t, e.Steps())
+	t.Logf("%d controller crashes, one after each sidecar call that changed the cluster: %v", len(crashes), crashes)
 	g.Expect(len(crashes)).To(BeNumerically(">=", 6), "three members joined and three left")
+	for _, s := range e.Steps() {
+		// A promotion's call may remove a member right after it (the tie);
+		// the crash after that call covers both changes.
+		if s.Cluster == "B" && s.Applied() {
+			g.Expect(slices.ContainsFunc(crashes, func(c demo.StepEvent) bool { return !s.End.Before(c.Start) && !s.End.After(c.End) })).
+				To(BeTrue(), "B's controller died right after the call that applied %s", s)
+		}
+	}
 	expectNeverBelow(t, e, 3)
 	_, dst, err := e.Read(t.Context())
 	g.Expect(err).NotTo(HaveOccurred())
@@ -298,24 +269,20 @@ func TestMoveSurvivesItsControllerKilledAfterEachStep(t *testing.T) {
 }
 
 // appliedOnce asserts that no membership change was applied twice (a
-// controller that resumed after a crash repeating its predecessor's step)
-// and returns the applied changes per cluster.
-func appliedOnce(t *testing.T, steps []demo.StepEvent) map[string][]string {
+// controller that resumed after a crash repeating its predecessor's step).
+func appliedOnce(t *testing.T, steps []demo.StepEvent) {
 	t.Helper()
 	seen := map[string]bool{}
-	out := map[string][]string{}
 	for _, s := range steps {
 		if !s.Applied() {
 			continue
 		}
-		key := s.String()
-		if seen[key] {
+		if key := s.String(); seen[key] {
 			t.Errorf("%s was applied twice", key)
+		} else {
+			seen[key] = true
 		}
-		seen[key] = true
-		out[s.Cluster] = append(out[s.Cluster], key)
 	}
-	return out
 }
 
 // expectNeverBelow replays the applied changes of both controllers, from

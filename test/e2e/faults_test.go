@@ -1,0 +1,282 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
+	"github.com/druid-stretch/druid-stretch/internal/demo"
+	"github.com/druid-stretch/druid-stretch/internal/migration"
+	"github.com/druid-stretch/druid-stretch/internal/planner"
+)
+
+var (
+	faultSet = flag.String("faults", "reduced",
+		"the fault matrix to run: reduced (one fault per phase; make test) or full (every fault in every phase; make fault-matrix)")
+	faultTable = flag.String("faults.write", "",
+		"write the fault matrix's table into this Markdown file, between the lines <!-- fault-matrix:begin --> and <!-- fault-matrix:end -->")
+)
+
+// phase is a moment of a live move at which a fault goes in: on a step of a
+// controller (onStep) or on a step of the move itself (onProgress).
+type phase struct {
+	name       string
+	onStep     func(demo.StepEvent) bool
+	onProgress func(migration.Event) bool
+}
+
+var phases = []phase{
+	{name: "join-destination", onStep: func(ev demo.StepEvent) bool {
+		return ev.Cluster == "B" && ev.Kind == planner.AddLearner && ev.Applied()
+	}},
+	{name: "retire-source", onProgress: func(ev migration.Event) bool {
+		return ev.Kind == migration.StepStarted && ev.Step == move.StepRetireSource
+	}},
+	{name: "leader-transfer", onStep: func(ev demo.StepEvent) bool {
+		return ev.Cluster == "B" && ev.Kind == planner.MoveLeader && !ev.Done()
+	}},
+	{name: "finish", onProgress: func(ev migration.Event) bool {
+		return ev.Kind == migration.StepStarted && ev.Step == move.StepFinish
+	}},
+}
+
+// fault is one failure injected into a running move. inject runs on its
+// own goroutine; it returns when the fault is over (healed), or at once for
+// a fault that heals itself (a killed process is restarted by its pod or
+// its manager).
+type fault struct {
+	name   string
+	inject func(e *demo.Env) error
+}
+
+var faults = []fault{
+	{name: "partition between the sites (6 s)", inject: func(e *demo.Env) error {
+		e.WAN.Partition(demo.SiteA, demo.SiteB)
+		time.Sleep(6 * time.Second) // the length of the cut is the fault itself
+		e.WAN.Heal(demo.SiteA, demo.SiteB)
+		return nil
+	}},
+	{name: "etcd leader killed (SIGKILL)", inject: func(e *demo.Env) error {
+		name, err := etcdLeader(e)
+		if err != nil {
+			return err
+		}
+		for _, c := range e.Clusters() {
+			if m := c.Runner.Runtime().Member(name); m != nil && m.Running() {
+				return m.Kill()
+			}
+		}
+		return fmt.Errorf("the leader %s runs in neither cluster", name)
+	}},
+	{name: "controller B killed", inject: func(e *demo.Env) error { return e.B.RestartController() }},
+	{name: "controller A killed", inject: func(e *demo.Env) error { return e.A.RestartController() }},
+}
+
+// reducedMatrix is make test's share of the matrix: one fault per phase
+// (TestPartitionDuringTheJoin covers the cut while a member joins).
+var reducedMatrix = map[string]string{
+	"join-destination": "controller A killed",
+	"retire-source":    "etcd leader killed (SIGKILL)",
+	"leader-transfer":  "controller B killed",
+	"finish":           "partition between the sites (6 s)",
+}
+
+// faultRow is one run of the matrix, as the table shows it.
+type faultRow struct {
+	fault, phase string
+	outcome      string
+	injected     bool
+	fewestVoters int
+	lost         int
+	linearizable bool
+	failed       int
+	recovery     time.Duration
+	moveSeconds  float64
+}
+
+// TestFaultMatrix moves an Etcd from A to B once per fault and phase, with
+// the fault injected at that phase, and asserts every run's verdict: the
+// move completes, no acknowledged write is lost and the kube-apiservers'
+// history is linearizable, and the cluster never has fewer voters than a
+// quorum of its three. Failed requests and recovery (from the fault's end
+// to the next membership change applied) are recorded, not asserted: a
+// fault may fail a kube-apiserver's request. -faults=full runs every fault
+// in every phase (make fault-matrix); -faults.write puts the table into a
+// Markdown file.
+func TestFaultMatrix(t *testing.T) {
+	var rows []*faultRow
+	for _, p := range phases {
+		for _, f := range faults {
+			if *faultSet != "full" && reducedMatrix[p.name] != f.name {
+				continue
+			}
+			// A failed run is a row too: it says so.
+			row := &faultRow{fault: f.name, phase: p.name, outcome: "FAILED (see the test log)", recovery: -1}
+			rows = append(rows, row)
+			t.Run(p.name+"/"+f.name, func(t *testing.T) { runFault(t, p, f, row) })
+		}
+	}
+	table := faultMatrixTable(rows)
+	t.Log("\n" + table)
+	if *faultTable != "" {
+		if err := spliceSection(*faultTable, "fault-matrix", table); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func runFault(t *testing.T, p phase, f fault, row *faultRow) {
+	g := NewWithT(t)
+	e := newMove(t, fmt.Sprintf("etcd-fault-%d", time.Now().UnixNano()%100000))
+	var (
+		once     sync.Once
+		mu       sync.Mutex
+		healedAt time.Time
+		ferr     error
+		done     = make(chan struct{})
+	)
+	fire := func() {
+		once.Do(func() {
+			mu.Lock()
+			row.injected = true
+			mu.Unlock()
+			go func() {
+				defer close(done)
+				err := f.inject(e)
+				mu.Lock()
+				healedAt, ferr = time.Now(), err
+				mu.Unlock()
+			}()
+		})
+	}
+	o := rehearsal()
+	if p.onProgress != nil {
+		o.OnProgress = func(ev migration.Event) {
+			if p.onProgress(ev) {
+				fire()
+			}
+		}
+	}
+	if p.onStep != nil {
+		stop := e.OnStep(func(ev demo.StepEvent) {
+			if p.onStep(ev) {
+				fire()
+			}
+		})
+		defer stop()
+	}
+	rep, err := e.Rehearse(t.Context(), t.Output(), o)
+	mu.Lock()
+	injected := row.injected
+	mu.Unlock()
+	if injected {
+		<-done
+	}
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(row.injected).To(BeTrue(), "the move passed phase %s", p.name)
+	g.Expect(ferr).NotTo(HaveOccurred(), "injecting %s", f.name)
+
+	row.fewestVoters = fewestVoters(e)
+	h := rep.APIHistory
+	g.Expect(h).NotTo(BeNil())
+	row.lost, row.linearizable = h.LostAcknowledgedWrites, h.Linearizable
+	for _, s := range rep.KubeAPIServers {
+		row.failed += s.Failed
+	}
+	row.moveSeconds = rep.MigrationSeconds
+	for _, s := range e.Steps() {
+		if s.Applied() && s.End.After(healedAt) {
+			row.recovery = s.End.Sub(healedAt)
+			break
+		}
+	}
+	expectMovedToB(t, e)
+	expectKubeAPIServersKeptEveryWrite(t, rep)
+	g.Expect(row.fewestVoters).To(BeNumerically(">=", 2), "never fewer voters than a quorum of three")
+	if !t.Failed() {
+		row.outcome = "finished"
+	}
+	t.Logf("row: %+v", *row)
+}
+
+// fewestVoters replays the applied changes of both controllers from the
+// source's three voters.
+func fewestVoters(e *demo.Env) int {
+	voters := map[string]bool{}
+	for o := range 3 {
+		voters[fmt.Sprintf("%s-%d", e.Config.Name, o)] = true
+	}
+	least := len(voters)
+	for _, s := range e.Steps() {
+		if !s.Applied() {
+			continue
+		}
+		switch s.Kind {
+		case planner.Promote:
+			voters[s.Member] = true
+		case planner.Remove:
+			delete(voters, s.Member)
+		}
+		least = min(least, len(voters))
+	}
+	return least
+}
+
+// etcdLeader is the leader as the fresher of the two Etcds' status shows it.
+func etcdLeader(e *demo.Env) (string, error) {
+	src, dst, err := e.Read(context.Background())
+	if err != nil {
+		return "", err
+	}
+	fresher := src
+	if dst != nil && dst.Status.Membership != nil && dst.Status.Membership.ObservedTime != nil &&
+		(src == nil || src.Status.Membership == nil || src.Status.Membership.ObservedTime == nil ||
+			dst.Status.Membership.ObservedTime.After(src.Status.Membership.ObservedTime.Time)) {
+		fresher = dst
+	}
+	if name := leader(fresher); name != "" {
+		return name, nil
+	}
+	return "", errors.New("no leader in either Etcd's status")
+}
+
+func faultMatrixTable(rows []*faultRow) string {
+	var b strings.Builder
+	b.WriteString("| phase | fault | outcome | fewest voters | lost acknowledged writes | linearizable | failed requests | recovery | move |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		rec := "no change followed"
+		if r.recovery >= 0 {
+			rec = fmt.Sprintf("%.1f s", r.recovery.Seconds())
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %t | %d | %s | %.0f s |\n",
+			r.phase, r.fault, r.outcome, r.fewestVoters, r.lost, r.linearizable, r.failed, rec, r.moveSeconds)
+	}
+	return b.String()
+}
+
+// spliceSection replaces the lines between <!-- name:begin --> and
+// <!-- name:end --> in path with content.
+func spliceSection(path, name, content string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	begin, end := []byte("<!-- "+name+":begin -->\n"), []byte("<!-- "+name+":end -->")
+	i, j := bytes.Index(data, begin), bytes.Index(data, end)
+	if i < 0 || j < i {
+		return fmt.Errorf("%s has no section %s...%s", path, begin, end)
+	}
+	out := append(append(append([]byte{}, data[:i+len(begin)]...), content...), data[j:]...)
+	return os.WriteFile(path, out, 0o644)
+}
