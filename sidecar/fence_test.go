@@ -132,6 +132,8 @@ func TestTheLockIsAFence(t *testing.T) {
 		g.Expect(sidecar.IsReason(err, sidecar.ReasonStaleToken)).To(BeTrue(), "%v", err)
 		err = c.ReleaseLock(ctx, holder, a.LockToken)
 		g.Expect(sidecar.IsReason(err, sidecar.ReasonStaleToken)).To(BeTrue(), "a stale process cannot release its successor's lock: %v", err)
+		_, err = c.AcquireLock(ctx, holder, a.LockToken, time.Minute)
+		g.Expect(sidecar.IsReason(err, sidecar.ReasonStaleToken)).To(BeTrue(), "nor take it back: only a newer token takes over: %v", err)
 		g.Expect(tc.membership(g, via)).To(Equal(before))
 		l, err := c.Members(ctx)
 		g.Expect(err).NotTo(HaveOccurred())

@@ -82,8 +82,8 @@ func (s *Server) minLockTTL() int64 {
 
 // acquireLock answers POST /v1/lock: take the lock, renew it when the
 // caller's process holds it already, or take it over from an earlier
-// process of the same holder (a restarted controller) once no change of
-// that process is in flight.
+// process of the same holder (a restarted controller: its token sorts
+// before the caller's) once no change of that process is in flight.
 func (s *Server) acquireLock(r *http.Request) (int, any, *Error) {
 	var req LockRequest
 	if e := decodeJSON(r, &req); e != nil {
@@ -115,6 +115,12 @@ func (s *Server) acquireLock(r *http.Request) (int, any, *Error) {
 			return 0, nil, s.lockHeldError(ctx, kv)
 		}
 		takeover := held != nil && held.Token != req.Token
+		if takeover && req.Token <= held.Token {
+			// Tokens begin with their process's start time: only a newer
+			// process takes the lock over, so an old one that lives on
+			// (a controller replaced but not yet gone) cannot take it back.
+			return 0, nil, staleToken(lockValue{Holder: req.Holder, Token: req.Token}, *held)
+		}
 		if takeover {
 			// The earlier process may have a change on the wire: the new
 			// one must not plan around it until it ended.

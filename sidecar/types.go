@@ -159,9 +159,11 @@ type LeaderRequest struct {
 
 // LockRequest is the body of POST /v1/lock. Holder names the controller
 // (one per Kubernetes cluster, the same across restarts); Token names the
-// process that holds the lock for it, and is new with every process start:
-// a process with a newer token takes its holder's lock over, and every
-// change sent with the older token is refused from then on (StaleToken).
+// process that holds the lock for it, and is new with every process start,
+// beginning with the start time so that a newer process's token sorts
+// after an older one's: a process with a newer token takes its holder's
+// lock over, and every change sent with the older token is refused from
+// then on (StaleToken).
 type LockRequest struct {
 	Holder     string `json:"holder"`
 	Token      string `json:"token,omitempty"`

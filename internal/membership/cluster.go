@@ -157,8 +157,9 @@ func (e *UnreachableError) Error() string {
 type Cluster struct {
 	cfg Config
 	// token names this process in the membership lock: new with every
-	// Cluster, so a restarted controller takes its holder's lock over and
-	// fences off whatever its predecessor might still send.
+	// Cluster and sorted by its start, so a restarted controller takes its
+	// holder's lock over and fences off whatever its predecessor might
+	// still send.
 	token string
 
 	mu       sync.Mutex
@@ -185,11 +186,14 @@ func New(cfg Config) (*Cluster, error) {
 	if cfg.LockTTL <= cfg.CallTimeout {
 		return nil, fmt.Errorf("membership: the lock TTL (%s) must be longer than the call timeout (%s), so that a change sent under the lock ends before the lock can pass to another holder", cfg.LockTTL, cfg.CallTimeout)
 	}
-	token := make([]byte, 8)
-	if _, err := rand.Read(token); err != nil {
+	random := make([]byte, 4)
+	if _, err := rand.Read(random); err != nil {
 		return nil, fmt.Errorf("membership: a lock token: %w", err)
 	}
-	return &Cluster{cfg: cfg, token: hex.EncodeToString(token), clients: map[string]*sidecar.Client{}, failedAt: map[string]time.Time{}}, nil
+	// The start time first: a newer process's token sorts after an older
+	// one's, and only a newer process takes its holder's lock over.
+	token := fmt.Sprintf("%016x%s", time.Now().UnixNano(), hex.EncodeToString(random))
+	return &Cluster{cfg: cfg, token: token, clients: map[string]*sidecar.Client{}, failedAt: map[string]time.Time{}}, nil
 }
 
 // Holder is the name this Cluster uses in the lock and retirement records.

@@ -1,6 +1,7 @@
 package membership_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/internal/localetcd"
 	"github.com/druid-stretch/druid-stretch/internal/localetcd/etcdtest"
 	"github.com/druid-stretch/druid-stretch/internal/membership"
+	"github.com/druid-stretch/druid-stretch/internal/planner"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -99,3 +101,24 @@ func answer(w http.ResponseWriter, code int, body string) {
 }
 
 func isMutating(r *http.Request) bool { return r.Method != http.MethodGet }
+
+// replaceLeader prepares the move both execute and race tests make: a-0
+// leads (so leadership must leave it first), and b-0, a new member not
+// started yet, replaces it. It returns b-0, the sidecars including b-0's,
+// and the target.
+func (tc *testCluster) replaceLeader(ctx context.Context, g Gomega) (*localetcd.Member, []membership.Endpoint, membership.Target) {
+	_, err := sidecar.NewClient(tc.Members[1].SidecarURL, tc.ClientTLS).MoveLeader(ctx, "a-0", sidecar.CallOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	b0, err := tc.Runtime.NewMember("b-0", localetcd.MemberOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	eps := append(tc.endpoints(), membership.Endpoint{Member: "b-0", URL: b0.SidecarURL})
+	return b0, eps, membership.Target{
+		Add: []planner.Want{
+			{Name: "a-1", PeerURLs: []string{tc.Members[1].PeerURL}, Side: "a"},
+			{Name: "a-2", PeerURLs: []string{tc.Members[2].PeerURL}, Side: "a"},
+			{Name: "b-0", PeerURLs: []string{b0.PeerURL}, Side: "a"},
+		},
+		Remove: []string{"a-0"},
+		Side:   func(string) string { return "a" },
+	}
+}

@@ -313,6 +313,7 @@ func (c *Cluster) ensureLock(ctx context.Context, cl *sidecar.Client, obs *Obser
 	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 	defer cancel()
 	if _, err := cl.AcquireLock(callCtx, c.cfg.Holder, c.token, c.cfg.LockTTL); err != nil {
+		c.noteFenced(err)
 		r := c.classify(err)
 		if r.Outcome == Uncertain {
 			r.Outcome = Retry // a lock, not a membership change
@@ -333,6 +334,7 @@ func (c *Cluster) RenewLock(ctx context.Context, obs *Observation) error {
 	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 	defer cancel()
 	if _, err := c.client(obs.Via.URL).AcquireLock(callCtx, c.cfg.Holder, c.token, c.cfg.LockTTL); err != nil {
+		c.noteFenced(err)
 		return fmt.Errorf("renewing the membership lock as %q through the sidecar of %s: %w", c.cfg.Holder, obs.Via, err)
 	}
 	return nil
@@ -353,6 +355,7 @@ func (c *Cluster) ReleaseLock(ctx context.Context, obs *Observation) error {
 	cl := c.client(obs.Via.URL)
 	if l.Token != c.token {
 		if _, err := cl.AcquireLock(callCtx, c.cfg.Holder, c.token, c.cfg.LockTTL); err != nil {
+			c.noteFenced(err)
 			return fmt.Errorf("taking over the membership lock that an earlier process of %q left, to release it: %w", c.cfg.Holder, err)
 		}
 	}

@@ -29,24 +29,9 @@ func TestRoundsReplaceTheLeader(t *testing.T) {
 	defer cancel()
 	const holder = "seed-b"
 	c := tc.newCluster(holder)
-	eps := tc.endpoints()
 
 	// a-0 leads, so the replacement must move leadership before removing it.
-	_, err := sidecar.NewClient(tc.Members[1].SidecarURL, tc.ClientTLS).MoveLeader(ctx, "a-0", sidecar.CallOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-
-	b0, err := tc.Runtime.NewMember("b-0", localetcd.MemberOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	eps = append(eps, membership.Endpoint{Member: "b-0", URL: b0.SidecarURL})
-	target := membership.Target{
-		Add: []planner.Want{
-			{Name: "a-1", PeerURLs: []string{tc.Members[1].PeerURL}, Side: "a"},
-			{Name: "a-2", PeerURLs: []string{tc.Members[2].PeerURL}, Side: "a"},
-			{Name: "b-0", PeerURLs: []string{b0.PeerURL}, Side: "a"},
-		},
-		Remove: []string{"a-0"},
-		Side:   func(string) string { return "a" },
-	}
+	b0, eps, target := tc.replaceLeader(ctx, g)
 	progress := membership.NewProgress(nil)
 
 	var (

@@ -12,7 +12,6 @@ import (
 	"github.com/go-logr/logr/funcr"
 	. "github.com/onsi/gomega"
 
-	"github.com/druid-stretch/druid-stretch/internal/localetcd"
 	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
 	"github.com/druid-stretch/druid-stretch/sidecar"
@@ -62,22 +61,7 @@ func TestTwoProcessesRaceForOneMove(t *testing.T) {
 	y := tc.newCluster(holder, func(c *membership.Config) { c.Logger = logsY.logger(t, "y") })
 	g.Expect(x.Token()).NotTo(Equal(y.Token()), "a token per process")
 	// a-0 leads, so the move has four steps: leadership leaves it first.
-	_, err := sidecar.NewClient(tc.Members[1].SidecarURL, tc.ClientTLS).MoveLeader(ctx, "a-0", sidecar.CallOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	var b0 *localetcd.Member
-
-	b0, err = tc.Runtime.NewMember("b-0", localetcd.MemberOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	eps := append(tc.endpoints(), membership.Endpoint{Member: "b-0", URL: b0.SidecarURL})
-	target := membership.Target{
-		Add: []planner.Want{
-			{Name: "a-1", PeerURLs: []string{tc.Members[1].PeerURL}, Side: "a"},
-			{Name: "a-2", PeerURLs: []string{tc.Members[2].PeerURL}, Side: "a"},
-			{Name: "b-0", PeerURLs: []string{b0.PeerURL}, Side: "a"},
-		},
-		Remove: []string{"a-0"},
-		Side:   func(string) string { return "a" },
-	}
+	b0, eps, target := tc.replaceLeader(ctx, g)
 	plan := func(c *membership.Cluster, progress *membership.Progress) (*membership.Observation, membership.Plan) {
 		obs, err := c.Observe(ctx, eps, membership.Hint{Departing: []string{"a-0"}})
 		g.Expect(err).NotTo(HaveOccurred())

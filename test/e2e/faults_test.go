@@ -186,7 +186,7 @@ func runFault(t *testing.T, p phase, f fault, row *faultRow) {
 	g.Expect(row.injected).To(BeTrue(), "the move passed phase %s", p.name)
 	g.Expect(ferr).NotTo(HaveOccurred(), "injecting %s", f.name)
 
-	row.fewestVoters = fewestVoters(e)
+	row.fewestVoters, _ = fewestVoters(e)
 	h := rep.APIHistory
 	g.Expect(h).NotTo(BeNil())
 	row.lost, row.linearizable = h.LostAcknowledgedWrites, h.Linearizable
@@ -210,13 +210,14 @@ func runFault(t *testing.T, p phase, f fault, row *faultRow) {
 }
 
 // fewestVoters replays the applied changes of both controllers from the
-// source's three voters.
-func fewestVoters(e *demo.Env) int {
+// source's three voters: the fewest voters the cluster had, and the change
+// after which it first had that few.
+func fewestVoters(e *demo.Env) (least int, after string) {
 	voters := map[string]bool{}
 	for o := range 3 {
 		voters[fmt.Sprintf("%s-%d", e.Config.Name, o)] = true
 	}
-	least := len(voters)
+	least, after = len(voters), "the start"
 	for _, s := range e.Steps() {
 		if !s.Applied() {
 			continue
@@ -227,9 +228,11 @@ func fewestVoters(e *demo.Env) int {
 		case planner.Remove:
 			delete(voters, s.Member)
 		}
-		least = min(least, len(voters))
+		if len(voters) < least {
+			least, after = len(voters), s.String()
+		}
 	}
-	return least
+	return least, after
 }
 
 // etcdLeader is the leader as the fresher of the two Etcds' status shows it.

@@ -285,37 +285,14 @@ func appliedOnce(t *testing.T, steps []demo.StepEvent) {
 	}
 }
 
-// expectNeverBelow replays the applied changes of both controllers, from
-// the source's voters, and asserts that the cluster never had fewer than
-// n voters.
+// expectNeverBelow asserts that the cluster never had fewer than n
+// voters.
 func expectNeverBelow(t *testing.T, e *demo.Env, n int) {
 	t.Helper()
-	voters, learners := map[string]bool{}, map[string]bool{}
-	for o := range 3 {
-		voters[fmt.Sprintf("%s-%d", e.Config.Name, o)] = true
-	}
-	least, at := len(voters), "the start"
-	for _, s := range e.Steps() {
-		if !s.Applied() {
-			continue
-		}
-		switch s.Kind {
-		case planner.AddLearner:
-			learners[s.Member] = true
-		case planner.Promote:
-			delete(learners, s.Member)
-			voters[s.Member] = true
-		case planner.Remove:
-			delete(learners, s.Member)
-			delete(voters, s.Member)
-		}
-		if len(voters) < least {
-			least, at = len(voters), s.String()
-		}
-	}
-	t.Logf("fewest voters: %d (after %s)", least, at)
+	least, after := fewestVoters(e)
+	t.Logf("fewest voters: %d (after %s)", least, after)
 	if least < n {
-		t.Errorf("the cluster went down to %d voters after %s; never fewer than %d", least, at, n)
+		t.Errorf("the cluster went down to %d voters after %s; never fewer than %d", least, after, n)
 	}
 }
 
