@@ -14,6 +14,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
 	"github.com/druid-stretch/druid-stretch/internal/demo"
 	"github.com/druid-stretch/druid-stretch/internal/migration"
@@ -28,11 +29,13 @@ var (
 )
 
 // phase is a moment of a live move at which a fault goes in: on a step of a
-// controller (onStep) or on a step of the move itself (onProgress).
+// controller (onStep) or on a step of the move itself (onProgress). An
+// abort phase aborts the move once the first source member was retired.
 type phase struct {
 	name       string
 	onStep     func(demo.StepEvent) bool
 	onProgress func(migration.Event) bool
+	abort      bool
 }
 
 var phases = []phase{
@@ -47,6 +50,9 @@ var phases = []phase{
 	}},
 	{name: "finish", onProgress: func(ev migration.Event) bool {
 		return ev.Kind == migration.StepStarted && ev.Step == move.StepFinish
+	}},
+	{name: "abort", abort: true, onProgress: func(ev migration.Event) bool {
+		return ev.Kind == migration.StepStarted && ev.Step == move.StepAbort
 	}},
 }
 
@@ -78,6 +84,27 @@ var faults = []fault{
 		}
 		return fmt.Errorf("the leader %s runs in neither cluster", name)
 	}},
+	{name: "newest destination member killed (SIGKILL)", inject: func(e *demo.Env) error {
+		var newest string
+		for _, s := range e.Steps() {
+			if s.Cluster == "B" && s.Kind == planner.AddLearner && s.Applied() {
+				newest = s.Member
+			}
+		}
+		m := e.B.Runner.Runtime().Member(newest)
+		if m == nil {
+			return fmt.Errorf("no destination member %q runs", newest)
+		}
+		// A learner just added starts once its pod was admitted.
+		deadline := time.Now().Add(time.Minute)
+		for !m.Running() && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if !m.Running() {
+			return fmt.Errorf("destination member %s did not start within a minute", newest)
+		}
+		return m.Kill()
+	}},
 	{name: "controller B killed", inject: func(e *demo.Env) error { return e.B.RestartController() }},
 	{name: "controller A killed", inject: func(e *demo.Env) error { return e.A.RestartController() }},
 }
@@ -106,31 +133,43 @@ type faultRow struct {
 
 // TestFaultMatrix moves an Etcd from A to B once per fault and phase, with
 // the fault injected at that phase, and asserts every run's verdict: the
-// move completes, no acknowledged write is lost and the kube-apiservers'
-// history is linearizable, and the cluster never has fewer voters than a
-// quorum of its three. Failed requests and recovery (from the fault's end
+// move completes (the abort phase: the move is aborted and the source
+// restored, never below three voters), no acknowledged write is lost and
+// the kube-apiservers' history is linearizable, and the cluster never has
+// fewer voters than a quorum of its three. Failed requests and recovery (from the fault's end
 // to the next membership change applied) are recorded, not asserted: a
 // fault may fail a kube-apiserver's request. -faults=full runs every fault
 // in every phase (make fault-matrix); -faults.write puts the table into a
 // Markdown file.
 func TestFaultMatrix(t *testing.T) {
-	var rows []*faultRow
+	type run struct {
+		p phase
+		f fault
+	}
+	var runs []run
 	for _, p := range phases {
 		for _, f := range faults {
-			if *faultSet != "full" && reducedMatrix[p.name] != f.name {
-				continue
+			if *faultSet == "full" || reducedMatrix[p.name] == f.name {
+				runs = append(runs, run{p, f})
 			}
-			// A failed run is a row too: it says so.
-			row := &faultRow{fault: f.name, phase: p.name, outcome: "FAILED (see the test log)", recovery: -1}
-			rows = append(rows, row)
-			t.Run(p.name+"/"+f.name, func(t *testing.T) { runFault(t, p, f, row) })
 		}
 	}
-	table := faultMatrixTable(rows)
-	t.Log("\n" + table)
-	if *faultTable != "" {
-		if err := spliceSection(*faultTable, "fault-matrix", table); err != nil {
-			t.Fatal(err)
+	var rows []*faultRow
+	for _, r := range runs {
+		// A failed run is a row too: it says so.
+		row := &faultRow{fault: r.f.name, phase: r.p.name, outcome: "FAILED (see the test log)", recovery: -1}
+		rows = append(rows, row)
+		t.Run(r.p.name+"/"+r.f.name, func(t *testing.T) { runFault(t, r.p, r.f, row) })
+		// Written after every run, so that a matrix cut short keeps the
+		// rows it has.
+		table := faultMatrixTable(rows) + fmt.Sprintf("\n%d of %d runs (-faults=%s), %s.\n", len(rows), len(runs), *faultSet, time.Now().UTC().Format("2006-01-02"))
+		if *faultTable != "" {
+			if err := spliceSection(*faultTable, "fault-matrix", table); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(rows) == len(runs) {
+			t.Log("\n" + table)
 		}
 	}
 }
@@ -160,6 +199,13 @@ func runFault(t *testing.T, p phase, f fault, row *faultRow) {
 		})
 	}
 	o := rehearsal()
+	if p.abort {
+		o.Abort = true
+		o.AbortWhen = func(src, dst *v1alpha1.Etcd) bool {
+			s, d, ok := move.Voters(src, dst)
+			return ok && s == 2 && d == 1
+		}
+	}
 	if p.onProgress != nil {
 		o.OnProgress = func(ev migration.Event) {
 			if p.onProgress(ev) {
@@ -200,11 +246,18 @@ func runFault(t *testing.T, p phase, f fault, row *faultRow) {
 			break
 		}
 	}
-	expectMovedToB(t, e)
+	outcome := "finished"
+	if p.abort {
+		outcome = "aborted"
+		expectBackAtA(t, e)
+		g.Expect(row.fewestVoters).To(BeNumerically(">=", 3), "an abort is a move back: never fewer than three voters")
+	} else {
+		expectMovedToB(t, e)
+	}
 	expectKubeAPIServersKeptEveryWrite(t, rep)
 	g.Expect(row.fewestVoters).To(BeNumerically(">=", 2), "never fewer voters than a quorum of three")
 	if !t.Failed() {
-		row.outcome = "finished"
+		row.outcome = outcome
 	}
 	t.Logf("row: %+v", *row)
 }

@@ -147,6 +147,25 @@ func expectMovedToB(t *testing.T, e *demo.Env) {
 	}
 }
 
+// expectBackAtA checks the end state of an aborted move in etcd and in
+// both clusters: the source's three members are etcd's only members, all
+// voters; the source forgot the destination, which has no replicas and
+// runs no pod.
+func expectBackAtA(t *testing.T, e *demo.Env) {
+	t.Helper()
+	g := NewWithT(t)
+	src, dst, err := e.Read(t.Context())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(move.Phase(src, dst)).To(Equal(move.PhaseAborted), move.Explain(src, dst))
+	g.Expect(src.Spec.Replicas).To(Equal(int32(3)))
+	g.Expect(src.Spec.ExternalMembers).To(BeEmpty())
+	g.Expect(dst.Spec.Replicas).To(BeZero())
+	g.Expect(e.EtcdMembers(t.Context())).To(Equal(names(e, 0, 1, 2)), "the source's three members, all voters, and nothing else")
+	for o := 3; o < 6; o++ {
+		g.Expect(e.B.Runner.Running(e.Config.Namespace, fmt.Sprintf("%s-%d", e.Config.Name, o))).To(BeFalse(), "pod %d of cluster B", o)
+	}
+}
+
 func TestLiveMoveAt180msRTT(t *testing.T) {
 	g := NewWithT(t)
 	e := newMove(t, "etcd-move")
@@ -401,16 +420,7 @@ func TestAbortRestoresTheSource(t *testing.T) {
 	appliedOnce(t, e.Steps())
 	expectNeverBelow(t, e, 3)
 
-	src, dst, err := e.Read(t.Context())
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(move.Phase(src, dst)).To(Equal(move.PhaseAborted), move.Explain(src, dst))
-	g.Expect(src.Spec.Replicas).To(Equal(int32(3)))
-	g.Expect(src.Spec.ExternalMembers).To(BeEmpty())
-	g.Expect(dst.Spec.Replicas).To(BeZero())
-	g.Expect(e.EtcdMembers(t.Context())).To(Equal(names(e, 0, 1, 2)), "the source's three members, all voters, and nothing else")
-	for o := 3; o < 6; o++ {
-		g.Expect(e.B.Runner.Running(e.Config.Namespace, fmt.Sprintf("%s-%d", e.Config.Name, o))).To(BeFalse(), "pod %d of cluster B", o)
-	}
+	expectBackAtA(t, e)
 	var removed, readded []string
 	for _, s := range e.Steps() {
 		switch {
