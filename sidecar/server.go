@@ -13,8 +13,8 @@
 //	POST   /v1/members/{name}/promote  promote a learner; ?thenRemove={name} removes that voter right after (the tie of a move)
 //	DELETE /v1/members/{name}          remove a member
 //	POST   /v1/leader                  move leadership {"name"}
-//	POST   /v1/lock                    acquire or renew the lock {"holder","ttlSeconds"}
-//	DELETE /v1/lock                    release the lock (header X-Druid-Stretch-Lock-Holder)
+//	POST   /v1/lock                    acquire, renew or take over the lock {"holder","token","ttlSeconds"}
+//	DELETE /v1/lock                    release the lock (headers X-Druid-Stretch-Lock-Holder and -Token)
 //	PUT    /v1/retired/{name}          record that a holder retired a member {"by"}
 //	DELETE /v1/retired/{name}          drop a retirement record (see retired.go)
 //	GET    /v1/join                    with Config.Joining: whether the local member waits for an admission (join.go)
@@ -29,9 +29,13 @@
 // (401 Unauthorized otherwise) unless Config.AllowUnauthenticated is set
 // (plain HTTP for local use). They may carry X-Druid-Stretch-Membership
 // (the fingerprint planned from; 409 MembershipChanged when etcd's differs)
-// and X-Druid-Stretch-Lock-Holder (409 LockHeld or LockNotHeld unless that
-// holder holds the lock). Without those headers the checks are skipped, so an
-// operator can still act with curl; the controller always sends both. A call
+// and X-Druid-Stretch-Lock-Holder with X-Druid-Stretch-Lock-Token (409
+// LockHeld, LockNotHeld, StaleToken or LockExpiring unless that holder's
+// process holds the lock). Every change is recorded in etcd before it is
+// sent, in a transaction on the lock (fence.go): the lock is a fence. Without
+// the lock headers the lock is not checked, so an operator can still act
+// with curl (a change in flight still holds theirs off); the controller
+// always sends them. A call
 // whose effect is already in place answers success with "changed": false
 // even with a stale fingerprint, since it changes nothing (the lock is still
 // checked). Membership changes go through one at a time per sidecar.

@@ -74,7 +74,9 @@ func (s *scope) observed(obs *membership.Observation, t membership.Target, progr
 	st.ObservedTime = &at
 	st.ObservedFingerprint = obs.List.Fingerprint
 	st.ClusterID = obs.List.ClusterID
-	st.Members = st.Members[:0]
+	// A new slice, not st.Members[:0]: origin reads the members as the
+	// previous status listed them (which of them were this Etcd's own).
+	observed := make([]v1alpha1.ObservedMember, 0, len(obs.List.Members))
 	for _, m := range obs.List.Members {
 		role := v1alpha1.MemberRoleVoter
 		switch {
@@ -95,8 +97,9 @@ func (s *scope) observed(obs *membership.Observation, t membership.Target, progr
 		if om.Origin == v1alpha1.MemberOriginUnmanaged {
 			s.unmanaged = append(s.unmanaged, fmt.Sprintf("%s (%s)", orUnnamed(m.Name), m.ID))
 		}
-		st.Members = append(st.Members, om)
+		observed = append(observed, om)
 	}
+	st.Members = observed
 	sort.Slice(st.Members, func(i, j int) bool {
 		a, b := st.Members[i], st.Members[j]
 		if a.Name != b.Name {
