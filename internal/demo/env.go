@@ -124,6 +124,9 @@ type Cluster struct {
 
 	// crash is the failpoint of CrashAfterSteps.
 	crash crashPoint
+	// sidecarFaults answers in place of the cluster's sidecars
+	// (SetSidecarFault).
+	sidecarFaults sidecarFault
 }
 
 // Env is two clusters, their controllers and pod runners, and the WAN.
@@ -252,6 +255,7 @@ func (e *Env) startCluster(ctx context.Context, c *Cluster) error {
 		ElectionTimeout:   cfg.ElectionTimeout,
 		Resync:            100 * time.Millisecond,
 		Logger:            c.log,
+		WrapSidecar:       c.sidecarFaults.wrap,
 	})
 	if err != nil {
 		return fmt.Errorf("cluster %s: %w", c.Name, err)

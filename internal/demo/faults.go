@@ -1,12 +1,17 @@
 package demo
 
+// Failpoints of the demo clusters, for fault-injection tests: a controller
+// that dies after a step, sidecars that fail or hang.
+
 import (
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
 	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/internal/podrunner"
 )
 
 // crashPoint kills a cluster's controller right after a step's sidecar
@@ -65,4 +70,32 @@ func (p *crashPoint) afterStepSent(c *Cluster) func(planner.Step, membership.Res
 		}()
 		return true
 	}
+}
+
+// sidecarFault answers in place of a cluster's sidecars while a fault is
+// set.
+type sidecarFault struct {
+	mu sync.Mutex
+	f  func(w http.ResponseWriter, r *http.Request) bool
+}
+
+// SetSidecarFault makes every sidecar of the cluster pass each request to f
+// first; f answers it (returning true) or lets the sidecar answer. nil ends
+// the fault.
+func (c *Cluster) SetSidecarFault(f func(w http.ResponseWriter, r *http.Request) bool) {
+	c.sidecarFaults.mu.Lock()
+	defer c.sidecarFaults.mu.Unlock()
+	c.sidecarFaults.f = f
+}
+
+func (p *sidecarFault) wrap(_ podrunner.Pod, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.mu.Lock()
+		f := p.f
+		p.mu.Unlock()
+		if f != nil && f(w, r) {
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
