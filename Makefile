@@ -29,11 +29,15 @@ image: build ## the container image as bin/druid-stretch-image.tar, without Dock
 test-binaries: ## etcd, the Kubernetes control plane, etcd-druid and etcdbrctl once per machine, the static project binaries on every run, into bin/
 	hack/test-binaries.sh
 
+# The api module (api/) is a module of its own, which ./... from the root
+# does not enter: its vet and tests run from its folder.
 test: test-binaries lint verify-generate ## every test, on real etcd and a real kube-apiserver
+	$(GO) -C api test -count=1 ./...
 	$(GO) test -count=1 -timeout 45m ./...
 
-lint: ## go vet and a gofmt check
+lint: ## go vet and a gofmt check, in both modules
 	$(GO) vet ./...
+	$(GO) -C api vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 CRD_DIR := charts/druid-stretch/crds
