@@ -12,6 +12,7 @@ import (
 
 	membershipctrl "github.com/druid-stretch/druid-stretch/controllers/membership"
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
+	"github.com/druid-stretch/druid-stretch/internal/version"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -37,6 +38,9 @@ reports status.membership, conditions, events and metrics. With
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := ctrlzap.New(ctrlzap.UseFlagOptions(&zapOpts))
 			ctrl.SetLogger(log)
+			v := version.Get()
+			log.Info("starting druid-stretch controller", "version", v.Version, "commit", v.Commit,
+				"goVersion", v.GoVersion, "etcdClientVersion", v.EtcdClientVersion)
 			cfg, err := ctrl.GetConfig()
 			if kubeconfig != "" {
 				cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)

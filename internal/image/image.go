@@ -52,6 +52,9 @@ type Options struct {
 	// Version is the org.opencontainers.image.version label; empty leaves
 	// the label out.
 	Version string
+	// Revision is the org.opencontainers.image.revision label, the commit
+	// the binary was built from; empty leaves the label out.
+	Revision string
 	// Created is the time stamped on the image config, its history and
 	// every file of the layer; the zero value means the Unix epoch.
 	Created time.Time
@@ -132,6 +135,9 @@ func Build(o Options) (v1.Image, error) {
 	}
 	if o.Version != "" {
 		labels["org.opencontainers.image.version"] = o.Version
+	}
+	if o.Revision != "" {
+		labels["org.opencontainers.image.revision"] = o.Revision
 	}
 	cf.Config = v1.Config{
 		Entrypoint: []string{Entrypoint},
