@@ -96,4 +96,3 @@ func runRoot(args ...string) (string, error) {
 	err := root.Execute()
 	return out.String(), err
 }
-
