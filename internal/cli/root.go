@@ -76,6 +76,10 @@ func NewRoot(name, short string) *cobra.Command {
 	return root
 }
 
+// NewRootCommand is the shipped binary's root command, for tools and tests
+// that read its command tree (the docs tests check every flag they cite).
+func NewRootCommand() *cobra.Command { return newRootCommand() }
+
 // newRootCommand is the shipped binary's root: the controller, the sidecar
 // and the migration, nothing for development.
 func newRootCommand() *cobra.Command {
