@@ -17,11 +17,13 @@ import (
 )
 
 // Exit codes of every command (README, "Exit codes"). A command that stops
-// on an error exits ExitFailure; one that was called wrongly, ExitUsage.
+// on an error exits ExitFailure; one that was called wrongly, ExitUsage; a
+// migration whose step did not finish in time, ExitNotFinished.
 const (
-	ExitOK      = 0
-	ExitFailure = 1
-	ExitUsage   = 2
+	ExitOK          = 0
+	ExitFailure     = 1
+	ExitUsage       = 2
+	ExitNotFinished = 3
 )
 
 // usage marks an error as the caller's: a bad flag value or combination.
@@ -53,9 +55,15 @@ func Run(root *cobra.Command, args []string) int {
 
 // exitCode maps err to the process exit code.
 func exitCode(err error) int {
-	var u usage
-	if errors.As(err, &u) {
+	var (
+		u usage
+		n notFinished
+	)
+	switch {
+	case errors.As(err, &u):
 		return ExitUsage
+	case errors.As(err, &n):
+		return ExitNotFinished
 	}
 	return ExitFailure
 }
