@@ -115,52 +115,32 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Buckets: []float64{0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60},
 		}),
 	}
-	var err error
-	if m.Steps, err = register(reg, m.Steps); err != nil {
-		return nil, err
-	}
-	if m.StepDuration, err = register(reg, m.StepDuration); err != nil {
-		return nil, err
-	}
-	if m.StepFailures, err = register(reg, m.StepFailures); err != nil {
-		return nil, err
-	}
-	if m.Phase, err = register(reg, m.Phase); err != nil {
-		return nil, err
-	}
-	if m.Members, err = register(reg, m.Members); err != nil {
-		return nil, err
-	}
-	if m.HealthyVoters, err = register(reg, m.HealthyVoters); err != nil {
-		return nil, err
-	}
-	if m.LearnerLag, err = register(reg, m.LearnerLag); err != nil {
-		return nil, err
-	}
-	if m.LearnerCatchUp, err = register(reg, m.LearnerCatchUp); err != nil {
-		return nil, err
-	}
-	if m.TieSeconds, err = register(reg, m.TieSeconds); err != nil {
-		return nil, err
-	}
-	if m.Ties, err = register(reg, m.Ties); err != nil {
+	// A metric registered earlier in this process is taken over, so that
+	// every field points at the collector the registry serves.
+	if err := errors.Join(
+		register(reg, &m.Steps), register(reg, &m.StepDuration), register(reg, &m.StepFailures),
+		register(reg, &m.Phase), register(reg, &m.Members), register(reg, &m.HealthyVoters),
+		register(reg, &m.LearnerLag), register(reg, &m.LearnerCatchUp), register(reg, &m.TieSeconds),
+		register(reg, &m.Ties),
+	); err != nil {
 		return nil, err
 	}
 	return m, nil
 }
 
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	err := reg.Register(c)
+func register[C prometheus.Collector](reg prometheus.Registerer, c *C) error {
+	err := reg.Register(*c)
 	var are prometheus.AlreadyRegisteredError
 	if errors.As(err, &are) {
 		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing, nil
+			*c = existing
+			return nil
 		}
 	}
 	if err != nil {
-		return c, fmt.Errorf("registering the membership metrics: %w", err)
+		return fmt.Errorf("registering the membership metrics: %w", err)
 	}
-	return c, nil
+	return nil
 }
 
 // ObserveStep accounts an executed step: its outcome, the duration of its

@@ -3,7 +3,6 @@ package cli
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
-	"sigs.k8s.io/yaml"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
@@ -249,18 +247,8 @@ func printReport(cmd *cobra.Command, m *migration.Mover, output string, dryRun, 
 		}
 	}
 	out := cmd.OutOrStdout()
-	switch output {
-	case "json":
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(r)
-	case "yaml":
-		data, err := yaml.Marshal(r)
-		if err != nil {
-			return err
-		}
-		_, err = out.Write(data)
-		return err
+	if output != "table" {
+		return printStructured(out, output, r)
 	}
 	fmt.Fprintln(out, r.Explanation)
 	if r.NextStep != "" {

@@ -1,11 +1,9 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/spf13/cobra"
-	"sigs.k8s.io/yaml"
 
 	"github.com/druid-stretch/druid-stretch/internal/version"
 )
@@ -25,17 +23,8 @@ func NewVersionCommand() *cobra.Command {
 			case "text":
 				_, err := fmt.Fprintln(out, info)
 				return err
-			case "json":
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(info)
-			case "yaml":
-				data, err := yaml.Marshal(info)
-				if err != nil {
-					return err
-				}
-				_, err = out.Write(data)
-				return err
+			case "json", "yaml":
+				return printStructured(out, output, info)
 			default:
 				return usageError(fmt.Errorf("-o %q: want text, json or yaml", output))
 			}
