@@ -127,7 +127,11 @@ The URL templates say how the other cluster reaches each member; they take
 			progress.end()
 			switch {
 			case progress.stopped && errors.Is(err, context.Canceled) && cmd.Context().Err() == nil:
-				fmt.Fprintf(cmd.ErrOrStderr(), "step %s started; not waiting (--wait=false): run again to continue, or --status to see where it stands\n", progress.last)
+				state := "started"
+				if progress.lastKind == migration.StepDone {
+					state = "done"
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "step %s %s; not waiting (--wait=false): run again to continue, or --status to see where it stands\n", progress.last, state)
 				return nil
 			case errors.Is(err, context.DeadlineExceeded):
 				return notFinished{err}
@@ -335,10 +339,11 @@ type moveProgress struct {
 	wait  bool
 	stop  context.CancelFunc
 
-	bar     *migration.ProgressBar
-	lines   *migration.ProgressPrinter
-	last    move.Step
-	stopped bool
+	bar      *migration.ProgressBar
+	lines    *migration.ProgressPrinter
+	last     move.Step
+	lastKind migration.EventKind
+	stopped  bool
 }
 
 // begin picks the display, once the phase the move starts from is known.
@@ -370,7 +375,7 @@ func (p *moveProgress) print(e migration.Event) {
 	case p.lines != nil:
 		p.lines.Print(e)
 	}
-	p.last = e.Step
+	p.last, p.lastKind = e.Step, e.Kind
 	// A step has written its fields once it waits or is done.
 	if !p.wait && (e.Kind == migration.StepWaiting || e.Kind == migration.StepDone) {
 		p.stopped = true
