@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -30,13 +31,18 @@ type Doc struct {
 	Text string
 }
 
-// Docs reads README.md and every docs/*.md under root.
+// Docs reads README.md and every Markdown file under docs/ in root.
 func Docs(root string) ([]Doc, error) {
-	paths, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	paths := []string{filepath.Join(root, "README.md")}
+	err := filepath.WalkDir(filepath.Join(root, "docs"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".md") {
+			paths = append(paths, p)
+		}
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	paths = append([]string{filepath.Join(root, "README.md")}, paths...)
 	docs := make([]Doc, 0, len(paths))
 	for _, p := range paths {
 		data, err := os.ReadFile(p)

@@ -19,6 +19,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/internal/cli"
 	"github.com/druid-stretch/druid-stretch/internal/devcli"
 	"github.com/druid-stretch/druid-stretch/internal/docscheck"
+	"github.com/druid-stretch/druid-stretch/internal/standin/etcdwrapper"
 	"github.com/druid-stretch/druid-stretch/internal/testbin"
 )
 
@@ -70,7 +71,7 @@ func TestDocsCiteOnlyFilesInTheRepo(t *testing.T) {
 		for _, m := range codeSpanRE.FindAllStringSubmatch(d.Text, -1) {
 			span := strings.TrimSuffix(m[1], ":")
 			isRepoPath := slices.ContainsFunc(repoDirs, func(p string) bool { return strings.HasPrefix(span, p) })
-			isFile := strings.Contains(span, "/") && fileExtRE.MatchString(span) && !strings.Contains(span, "://") && !strings.HasPrefix(span, "/")
+			isFile := strings.Contains(span, "/") && fileExtRE.MatchString(span) && !strings.Contains(span, "://") && !strings.HasPrefix(span, "/") && !strings.HasPrefix(span, "$")
 			if !isRepoPath && !isFile {
 				continue
 			}
@@ -95,6 +96,39 @@ func TestDocsCiteOnlyFilesInTheRepo(t *testing.T) {
 	}
 }
 
+// mdNameRE is a Markdown file named in prose, e.g. DESIGN.md.
+var mdNameRE = regexp.MustCompile(`(?:^|[\s(\x60])([\w./-]*[A-Za-z0-9_-]\.md)\b`)
+
+// TestDocsNameOnlyDocsInTheRepo: every Markdown file the docs name, linked
+// or not, is one of this repository's.
+func TestDocsNameOnlyDocsInTheRepo(t *testing.T) {
+	root, all := docs(t)
+	have := map[string]bool{}
+	for _, d := range all {
+		have[filepath.Base(d.Path)] = true
+	}
+	named := 0
+	for _, d := range all {
+		for _, m := range mdNameRE.FindAllStringSubmatch(d.Text, -1) {
+			named++
+			name := m[1]
+			if have[filepath.Base(name)] {
+				continue
+			}
+			if _, err := os.Stat(filepath.Join(root, name)); err == nil {
+				continue
+			}
+			if _, err := os.Stat(filepath.Join(root, filepath.Dir(d.Path), name)); err == nil {
+				continue
+			}
+			t.Errorf("%s names %s, which is not in the repository", d.Path, name)
+		}
+	}
+	if named < 10 {
+		t.Fatalf("found only %d names of Markdown files: the pattern no longer finds them", named)
+	}
+}
+
 // foreignFlags are flags the docs mention of tools other than druid-stretch,
 // by tool, so that a flag druid-stretch lacks cannot pass as someone
 // else's by accident.
@@ -107,7 +141,6 @@ var foreignFlags = map[string][]string{
 	"kube-apiserver":      {"--etcd-servers", "--authorization-mode", "--advertise-address", "--endpoint-reconciler-type"},
 	"kube-controller-mgr": {"--use-service-account-credentials", "--controllers"},
 	"etcd-druid":          {"--enable-etcd-spec-auto-reconcile", "--etcd-components-webhook-exempt-service-accounts", "--enable-member-lease-renewal"},
-	"etcd-wrapper":        {"--backup-restore-host-port"},
 	"hack/site":           {"--dir", "--druid-stretch"},
 	"etcdbrctl":           {"--use-etcd-wrapper", "--store-prefix", "--storage-provider", "--etcd-connection-timeout-leader-election", "--k8s-heartbeat-duration", "--reelection-period", "--service-endpoints"},
 }
@@ -158,6 +191,11 @@ func TestDocsFlagsExist(t *testing.T) {
 			known["--"+name] = true
 		}
 	}
+	// The etcd-wrapper stand-in (hack/standins/etcd-wrapper) takes the real
+	// etcd-wrapper's flags.
+	wrapper := pflag.NewFlagSet("etcd-wrapper", pflag.ContinueOnError)
+	(&etcdwrapper.Config{}).AddFlags(wrapper)
+	wrapper.VisitAll(func(f *pflag.Flag) { known["--"+f.Name] = true })
 	for _, flags := range foreignFlags {
 		for _, f := range flags {
 			known[f] = true
