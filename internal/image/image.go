@@ -117,7 +117,7 @@ func Build(o Options) (v1.Image, error) {
 	}
 	img, err := mutate.Append(empty.Image, mutate.Addendum{
 		Layer:   layer,
-		History: v1.History{Created: v1.Time{Time: created}, CreatedBy: "druid-stretch image: COPY druid-stretch " + Entrypoint},
+		History: v1.History{Created: v1.Time{Time: created}, CreatedBy: "druid-stretch-dev image: COPY druid-stretch " + Entrypoint},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("adding the layer: %w", err)
