@@ -4,12 +4,15 @@ GO ?= go
 BIN := $(CURDIR)/bin
 export KUBEBUILDER_ASSETS := $(BIN)/envtest
 
-.PHONY: all build image test-binaries test fault-matrix lint generate verify-generate demo bench clean
+.PHONY: all build dev image test-binaries test fault-matrix lint generate verify-generate demo bench clean
 
 all: build
 
-build: ## the druid-stretch binary
-	$(GO) build -o $(BIN)/druid-stretch .
+build: ## the druid-stretch binary, version-stamped
+	$(GO) build -ldflags="$(VERSION_LDFLAGS)" -o $(BIN)/druid-stretch .
+
+dev: ## druid-stretch-dev: the demo, the benchmarks and the image writer, which the shipped binary leaves out
+	$(GO) build -ldflags="$(VERSION_LDFLAGS)" -o $(BIN)/druid-stretch-dev ./cmd/druid-stretch-dev
 
 # The image needs no Docker engine: a static Linux binary for ARCH (default:
 # this machine's) goes into a FROM-scratch image, written as a tarball for
@@ -19,24 +22,38 @@ build: ## the druid-stretch binary
 # .git/index (describe --dirty refreshes it).
 IMAGE ?= druid-stretch
 VERSION ?= $(shell git describe --tags --always 2>/dev/null || echo dev)$(shell git rev-parse -q --verify HEAD >/dev/null 2>&1 && ! git diff-index --quiet HEAD -- && echo -dirty)
+COMMIT ?= $(shell git rev-parse -q --verify HEAD 2>/dev/null)$(shell git rev-parse -q --verify HEAD >/dev/null 2>&1 && ! git diff-index --quiet HEAD -- && echo -dirty)
 ARCH ?= $(shell $(GO) env GOARCH)
+# druid-stretch version and --version print these; the controller logs them
+# at start and the image carries them as labels.
+VERSION_PKG := github.com/druid-stretch/druid-stretch/internal/version
+VERSION_LDFLAGS := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).commit=$(COMMIT)
 
-image: build ## the container image as bin/druid-stretch-image.tar, without Docker
-	CGO_ENABLED=0 GOOS=linux GOARCH=$(ARCH) $(GO) build -trimpath -ldflags="-s -w" -o $(BIN)/druid-stretch-linux-$(ARCH) .
-	$(BIN)/druid-stretch image --binary $(BIN)/druid-stretch-linux-$(ARCH) \
-		--output $(BIN)/druid-stretch-image.tar --tag $(IMAGE):$(VERSION) --version $(VERSION)
+image: dev ## the container image as bin/druid-stretch-image.tar, without Docker
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(ARCH) $(GO) build -trimpath -ldflags="-s -w $(VERSION_LDFLAGS)" -o $(BIN)/druid-stretch-linux-$(ARCH) .
+	$(BIN)/druid-stretch-dev image --binary $(BIN)/druid-stretch-linux-$(ARCH) \
+		--output $(BIN)/druid-stretch-image.tar --tag $(IMAGE):$(VERSION) --version $(VERSION) --revision $(COMMIT)
 
 test-binaries: ## etcd, the Kubernetes control plane, etcd-druid and etcdbrctl once per machine, the static project binaries on every run, into bin/
 	hack/test-binaries.sh
 
+# Nested modules, which ./... from the root does not enter, run from their
+# folders: api/ (the API gardenlet imports, kept free of the controller's
+# dependencies) and test/promrules (the PrometheusRule checked with
+# Prometheus' rule parser, whose module would raise the shipped binary's
+# dependencies).
+NESTED_MODULES := api test/promrules
+
 test: test-binaries lint verify-generate ## every test, on real etcd and a real kube-apiserver
+	for m in $(NESTED_MODULES); do $(GO) -C $$m test -count=1 ./... || exit 1; done
 	$(GO) test -count=1 -timeout 45m ./...
 
 fault-matrix: test-binaries ## every fault in every phase of a live move (35 moves, close to two hours); writes the table into README.md
 	$(GO) test -count=1 -timeout 180m -run TestFaultMatrix ./test/e2e -args -faults=full -faults.write=$(CURDIR)/README.md
 
-lint: ## go vet and a gofmt check
+lint: ## go vet and a gofmt check, in every module
 	$(GO) vet ./...
+	for m in $(NESTED_MODULES); do $(GO) -C $$m vet ./... || exit 1; done
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 CRD_DIR := charts/druid-stretch/crds
@@ -54,11 +71,11 @@ verify-generate: ## fails when the generated deepcopy or CRD are not current
 	diff -u $(API_DIR)/zz_generated.deepcopy.go "$$tmp/object/zz_generated.deepcopy.go" && \
 	diff -ru $(CRD_DIR) "$$tmp/crd" || { echo "generated files are stale: run make generate"; exit 1; }
 
-demo: test-binaries build ## the live move of an etcd cluster between two local clusters
-	$(BIN)/druid-stretch demo
+demo: test-binaries dev ## the live move of an etcd cluster between two local clusters
+	$(BIN)/druid-stretch-dev demo
 
 bench: test-binaries ## benchmarks; they print their figures
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
 
 clean:
-	rm -rf $(BIN)/druid-stretch $(BIN)/druid-stretch-linux-* $(BIN)/druid-stretch-image.tar
+	rm -rf $(BIN)/druid-stretch $(BIN)/druid-stretch-dev $(BIN)/druid-stretch-linux-* $(BIN)/druid-stretch-image.tar

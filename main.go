@@ -1,15 +1,15 @@
-// Command druid-stretch runs the parts of druid-stretch: the membership
-// controller, the sidecar beside each etcd member, the live migration, the
-// standalone rebalancer, the demo and the benchmarks.
+// Command druid-stretch runs the shipped parts of druid-stretch: the
+// membership controller with its webhooks, the sidecar beside each etcd
+// member, the live migration and the standalone rebalancer. The demo, the
+// benchmarks and the image writer are in cmd/druid-stretch-dev.
 package main
 
 import (
 	"os"
 
 	"github.com/druid-stretch/druid-stretch/internal/cli"
-	"github.com/druid-stretch/druid-stretch/internal/democli"
 )
 
 func main() {
-	os.Exit(cli.Main(os.Args[1:], democli.NewDemoCommand(), democli.NewBenchCommand()))
+	os.Exit(cli.Main(os.Args[1:]))
 }

@@ -87,16 +87,20 @@ link "etcdbrctl-$br_version" etcdbrctl
 
 # Straight to bin/: go build leaves an up-to-date binary alone and otherwise
 # replaces it with a new file, so a running copy is not disturbed.
-project() { # name folder package
+project() { # name folder package [ldflags]
 	if [[ ! -d $root/$2 ]]; then
 		echo "$1: skipped, $2 does not exist"
 		return
 	fi
-	CGO_ENABLED=0 build "$bin/$1" "$root" "$3"
+	CGO_ENABLED=0 build "$bin/$1" "$root" "$3" "${4:-}"
 	echo "$1: $bin/$1"
 }
 project etcd-wrapper hack/standins/etcd-wrapper ./hack/standins/etcd-wrapper
 project pod-sandbox hack/standins/pod-sandbox ./hack/standins/pod-sandbox
-project druid-stretch-static . .
+# Stamped like make build, so the sidecars and controllers of the test
+# sites say which commit they run.
+version_pkg=github.com/druid-stretch/druid-stretch/internal/version
+commit=$(git -C "$root" rev-parse -q --verify HEAD 2>/dev/null || echo unknown)
+project druid-stretch-static . . "-X $version_pkg.commit=$commit"
 
 echo "KUBEBUILDER_ASSETS=$bin/envtest"

@@ -188,6 +188,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			return
 		}
 		s.finish()
+		r.metrics.ObserveStatus(s.etcd)
 		if err := r.client.Status().Patch(ctx, s.etcd, client.MergeFrom(s.before)); err != nil {
 			if !apierrors.IsNotFound(err) {
 				retErr = errors.Join(retErr, fmt.Errorf("writing status.membership: %w", err))
@@ -250,6 +251,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 		LearnerProgressTimeout: r.opts.LearnerProgressTimeout,
 	})
 	s.observed(obs, t, progress, plan.Input)
+	r.metrics.ObserveLearners(key, obs.List)
 	if pending != nil {
 		if settled, applied := r.cluster.Settled(*pending, obs); settled {
 			s.settle(applied)
@@ -313,8 +315,7 @@ func (r *Reconciler) execute(ctx context.Context, s *scope, key types.Namespaced
 		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 	}
 	end := res.Start.Add(res.Duration)
-	r.metrics.Steps.WithLabelValues(string(step.Kind), string(res.Outcome)).Inc()
-	r.metrics.StepDuration.WithLabelValues(string(step.Kind)).Observe(res.Duration.Seconds())
+	r.metrics.ObserveStep(key, res)
 	stalled := step.Rule == planner.RuleStuckLearner
 	switch res.Outcome {
 	case membership.Succeeded:
@@ -416,6 +417,7 @@ func (r *Reconciler) resetFailures(key types.NamespacedName) {
 }
 
 func (r *Reconciler) forget(key types.NamespacedName) {
+	r.metrics.Forget(key)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.failures, key)

@@ -12,6 +12,7 @@ import (
 
 	membershipctrl "github.com/druid-stretch/druid-stretch/controllers/membership"
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
+	"github.com/druid-stretch/druid-stretch/internal/version"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -37,6 +38,9 @@ reports status.membership, conditions, events and metrics. With
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := ctrlzap.New(ctrlzap.UseFlagOptions(&zapOpts))
 			ctrl.SetLogger(log)
+			v := version.Get()
+			log.Info("starting druid-stretch controller", "version", v.Version, "commit", v.Commit,
+				"goVersion", v.GoVersion, "etcdClientVersion", v.EtcdClientVersion)
 			cfg, err := ctrl.GetConfig()
 			if kubeconfig != "" {
 				cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
@@ -70,6 +74,7 @@ reports status.membership, conditions, events and metrics. With
 	f.StringVar(&mo.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 turns them off)")
 	f.BoolVar(&mo.LeaderElection, "leader-elect", true, "let one replica act at a time")
 	f.StringVar(&mo.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election lease (default: the controller's own)")
+	f.StringVar(&mo.LeaderElectionID, "leader-election-id", "druid-stretch-membership", "name of the leader election lease; controllers sharing a namespace need different ones")
 	f.StringVar(&mo.Reconciler.ClusterIdentity, "cluster-identity", "", "names this controller in each etcd cluster's membership lock and retirement records; the same across restarts (default: the kube-system namespace UID)")
 	f.StringVar(&caFile, "sidecar-ca-file", "", "CA bundle verifying the sidecars' serving certificates")
 	f.StringVar(&certFile, "sidecar-cert-file", "", "client certificate presented to the sidecars (mutating calls need one)")

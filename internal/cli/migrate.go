@@ -8,11 +8,13 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
@@ -24,8 +26,10 @@ import (
 func newMigrateCommand() *cobra.Command {
 	var (
 		srcKubeconfig, dstKubeconfig string
+		srcContext, dstContext       string
 		namespace, name              string
-		abort, status                bool
+		abort, status, dryRun, wait  bool
+		output                       string
 		ordinalStart                 int32
 		memberNamePrefix             string
 		src, dst                     migration.URLTemplates
@@ -40,7 +44,18 @@ the destination: prepare-source, join-destination, retire-source, finish. Each
 step sets Etcd spec fields and waits for the membership controllers; running
 the command again continues an interrupted move. --abort takes a move back
 while the destination does not hold the majority of the voters. --status
-prints where a move stands, read from the two Etcds, and changes nothing.
+prints where a move stands, read from the two Etcds, and changes nothing;
+--dry-run prints that and the steps the move (or the abort) would take from
+there, and changes nothing.
+
+The two clusters are two kubeconfigs (--source-kubeconfig,
+--destination-kubeconfig) or two contexts (--source-context,
+--destination-context) of one, as kubectl takes them; an empty kubeconfig
+follows kubectl's rules ($KUBECONFIG, then ~/.kube/config).
+
+Exit codes: 0 done (or, with --wait=false, the next step started); 1 failed;
+2 called wrongly (a bad flag or combination); 3 not finished: a step did not
+finish within --step-timeout, run the command again to continue.
 
 The URL templates say how the other cluster reaches each member; they take
 {pod}, {member}, {ordinal}, {name} (the Etcd) and {namespace}, e.g.
@@ -48,33 +63,42 @@ The URL templates say how the other cluster reaches each member; they take
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if namespace == "" || name == "" {
-				return errors.New("--namespace and --name are required")
+				return usageError(errors.New("--namespace and --name are required"))
 			}
 			if status && abort {
-				return errors.New("--status changes nothing, --abort takes the move back: choose one")
+				return usageError(errors.New("--status changes nothing, --abort takes the move back: choose one"))
+			}
+			if status && dryRun {
+				return usageError(errors.New("--status and --dry-run both change nothing: choose one"))
+			}
+			if !slices.Contains([]string{"table", "json", "yaml"}, output) {
+				return usageError(fmt.Errorf("-o %q: want table, json or yaml", output))
 			}
 			for _, t := range []struct {
 				side string
 				t    migration.URLTemplates
 			}{{"source", src}, {"destination", dst}} {
-				// --status only reads the two Etcds: it needs no address.
-				if err := t.t.Check(); err != nil && !status {
-					return fmt.Errorf("--%s-*-url-template: %w", t.side, err)
+				// --status and --dry-run only read the two Etcds: they need
+				// no address.
+				if err := t.t.Check(); err != nil && !status && !dryRun {
+					return usageError(fmt.Errorf("--%s-*-url-template: %w", t.side, err))
 				}
 			}
-			srcClient, err := migration.NewClientFromKubeconfig(srcKubeconfig)
+			srcClient, err := migration.NewClientFromKubeconfigContext(srcKubeconfig, srcContext)
 			if err != nil {
-				return fmt.Errorf("--source-kubeconfig: %w", err)
+				return fmt.Errorf("the source cluster (--source-kubeconfig, --source-context): %w", err)
 			}
-			dstClient, err := migration.NewClientFromKubeconfig(dstKubeconfig)
+			dstClient, err := migration.NewClientFromKubeconfigContext(dstKubeconfig, dstContext)
 			if err != nil {
-				return fmt.Errorf("--destination-kubeconfig: %w", err)
+				return fmt.Errorf("the destination cluster (--destination-kubeconfig, --destination-context): %w", err)
 			}
-			printer := migration.NewProgressPrinter(cmd.OutOrStdout())
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			progress := &moveProgress{cmd: cmd, table: output == "table", wait: wait, stop: cancel}
 			o := migration.Options{
 				Source: srcClient, Destination: dstClient, Namespace: namespace, Name: name,
 				SourceAddresses: src.Addresses(), DestinationAddresses: dst.Addresses(),
-				StepTimeout: stepTimeout, Progress: printer.Print,
+				StepTimeout: stepTimeout, Progress: progress.print,
 			}
 			if cmd.Flags().Changed("destination-ordinal-start") {
 				o.DestinationOrdinalStart = &ordinalStart
@@ -89,18 +113,45 @@ The URL templates say how the other cluster reaches each member; they take
 			if err != nil {
 				return err
 			}
-			if status {
-				return printStatus(cmd, m)
+			if status || dryRun {
+				return printReport(cmd, m, output, dryRun, abort, switchCommand != "")
+			}
+			if err := progress.begin(ctx, m, abort, switchCommand != ""); err != nil {
+				return err
 			}
 			if abort {
-				return m.Abort(cmd.Context())
+				err = m.Abort(ctx)
+			} else {
+				err = m.Move(ctx)
 			}
-			return m.Move(cmd.Context())
+			progress.end()
+			switch {
+			case progress.stopped && errors.Is(err, context.Canceled) && cmd.Context().Err() == nil:
+				state := "started"
+				if progress.lastKind == migration.StepDone {
+					state = "done"
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "step %s %s; not waiting (--wait=false): run again to continue, or --status to see where it stands\n", progress.last, state)
+				return nil
+			case errors.Is(err, context.DeadlineExceeded):
+				return notFinished{err}
+			case err != nil:
+				return err
+			}
+			if output != "table" {
+				return printReport(cmd, m, output, false, abort, false)
+			}
+			return nil
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&srcKubeconfig, "source-kubeconfig", "", "kubeconfig of the source cluster")
 	f.StringVar(&dstKubeconfig, "destination-kubeconfig", "", "kubeconfig of the destination cluster")
+	f.StringVar(&srcContext, "source-context", "", "kubeconfig context of the source cluster (default: the kubeconfig's current context)")
+	f.StringVar(&dstContext, "destination-context", "", "kubeconfig context of the destination cluster (default: the kubeconfig's current context)")
+	f.StringVarP(&output, "output", "o", "table", "output of --status, --dry-run and the end of a move: table, json or yaml (with json or yaml the progress goes to stderr)")
+	f.BoolVar(&dryRun, "dry-run", false, "print where the move stands and the steps it (or --abort) would take from there, and change nothing")
+	f.BoolVar(&wait, "wait", true, "wait for every step, showing the progress (a bar on a terminal); --wait=false starts the next step and returns")
 	f.StringVarP(&namespace, "namespace", "n", "", "namespace of the Etcd (the same in both clusters)")
 	f.StringVar(&name, "name", "", "name of the Etcd (the same in both clusters)")
 	f.BoolVar(&abort, "abort", false, "take the move back instead (refused once the destination holds the majority)")
@@ -173,28 +224,167 @@ func (l *lastLine) String() string {
 	return l.last
 }
 
-// printStatus prints the phase of the move, the step that leads out of it,
-// and each side's membership as its controller last reported it.
-func printStatus(cmd *cobra.Command, m *migration.Mover) error {
+// printReport prints where the move stands (the phase, the step that leads
+// out of it, each side's membership as its controller last reported it)
+// and, for a dry run, the steps the move or the abort would take from there.
+func printReport(cmd *cobra.Command, m *migration.Mover, output string, dryRun, abort, switchClients bool) error {
 	src, dst, p, err := m.Read(cmd.Context())
 	if err != nil {
 		return err
 	}
+	r := moveReport{Phase: string(p), Explanation: move.Explain(src, dst), NextStep: string(p.Step()), DryRun: dryRun,
+		Source: sideReportOf(src), Destination: sideReportOf(dst)}
+	if dryRun {
+		steps := migration.Remaining(p, switchClients)
+		if abort {
+			steps = migration.RemainingAbort(p)
+		}
+		if steps == nil {
+			what := "move"
+			if abort {
+				what = "abort"
+			}
+			r.Refused = fmt.Sprintf("the %s does not continue from phase %s", what, p)
+		}
+		for _, s := range steps {
+			r.Steps = append(r.Steps, plannedStep{Step: string(s), Does: migration.Describe(s)})
+		}
+	}
 	out := cmd.OutOrStdout()
-	fmt.Fprintln(out, move.Explain(src, dst))
-	if next := p.Step(); next != "" {
-		fmt.Fprintf(out, "  next step: %s\n", next)
+	if output != "table" {
+		return printStructured(out, output, r)
+	}
+	fmt.Fprintln(out, r.Explanation)
+	if r.NextStep != "" {
+		fmt.Fprintf(out, "  next step: %s\n", r.NextStep)
 	}
 	for _, side := range []struct {
 		name string
-		e    *v1alpha1.Etcd
-	}{{"source", src}, {"destination", dst}} {
-		if side.e == nil {
+		r    *sideReport
+	}{{"source", r.Source}, {"destination", r.Destination}} {
+		if side.r == nil {
 			fmt.Fprintf(out, "  %s: no Etcd\n", side.name)
 			continue
 		}
-		fmt.Fprintf(out, "  %s: replicas %d, %d external members, policy %s; %s\n", side.name, side.e.Spec.Replicas,
-			len(side.e.Spec.ExternalMembers), side.e.Spec.GetExternalMembersPolicy(), move.ConditionSummary(side.e))
+		fmt.Fprintf(out, "  %s: replicas %d, %d external members, policy %s; %s\n", side.name, side.r.Replicas,
+			side.r.ExternalMembers, side.r.Policy, side.r.Membership)
+	}
+	if dryRun {
+		switch {
+		case r.Refused != "":
+			fmt.Fprintf(out, "dry run: %s\n", r.Refused)
+		case len(r.Steps) == 0:
+			fmt.Fprintln(out, "dry run: nothing left to do")
+		default:
+			fmt.Fprintln(out, "dry run: the steps from here, nothing was changed:")
+			for i, s := range r.Steps {
+				fmt.Fprintf(out, "  %d. %-16s %s\n", i+1, s.Step, s.Does)
+			}
+		}
 	}
 	return nil
+}
+
+// moveReport is what --status, --dry-run and the end of a move print with
+// -o json or yaml.
+type moveReport struct {
+	Phase       string `json:"phase"`
+	Explanation string `json:"explanation"`
+	NextStep    string `json:"nextStep,omitempty"`
+	DryRun      bool   `json:"dryRun,omitempty"`
+	// Steps are a dry run's steps from here, in order.
+	Steps []plannedStep `json:"steps,omitempty"`
+	// Refused says why a dry run has no steps: the move or the abort does
+	// not continue from this phase.
+	Refused     string      `json:"refused,omitempty"`
+	Source      *sideReport `json:"source"`
+	Destination *sideReport `json:"destination"`
+}
+
+type plannedStep struct {
+	Step string `json:"step"`
+	Does string `json:"does"`
+}
+
+// sideReport is one Etcd of the move.
+type sideReport struct {
+	Replicas        int32  `json:"replicas"`
+	ExternalMembers int    `json:"externalMembers"`
+	Policy          string `json:"policy"`
+	// Membership sums up what the side's controller reports.
+	Membership string `json:"membership"`
+}
+
+func sideReportOf(e *v1alpha1.Etcd) *sideReport {
+	if e == nil {
+		return nil
+	}
+	return &sideReport{Replicas: e.Spec.Replicas, ExternalMembers: len(e.Spec.ExternalMembers),
+		Policy: string(e.Spec.GetExternalMembersPolicy()), Membership: move.ConditionSummary(e)}
+}
+
+// notFinished is a move that stopped with a step still under way; the
+// process exits ExitNotFinished.
+type notFinished struct{ error }
+
+func (n notFinished) Unwrap() error { return n.error }
+
+// moveProgress shows a running move: a bar on a terminal with -o table,
+// else the progress printer's lines (on stderr with -o json or yaml, so
+// stdout stays the report). Without wait, it stops the move once the next
+// step's fields are written.
+type moveProgress struct {
+	cmd   *cobra.Command
+	table bool
+	wait  bool
+	stop  context.CancelFunc
+
+	bar      *migration.ProgressBar
+	lines    *migration.ProgressPrinter
+	last     move.Step
+	lastKind migration.EventKind
+	stopped  bool
+}
+
+// begin picks the display, once the phase the move starts from is known.
+func (p *moveProgress) begin(ctx context.Context, m *migration.Mover, abort, switchClients bool) error {
+	out := p.cmd.OutOrStdout()
+	if !p.table {
+		out = p.cmd.ErrOrStderr()
+	}
+	if f, ok := out.(*os.File); ok && p.table && term.IsTerminal(int(f.Fd())) {
+		_, _, phase, err := m.Read(ctx)
+		if err != nil {
+			return err
+		}
+		steps := migration.Remaining(phase, switchClients)
+		if abort {
+			steps = migration.RemainingAbort(phase)
+		}
+		p.bar = migration.NewProgressBar(out, steps)
+		return nil
+	}
+	p.lines = migration.NewProgressPrinter(out)
+	return nil
+}
+
+func (p *moveProgress) print(e migration.Event) {
+	switch {
+	case p.bar != nil:
+		p.bar.Print(e)
+	case p.lines != nil:
+		p.lines.Print(e)
+	}
+	p.last, p.lastKind = e.Step, e.Kind
+	// A step has written its fields once it waits or is done.
+	if !p.wait && (e.Kind == migration.StepWaiting || e.Kind == migration.StepDone) {
+		p.stopped = true
+		p.stop()
+	}
+}
+
+func (p *moveProgress) end() {
+	if p.bar != nil {
+		p.bar.Close()
+	}
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
@@ -81,6 +84,7 @@ func TestMigrateCommand(t *testing.T) {
 		"--destination-sidecar-url-template", "https://{pod}.seed-b.example:8090",
 		"--destination-ordinal-start", "10", "--step-timeout", "1s")
 	g.Expect(err).To(MatchError(ContainSubstring("step prepare-source did not finish within 1s")))
+	g.Expect(exitCode(err)).To(Equal(ExitNotFinished))
 	g.Expect(out).To(ContainSubstring("step prepare-source: starting (NotStarted)"))
 
 	got := &v1alpha1.Etcd{}
@@ -106,6 +110,61 @@ func TestMigrateCommand(t *testing.T) {
 
 	_, err = run(append(base, "--status", "--abort")...)
 	g.Expect(err).To(MatchError(ContainSubstring("choose one")))
+	g.Expect(exitCode(err)).To(Equal(ExitUsage))
+
+	// -o json: the same report, for scripts.
+	out, err = run(append(base, "--status", "-o", "json")...)
+	g.Expect(err).NotTo(HaveOccurred())
+	var report map[string]any
+	g.Expect(json.Unmarshal([]byte(out), &report)).To(Succeed(), out)
+	g.Expect(report).To(HaveKeyWithValue("phase", "PreparingSource"))
+	g.Expect(report).To(HaveKeyWithValue("nextStep", "prepare-source"))
+	g.Expect(report).To(HaveKeyWithValue("destination", BeNil()))
+	g.Expect(report["source"]).To(HaveKeyWithValue("externalMembers", BeNumerically("==", 3)))
+
+	// --dry-run prints the steps from here and changes nothing.
+	out, err = run(append(base, "--dry-run")...)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(ContainSubstring("dry run: the steps from here, nothing was changed:"))
+	g.Expect(out).To(MatchRegexp(`1\. prepare-source +the source lists`))
+	g.Expect(out).To(MatchRegexp(`4\. finish +sets the source to replicas 0`))
+	out, err = run(append(base, "--dry-run", "--abort", "-o", "yaml", "--switch-clients-command", "true")...)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(ContainSubstring("dryRun: true"))
+	g.Expect(out).To(ContainSubstring("- does: sets the destination to replicas 0"))
+	g.Expect(out).To(ContainSubstring("step: abort"))
+	g.Expect(clients[0].Get(ctx, client.ObjectKeyFromObject(src), after)).To(Succeed())
+	g.Expect(after.ResourceVersion).To(Equal(got.ResourceVersion), "--dry-run writes nothing")
+	_, err = run(append(base, "--dry-run", "-o", "wide")...)
+	g.Expect(exitCode(err)).To(Equal(ExitUsage))
+
+	// Two contexts of one kubeconfig, as kubectl takes them.
+	merged := clientcmdapi.NewConfig()
+	for i, side := range []string{"seed-a", "seed-b"} {
+		kc, err := clientcmd.LoadFromFile(kubeconfigs[i])
+		g.Expect(err).NotTo(HaveOccurred())
+		kctx := kc.Contexts[kc.CurrentContext]
+		merged.Clusters[side] = kc.Clusters[kctx.Cluster]
+		merged.AuthInfos[side] = kc.AuthInfos[kctx.AuthInfo]
+		merged.Contexts[side] = &clientcmdapi.Context{Cluster: side, AuthInfo: side}
+	}
+	merged.CurrentContext = "seed-b"
+	mergedPath := filepath.Join(dir, "both.kubeconfig")
+	g.Expect(clientcmd.WriteToFile(*merged, mergedPath)).To(Succeed())
+	byContext := []string{"migrate", "--source-kubeconfig", mergedPath, "--source-context", "seed-a",
+		"--destination-kubeconfig", mergedPath, "--destination-context", "seed-b", "--namespace", "shoot--p--s", "--name", "etcd-main"}
+	out, err = run(append(byContext, "--status")...)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(ContainSubstring("source: replicas 3, 3 external members"), "the source context reaches seed A")
+	_, err = run("migrate", "--source-kubeconfig", mergedPath, "--source-context", "seed-c", "--destination-kubeconfig", mergedPath, "--namespace", "shoot--p--s", "--name", "etcd-main", "--status")
+	g.Expect(err).To(MatchError(And(ContainSubstring("--source-context"), ContainSubstring(`context "seed-c"`))))
+
+	// --wait=false starts the step under way and returns at once.
+	out, err = run(append(byContext, "--wait=false", "--step-timeout", "1m",
+		"--source-peer-url-template", "http://{pod}.seed-a.example:2380",
+		"--destination-peer-url-template", "http://{pod}.seed-b.example:2380")...)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(ContainSubstring("step prepare-source started; not waiting (--wait=false)"))
 }
 
 // The switch hook runs its shell command with the Etcd's namespace and

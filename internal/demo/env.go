@@ -1,5 +1,5 @@
 // Package demo runs a live move of an etcd cluster between two Kubernetes
-// clusters on one machine. RunOnSites is the `druid-stretch demo` command
+// clusters on one machine. RunOnSites is the `druid-stretch-dev demo` command
 // and Bench the `bench` command: two sites of real parts (internal/site:
 // the control plane, etcd-druid, etcd-backup-restore, druid-stretch from
 // its chart), judged by client-go clients through a kube-apiserver per

@@ -70,7 +70,7 @@ func RunOnSites(ctx context.Context, o SiteOptions) (rep report.Report, err erro
 		return rep, errors.New("the demo runs two real sites, whose pods get network namespaces and chroots: run it as root")
 	}
 	start := time.Now()
-	fmt.Fprintln(out, "druid-stretch demo: a live move of a shoot's etcd between two Kubernetes clusters of real parts")
+	fmt.Fprintln(out, "druid-stretch-dev demo: a live move of a shoot's etcd between two Kubernetes clusters of real parts")
 	if err := testbin.Ensure(ctx, out); err != nil {
 		return rep, err
 	}

@@ -52,6 +52,9 @@ type Options struct {
 	// Version is the org.opencontainers.image.version label; empty leaves
 	// the label out.
 	Version string
+	// Revision is the org.opencontainers.image.revision label, the commit
+	// the binary was built from; empty leaves the label out.
+	Revision string
 	// Created is the time stamped on the image config, its history and
 	// every file of the layer; the zero value means the Unix epoch.
 	Created time.Time
@@ -114,7 +117,7 @@ func Build(o Options) (v1.Image, error) {
 	}
 	img, err := mutate.Append(empty.Image, mutate.Addendum{
 		Layer:   layer,
-		History: v1.History{Created: v1.Time{Time: created}, CreatedBy: "druid-stretch image: COPY druid-stretch " + Entrypoint},
+		History: v1.History{Created: v1.Time{Time: created}, CreatedBy: "druid-stretch-dev image: COPY druid-stretch " + Entrypoint},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("adding the layer: %w", err)
@@ -132,6 +135,9 @@ func Build(o Options) (v1.Image, error) {
 	}
 	if o.Version != "" {
 		labels["org.opencontainers.image.version"] = o.Version
+	}
+	if o.Revision != "" {
+		labels["org.opencontainers.image.revision"] = o.Revision
 	}
 	cf.Config = v1.Config{
 		Entrypoint: []string{Entrypoint},

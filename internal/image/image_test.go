@@ -105,7 +105,7 @@ func TestWriteImage(t *testing.T) {
 
 	res, err := Write(Options{
 		Binary: static, Output: out, Created: created,
-		Tag: "registry.example.com/druid-stretch:v1.2.3", Version: "v1.2.3",
+		Tag: "registry.example.com/druid-stretch:v1.2.3", Version: "v1.2.3", Revision: "0123abcd",
 	})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(res.Tag).To(Equal("registry.example.com/druid-stretch:v1.2.3"))
@@ -142,9 +142,10 @@ func TestWriteImage(t *testing.T) {
 	g.Expect(cf.Config.Cmd).To(BeEmpty(), "the chart passes the subcommand as args")
 	g.Expect(cf.Config.User).To(Equal("65532:65532"))
 	g.Expect(cf.Config.Labels).To(Equal(map[string]string{
-		"org.opencontainers.image.source":  "https://github.com/druid-stretch/druid-stretch",
-		"org.opencontainers.image.title":   "druid-stretch",
-		"org.opencontainers.image.version": "v1.2.3",
+		"org.opencontainers.image.source":   "https://github.com/druid-stretch/druid-stretch",
+		"org.opencontainers.image.title":    "druid-stretch",
+		"org.opencontainers.image.version":  "v1.2.3",
+		"org.opencontainers.image.revision": "0123abcd",
 	}))
 	g.Expect(cf.History).To(HaveLen(1))
 	g.Expect(cf.History[0].Created.Time.Equal(created)).To(BeTrue())
@@ -234,6 +235,7 @@ func TestWriteIsReproducible(t *testing.T) {
 	}{
 		{"other binary", func(o *Options) { o.Binary = changed }},
 		{"other version", func(o *Options) { o.Version = "v2" }},
+		{"other revision", func(o *Options) { o.Revision = "fedc" }},
 		{"other created time", func(o *Options) { o.Created = time.Unix(1700000000, 0) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -34,10 +34,20 @@ func NewClient(cfg *rest.Config) (client.Client, error) {
 // context); an empty path follows kubectl's rules ($KUBECONFIG, then
 // ~/.kube/config).
 func NewClientFromKubeconfig(path string) (client.Client, error) {
+	return NewClientFromKubeconfigContext(path, "")
+}
+
+// NewClientFromKubeconfigContext is NewClientFromKubeconfig for a named
+// context of the kubeconfig (kubectl's --context); "" is its current one.
+// Two contexts of one kubeconfig reach the two clusters of a move.
+func NewClientFromKubeconfigContext(path, context string) (client.Client, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = path
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: context}).ClientConfig()
 	if err != nil {
+		if context != "" {
+			return nil, fmt.Errorf("loading context %q of kubeconfig %q: %w", context, path, err)
+		}
 		return nil, fmt.Errorf("loading kubeconfig %q: %w", path, err)
 	}
 	return NewClient(cfg)

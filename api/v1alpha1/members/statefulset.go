@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 
 	appsv1 "k8s.io/api/apps/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 )
@@ -37,7 +35,9 @@ func SetStatefulSetOrdinals(sts *appsv1.StatefulSet, e *v1alpha1.Etcd) {
 
 // OrdinalsMergePatch is the JSON merge patch that puts a StatefulSet on e's
 // ordinal start: {"spec":{"ordinals":{"start":N}}}, or
-// {"spec":{"ordinals":null}} for 0.
+// {"spec":{"ordinals":null}} for 0. With controller-runtime:
+// c.Patch(ctx, sts, client.RawPatch(types.MergePatchType, OrdinalsMergePatch(e)))
+// (the api module leaves controller-runtime to its importers).
 func OrdinalsMergePatch(e *v1alpha1.Etcd) []byte {
 	var p statefulSetOrdinalsPatch
 	p.Spec.Ordinals = StatefulSetOrdinals(e)
@@ -47,10 +47,4 @@ func OrdinalsMergePatch(e *v1alpha1.Etcd) []byte {
 		panic("members: marshalling the ordinals patch: " + err.Error())
 	}
 	return data
-}
-
-// OrdinalsPatch is OrdinalsMergePatch for controller-runtime:
-// c.Patch(ctx, sts, members.OrdinalsPatch(e)).
-func OrdinalsPatch(e *v1alpha1.Etcd) client.Patch {
-	return client.RawPatch(types.MergePatchType, OrdinalsMergePatch(e))
 }

@@ -55,12 +55,13 @@ var (
 // must not be the in-cluster peer URL of a local pod, which depends on the
 // namespace (CEL sees only metadata.name).
 func ValidateEtcd(e *v1alpha1.Etcd) field.ErrorList {
-	return append(validateCRDRules(e), validateInClusterPeerURLs(e)...)
+	return append(ValidateCRDRules(e), validateInClusterPeerURLs(e)...)
 }
 
-// validateCRDRules are the rules the CRD enforces too; the fuzz test checks
-// that both agree.
-func validateCRDRules(e *v1alpha1.Etcd) field.ErrorList {
+// ValidateCRDRules are the rules of ValidateEtcd that the CRD enforces too
+// (all but the namespace-dependent peer URL rule). They are exported for the
+// CRD tests in the root module, which check that Go and the CRD agree.
+func ValidateCRDRules(e *v1alpha1.Etcd) field.ErrorList {
 	spec := field.NewPath("spec")
 	var errs field.ErrorList
 
@@ -268,12 +269,13 @@ func validateURL(u string, path *field.Path, re *regexp.Regexp, reason string) f
 // external members are listed is refused by the scheme rule together with
 // the peer URL rule above.
 func ValidateEtcdUpdate(newE, oldE *v1alpha1.Etcd) field.ErrorList {
-	errs := append(ValidateEtcd(newE), validateUpdateRules(newE, oldE)...)
+	errs := append(ValidateEtcd(newE), ValidateUpdateRules(newE, oldE)...)
 	return append(errs, validateNoOrphanedVoter(newE, oldE)...)
 }
 
-// validateUpdateRules are the immutability rules; the CRD enforces them too.
-func validateUpdateRules(newE, oldE *v1alpha1.Etcd) field.ErrorList {
+// ValidateUpdateRules are the immutability rules of ValidateEtcdUpdate; the
+// CRD enforces them too, and the CRD tests compare both.
+func ValidateUpdateRules(newE, oldE *v1alpha1.Etcd) field.ErrorList {
 	var errs field.ErrorList
 	spec := field.NewPath("spec")
 

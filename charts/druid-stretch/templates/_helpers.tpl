@@ -54,18 +54,39 @@ cert-manager write or delete the same Secret.
 {{- end -}}
 
 {{/*
-image is repository:tag of the controller image; a missing repository fails
+image is repository:tag of the controller image: controller.image, field
+by field, over image, under global.imageRegistry. A missing repository fails
 even when schema validation is skipped.
 */}}
 {{- define "druid-stretch.image" -}}
-{{- printf "%s:%s" (include "druid-stretch.imageRepository" .) (default .Chart.AppVersion .Values.image.tag) -}}
+{{- $repo := default (include "druid-stretch.imageRepository" .) .Values.controller.image.repository -}}
+{{- $tag := default (default .Chart.AppVersion .Values.image.tag) .Values.controller.image.tag -}}
+{{- printf "%s%s:%s" (include "druid-stretch.registryPrefix" .) $repo $tag -}}
 {{- end -}}
 
-{{/* sidecarImage defaults, field by field, to the controller image. */}}
+{{- define "druid-stretch.imagePullPolicy" -}}
+{{- default .Values.image.pullPolicy .Values.controller.image.pullPolicy -}}
+{{- end -}}
+
+{{/* sidecarImage defaults, field by field, to image (not controller.image). */}}
 {{- define "druid-stretch.sidecarImage" -}}
 {{- $repo := default (include "druid-stretch.imageRepository" .) .Values.sidecar.image.repository -}}
 {{- $tag := default (default .Chart.AppVersion .Values.image.tag) .Values.sidecar.image.tag -}}
-{{- printf "%s:%s" $repo $tag -}}
+{{- printf "%s%s:%s" (include "druid-stretch.registryPrefix" .) $repo $tag -}}
+{{- end -}}
+
+{{/* registryPrefix is global.imageRegistry and a slash, or nothing. */}}
+{{- define "druid-stretch.registryPrefix" -}}
+{{- $global := .Values.global | default dict -}}
+{{- with $global.imageRegistry -}}{{ trimSuffix "/" . }}/{{- end -}}
+{{- end -}}
+
+{{/*
+leaderElectionID is controller.leaderElectionID, else <fullname>-membership
+(the binary's default for a release named druid-stretch).
+*/}}
+{{- define "druid-stretch.leaderElectionID" -}}
+{{- default (printf "%s-membership" (include "druid-stretch.fullname" .) | trunc 63 | trimSuffix "-") .Values.controller.leaderElectionID -}}
 {{- end -}}
 
 {{- define "druid-stretch.imageRepository" -}}

@@ -1,9 +1,4 @@
-// Package democli holds the demo and bench subcommands: the live move on
-// two real sites of this machine, once or per RTT and preload. They live
-// apart from internal/cli because the sites pull in the test site package
-// (the Kubernetes control plane, etcd-druid, the node stand-in), which the
-// shipped parts and their tests must not depend on.
-package democli
+package devcli
 
 import (
 	"time"

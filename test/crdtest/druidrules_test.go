@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -75,7 +76,7 @@ func TestDruidRulesStillHold(t *testing.T) {
 	})
 }
 
-// TestOrdinalsPatchOnAStatefulSet applies members.OrdinalsPatch to a real
+// TestOrdinalsPatchOnAStatefulSet applies members.OrdinalsMergePatch to a real
 // StatefulSet: the apiserver accepts it and the pods' ordinals move.
 func TestOrdinalsPatchOnAStatefulSet(t *testing.T) {
 	g := NewWithT(t)
@@ -96,13 +97,13 @@ func TestOrdinalsPatchOnAStatefulSet(t *testing.T) {
 	g.Expect(stretch.Create(ctx(t), sts)).To(Succeed())
 
 	e := stretchedEtcd(ns)
-	g.Expect(stretch.Patch(ctx(t), sts, members.OrdinalsPatch(e))).To(Succeed())
+	g.Expect(stretch.Patch(ctx(t), sts, client.RawPatch(types.MergePatchType, members.OrdinalsMergePatch(e)))).To(Succeed())
 	got := &appsv1.StatefulSet{}
 	g.Expect(stretch.Get(ctx(t), client.ObjectKeyFromObject(sts), got)).To(Succeed())
 	g.Expect(got.Spec.Ordinals).To(Equal(&appsv1.StatefulSetOrdinals{Start: 3}))
 
 	e.Spec.OrdinalStart = nil
-	g.Expect(stretch.Patch(ctx(t), got, members.OrdinalsPatch(e))).To(Succeed())
+	g.Expect(stretch.Patch(ctx(t), got, client.RawPatch(types.MergePatchType, members.OrdinalsMergePatch(e)))).To(Succeed())
 	g.Expect(stretch.Get(ctx(t), client.ObjectKeyFromObject(sts), got)).To(Succeed())
 	g.Expect(got.Spec.Ordinals).To(BeNil())
 }

@@ -1,4 +1,4 @@
-package democli
+package devcli
 
 import (
 	"time"

@@ -1,4 +1,4 @@
-package validation
+package crdschema
 
 import (
 	"strings"
@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1/validation"
 )
 
 var (
@@ -186,7 +187,7 @@ func TestValidateEtcd(t *testing.T) {
 		}},
 		{name: "too many external members", mutate: func(e *v1alpha1.Etcd) {
 			e.Spec.ExternalMembers = nil
-			for i := range MaxExternalMembers + 1 {
+			for i := range validation.MaxExternalMembers + 1 {
 				e.Spec.ExternalMembers = append(e.Spec.ExternalMembers,
 					external("seed-a-etcd-main-"+string(rune('a'+i)), "https://"+string(rune('a'+i))+".example:2380"))
 			}
@@ -198,7 +199,7 @@ func TestValidateEtcd(t *testing.T) {
 			g := NewWithT(t)
 			e := baseEtcd()
 			tc.mutate(e)
-			errs := ValidateEtcd(e)
+			errs := validation.ValidateEtcd(e)
 			if len(errs) > 0 {
 				t.Log(errs.ToAggregate())
 			}
@@ -208,7 +209,7 @@ func TestValidateEtcd(t *testing.T) {
 			}
 			crdErrs, err := crd.validate(e, nil)
 			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(agreement(validateCRDRules(e), crdErrs)).To(Succeed())
+			g.Expect(agreement(validation.ValidateCRDRules(e), crdErrs)).To(Succeed())
 			switch {
 			case tc.goOnly:
 				g.Expect(crdErrs).To(BeEmpty(), "a Go-only rule")
@@ -265,10 +266,10 @@ func TestValidateEtcdUpdate(t *testing.T) {
 			g := NewWithT(t)
 			old := baseEtcd()
 			old.Spec.ExternalMembers[0].PeerURLs = []string{"https://etcd-main-0.seed-a.example:2380", "https://10.0.0.1:2380"}
-			g.Expect(ValidateEtcd(old)).To(BeEmpty())
+			g.Expect(validation.ValidateEtcd(old)).To(BeEmpty())
 			e := old.DeepCopy()
 			tc.mutate(e)
-			errs := ValidateEtcdUpdate(e, old)
+			errs := validation.ValidateEtcdUpdate(e, old)
 			if len(errs) > 0 {
 				t.Log(errs.ToAggregate())
 			}
@@ -291,7 +292,7 @@ func TestPatternsAreTheCRDs(t *testing.T) {
 	crd := theCRD(t)
 	data, err := yamlOf(crd.raw)
 	g.Expect(err).NotTo(HaveOccurred())
-	for _, p := range []string{MemberNamePattern, MemberURLPattern, SidecarURLPattern} {
+	for _, p := range []string{validation.MemberNamePattern, validation.MemberURLPattern, validation.SidecarURLPattern} {
 		g.Expect(data).To(ContainSubstring("self.matches(r'"+p+"')"), "pattern %s", p)
 	}
 }

@@ -1,4 +1,4 @@
-package v1alpha1_test
+package crdschema
 
 import (
 	"fmt"

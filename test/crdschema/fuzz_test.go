@@ -1,4 +1,4 @@
-package validation
+package crdschema
 
 import (
 	"fmt"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1/validation"
 )
 
 // fuzzInput is the part of an Etcd the fuzzer varies: everything the
@@ -114,7 +115,7 @@ func FuzzValidateEtcd(f *testing.F) {
 		var old *v1alpha1.Etcd
 		// goErrs are the Go errors of the rules the CRD has too; the
 		// exported functions run as well, to show they never panic.
-		goErrs := validateCRDRules(e)
+		goErrs := validation.ValidateCRDRules(e)
 		if in.oldPeer1 != "" {
 			old = e.DeepCopy()
 			for i := range old.Spec.ExternalMembers {
@@ -123,10 +124,10 @@ func FuzzValidateEtcd(f *testing.F) {
 					break
 				}
 			}
-			_ = ValidateEtcdUpdate(e, old)
-			goErrs = append(goErrs, validateUpdateRules(e, old)...)
+			_ = validation.ValidateEtcdUpdate(e, old)
+			goErrs = append(goErrs, validation.ValidateUpdateRules(e, old)...)
 		} else {
-			_ = ValidateEtcd(e)
+			_ = validation.ValidateEtcd(e)
 		}
 
 		// JSON replaces invalid UTF-8, so the CRD would judge other strings.
@@ -137,7 +138,7 @@ func FuzzValidateEtcd(f *testing.F) {
 		}
 		// With an invalid old object the apiserver ratchets (accepts values
 		// left unchanged), which Go validation deliberately does not.
-		if old != nil && len(validateCRDRules(old)) > 0 {
+		if old != nil && len(validation.ValidateCRDRules(old)) > 0 {
 			return
 		}
 		crdErrs, err := crd.validate(e, old)

@@ -1,4 +1,4 @@
-package cli
+package devcli
 
 import (
 	"fmt"
@@ -49,6 +49,7 @@ binary (CGO_ENABLED=0) and runs this.`,
 	f.StringVarP(&o.Output, "output", "o", "", "path of the image tarball to write (its directory must exist)")
 	f.StringVar(&o.Binary, "binary", "", "static Linux druid-stretch binary to ship (default: this executable)")
 	f.StringVar(&o.Version, "version", "dev", "org.opencontainers.image.version label")
+	f.StringVar(&o.Revision, "revision", "", "org.opencontainers.image.revision label: the commit the binary was built from")
 	f.StringVar(&o.Tag, "tag", "", "reference the tarball loads as (default druid-stretch:VERSION)")
 	_ = cmd.MarkFlagRequired("output")
 	return cmd

@@ -1,4 +1,4 @@
-package cli
+package devcli
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 	. "github.com/onsi/gomega"
 )
 
-// TestImageCommand runs `druid-stretch image` on a real static binary: the
+// TestImageCommand runs `druid-stretch-dev image` on a real static binary: the
 // flags and SOURCE_DATE_EPOCH reach the tarball, whose tag defaults to
 // druid-stretch:VERSION. A bad SOURCE_DATE_EPOCH or a missing --output
 // writes nothing.
@@ -33,7 +33,7 @@ func TestImageCommand(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred(), "%s", out)
 
 	run := func(args ...string) (string, error) {
-		root := newRootCommand()
+		root := NewRootCommand()
 		var stdout bytes.Buffer
 		root.SetOut(&stdout)
 		root.SetErr(&stdout)

@@ -1,0 +1,76 @@
+package migration
+
+import (
+	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
+)
+
+// Remaining are the steps Move runs from phase p to the end of the move, in
+// order: the one under way (or next), then the rest; with switchClients
+// (Options.SwitchClients set) switch-clients comes before retire-source
+// while that is still ahead. Empty once the move completed; nil for a phase
+// Move refuses to continue from (aborting, aborted, inconsistent).
+func Remaining(p move.MovePhase, switchClients bool) []move.Step {
+	all := []move.Step{move.StepPrepareSource, move.StepJoinDestination}
+	if switchClients {
+		all = append(all, move.StepSwitchClients)
+	}
+	all = append(all, move.StepRetireSource, move.StepFinish)
+	from := func(s move.Step) []move.Step {
+		for i, x := range all {
+			if x == s {
+				return all[i:]
+			}
+		}
+		return nil
+	}
+	switch p {
+	case move.PhaseNotStarted, move.PhasePreparingSource:
+		return from(move.StepPrepareSource)
+	case move.PhaseSourcePrepared, move.PhaseJoiningDestination:
+		return from(move.StepJoinDestination)
+	case move.PhaseDestinationJoined:
+		if switchClients {
+			return from(move.StepSwitchClients)
+		}
+		return from(move.StepRetireSource)
+	case move.PhaseRetiringSource:
+		return from(move.StepRetireSource)
+	case move.PhaseSourceHeld:
+		// The destination holds source members back for the clients still
+		// in the source site; switching them releases those members.
+		return []move.Step{move.StepSwitchClients, move.StepFinish}
+	case move.PhaseSourceRetired, move.PhaseFinishing:
+		return from(move.StepFinish)
+	case move.PhaseCompleted:
+		return []move.Step{}
+	}
+	return nil
+}
+
+// RemainingAbort are the steps Abort runs from phase p: abort, or none
+// once the move is aborted.
+func RemainingAbort(p move.MovePhase) []move.Step {
+	if p == move.PhaseAborted {
+		return []move.Step{}
+	}
+	return []move.Step{move.StepAbort}
+}
+
+// Describe says what a step changes and what it waits for.
+func Describe(s move.Step) string {
+	switch s {
+	case move.StepPrepareSource:
+		return "the source lists the destination's members as external members (policy Keep); waits for the source's controller to converge"
+	case move.StepJoinDestination:
+		return "creates the destination Etcd (or sets its replicas) with the source's members as external members; waits until its members joined as learners and vote"
+	case move.StepSwitchClients:
+		return "runs --switch-clients-command: the source site's clients move to the destination before any source member goes"
+	case move.StepRetireSource:
+		return "sets the destination's policy to Retire; waits until the votes moved and the source's members are removed"
+	case move.StepFinish:
+		return "sets the source to replicas 0 and has both Etcds forget the external members"
+	case move.StepAbort:
+		return "sets the destination to replicas 0; waits until its members are removed and the source holds its members alone"
+	}
+	return ""
+}
