@@ -139,21 +139,23 @@ func Identities(c *x509.Certificate) []string {
 	return append(ids, c.EmailAddresses...)
 }
 
-// admit applies the request limits before a /v1/ call reaches its handler:
-// a body announced larger than the limit is refused unread, a body that
-// turns out larger is cut (decodeJSON answers 413), and a call beyond the
-// in-flight bound is refused at once. release frees the call's slot.
-func (s *Server) admit(w http.ResponseWriter, r *http.Request) (release func(), apiErr *Error) {
+// withinLimits answers a /v1/ call with h within the request limits: a
+// body announced larger than the limit is refused unread, a body that turns
+// out larger is cut (decodeJSON answers 413), and a call beyond the
+// in-flight bound is refused at once. The call's slot is freed before its
+// answer is written, so a caller that has its answer may call again.
+func (s *Server) withinLimits(w http.ResponseWriter, r *http.Request, h handlerFunc) (int, any, *Error) {
 	max := s.cfg.Limits.MaxBodyBytes
 	if r.ContentLength > max {
-		return nil, tooLarge(max)
+		return 0, nil, tooLarge(max)
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, max)
 	select {
 	case s.inFlight <- struct{}{}:
-		return func() { <-s.inFlight }, nil
+		defer func() { <-s.inFlight }()
+		return h(r)
 	default:
-		return nil, &Error{StatusCode: http.StatusTooManyRequests, Reason: ReasonTooManyRequests, RetryAfter: time.Second,
+		return 0, nil, &Error{StatusCode: http.StatusTooManyRequests, Reason: ReasonTooManyRequests, RetryAfter: time.Second,
 			Message: fmt.Sprintf("%d calls are being answered already (the sidecar's bound); try again", s.cfg.Limits.MaxInFlight)}
 	}
 }

@@ -252,6 +252,16 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("sidecar: connecting to etcd %v: %w", s.peerEndpoints, err)
 		}
 	}
+	if err := cfg.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "druid_stretch", Subsystem: "sidecar", Name: "requests_in_flight",
+		Help: "/v1/ calls being answered, bounded by the sidecar's in-flight limit.",
+	}, func() float64 { return float64(len(s.inFlight)) })); err != nil {
+		local.Close()
+		if s.peers != nil {
+			s.peers.Close()
+		}
+		return nil, fmt.Errorf("registering sidecar metrics: %w", err)
+	}
 	s.routes()
 	ctx, cancel := context.WithCancel(context.Background())
 	s.background, s.stopPolling, s.pollingDone = ctx, cancel, make(chan struct{})
@@ -443,17 +453,13 @@ func (s *Server) handle(mux *http.ServeMux, pattern, operation string, mutating 
 			apiErr *Error
 			caller string
 		)
-		if api {
-			caller, apiErr = s.authorize(r, mutating)
-		}
-		if apiErr == nil && api {
-			var release func()
-			if release, apiErr = s.admit(w, r); release != nil {
-				defer release()
-			}
-		}
-		if apiErr == nil {
+		switch {
+		case !api:
 			status, body, apiErr = h(r)
+		default:
+			if caller, apiErr = s.authorize(r, mutating); apiErr == nil {
+				status, body, apiErr = s.withinLimits(w, r, h)
+			}
 		}
 		reason := ReasonOK
 		if apiErr != nil {
