@@ -73,10 +73,9 @@ func validateTransitions(newE, oldE *v1alpha1.Etcd) field.ErrorList {
 	retiring := oldE.Spec.GetExternalMembersPolicy() == v1alpha1.ExternalMembersPolicyRetire &&
 		newE.Spec.GetExternalMembersPolicy() == v1alpha1.ExternalMembersPolicyKeep
 	if retiring && newE.Spec.Replicas > 0 && len(newE.Spec.ExternalMembers) > 0 && midMove(oldE) {
-		errs = append(errs, field.NotSupported(spec.Child("externalMembersPolicy"), v1alpha1.ExternalMembersPolicyKeep, []string{
-			fmt.Sprintf("%s (while status.membership.phase is %s, the controller is retiring external members: Keep only once it is %s, or abort with spec.replicas 0, or finish by listing no external member)",
-				v1alpha1.ExternalMembersPolicyRetire, oldE.Status.Membership.Phase, v1alpha1.MembershipPhaseConverged),
-		}))
+		errs = append(errs, field.Invalid(spec.Child("externalMembersPolicy"), newE.Spec.GetExternalMembersPolicy(), fmt.Sprintf(
+			"may change from Retire to Keep only once status.membership.phase is %s (it is %s: the controller is retiring external members); allowed now: Retire, or Keep together with spec.replicas 0 (abort) or with no external member listed (finish)",
+			v1alpha1.MembershipPhaseConverged, oldE.Status.Membership.Phase)))
 	}
 	return errs
 }
