@@ -267,21 +267,18 @@ func TestSecurityRefusals(t *testing.T) {
 	}
 
 	// Size and time.
-	try("a 100 MB body, Content-Length announced", "POST /v1/members", func() answer {
-		req, _ := http.NewRequest("POST", sc.url+"/v1/members", endlessName(100<<20))
-		req.ContentLength = 100 << 20
-		return send(controller, req)
-	}, refused(413, sidecar.ReasonRequestTooLarge))
-	try("a 100 MB body, chunked", "POST /v1/members", func() answer {
-		req, _ := http.NewRequest("POST", sc.url+"/v1/members", io.NopCloser(endlessName(100<<20)))
-		req.ContentLength = -1
-		return send(controller, req)
-	}, refused(413, sidecar.ReasonRequestTooLarge))
-	try("a 100 MB body without a client certificate", "POST /v1/members", func() answer {
-		req, _ := http.NewRequest("POST", sc.url+"/v1/members", endlessName(100<<20))
-		req.ContentLength = 100 << 20
-		return send(anonymous, req)
-	}, refused(401, sidecar.ReasonUnauthorized))
+	// hundredMB posts a 100 MB add request whose name never ends, its
+	// length announced or, with length -1, chunked.
+	hundredMB := func(hc *http.Client, length int64) func() answer {
+		return func() answer {
+			req, _ := http.NewRequest("POST", sc.url+"/v1/members", io.NopCloser(endlessName(100<<20)))
+			req.ContentLength = length
+			return send(hc, req)
+		}
+	}
+	try("a 100 MB body, Content-Length announced", "POST /v1/members", hundredMB(controller, 100<<20), refused(413, sidecar.ReasonRequestTooLarge))
+	try("a 100 MB body, chunked", "POST /v1/members", hundredMB(controller, -1), refused(413, sidecar.ReasonRequestTooLarge))
+	try("a 100 MB body without a client certificate", "POST /v1/members", hundredMB(anonymous, 100<<20), refused(401, sidecar.ReasonUnauthorized))
 	try("64 KiB of request headers", "GET /v1/members", func() answer {
 		req, _ := http.NewRequest("GET", sc.url+"/v1/members", nil)
 		req.Header.Set("X-Padding", strings.Repeat("a", 64<<10))

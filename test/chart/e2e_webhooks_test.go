@@ -258,16 +258,9 @@ sidecar:
 	g.Expect(sidecar.Args).To(ContainElement("--server-cert=/var/etcdbr/ssl/server/tls.crt"), "serves with the Etcd's backup TLS")
 	g.Expect(sidecar.Args).To(ContainElement("--allowed-client=druid-stretch-controller"), "the chart's sidecar.allowedClients")
 	// What the webhook adds runs under Pod Security's restricted profile.
-	sc := sidecar.SecurityContext
-	g.Expect(sc).NotTo(BeNil())
-	g.Expect(sc.RunAsNonRoot).To(Equal(ptr.To(true)))
-	g.Expect(sc.AllowPrivilegeEscalation).To(Equal(ptr.To(false)))
-	g.Expect(sc.ReadOnlyRootFilesystem).To(Equal(ptr.To(true)))
-	g.Expect(sc.Capabilities.Drop).To(ConsistOf(corev1.Capability("ALL")))
-	g.Expect(sc.Capabilities.Add).To(BeEmpty())
-	g.Expect(sc.SeccompProfile.Type).To(Equal(corev1.SeccompProfileTypeRuntimeDefault))
+	expectRestricted(g, sidecar.SecurityContext, sidecar.Name)
 	for _, c := range stored.Spec.Template.Spec.InitContainers {
-		g.Expect(c.SecurityContext).To(Equal(sc), "init container %s", c.Name)
+		expectRestricted(g, c.SecurityContext, c.Name)
 	}
 
 	// The StatefulSet of a plain Etcd passes unchanged.

@@ -65,13 +65,7 @@ var chartOptions = []chartOption{
 
 			c := controllerContainer(g, dep)
 			g.Expect(c.Image).To(Equal("registry.example.com/druid-stretch:0.1.0"), "tag defaults to appVersion")
-			sc := c.SecurityContext
-			g.Expect(sc.ReadOnlyRootFilesystem).To(Equal(ptr.To(true)))
-			g.Expect(sc.AllowPrivilegeEscalation).To(Equal(ptr.To(false)))
-			g.Expect(sc.RunAsNonRoot).To(Equal(ptr.To(true)))
-			g.Expect(sc.Capabilities.Drop).To(ConsistOf(corev1.Capability("ALL")))
-			g.Expect(sc.Capabilities.Add).To(BeEmpty())
-			g.Expect(sc.SeccompProfile.Type).To(Equal(corev1.SeccompProfileTypeRuntimeDefault))
+			expectRestricted(g, c.SecurityContext, c.Name)
 			g.Expect(c.Resources.Requests).To(HaveKey(corev1.ResourceCPU))
 			g.Expect(c.Resources.Requests).To(HaveKey(corev1.ResourceMemory))
 			g.Expect(c.LivenessProbe.HTTPGet.Path).To(Equal("/healthz"))

@@ -84,16 +84,21 @@ func TestRenderedSecurityContext(t *testing.T) {
 	g.Expect(pod.SecurityContext.SeccompProfile.Type).To(Equal(corev1.SeccompProfileTypeRuntimeDefault))
 	g.Expect(pod.HostNetwork || pod.HostPID || pod.HostIPC).To(BeFalse())
 	for _, c := range append(pod.InitContainers, pod.Containers...) {
-		sc := c.SecurityContext
-		g.Expect(sc).NotTo(BeNil(), c.Name)
-		g.Expect(sc.RunAsNonRoot).To(Equal(ptr.To(true)), c.Name)
-		g.Expect(sc.AllowPrivilegeEscalation).To(Equal(ptr.To(false)), c.Name)
-		g.Expect(sc.ReadOnlyRootFilesystem).To(Equal(ptr.To(true)), c.Name)
-		g.Expect(sc.Privileged).To(Or(BeNil(), Equal(ptr.To(false))), c.Name)
-		g.Expect(sc.Capabilities.Drop).To(ConsistOf(corev1.Capability("ALL")), c.Name)
-		g.Expect(sc.Capabilities.Add).To(BeEmpty(), c.Name)
-		g.Expect(sc.SeccompProfile.Type).To(Equal(corev1.SeccompProfileTypeRuntimeDefault), c.Name)
+		expectRestricted(g, c.SecurityContext, c.Name)
 	}
+}
+
+// expectRestricted checks a container's securityContext against Pod
+// Security's restricted profile, with a read-only root filesystem.
+func expectRestricted(g *WithT, sc *corev1.SecurityContext, container string) {
+	g.ExpectWithOffset(1, sc).NotTo(BeNil(), container)
+	g.ExpectWithOffset(1, sc.RunAsNonRoot).To(Equal(ptr.To(true)), container)
+	g.ExpectWithOffset(1, sc.AllowPrivilegeEscalation).To(Equal(ptr.To(false)), container)
+	g.ExpectWithOffset(1, sc.ReadOnlyRootFilesystem).To(Equal(ptr.To(true)), container)
+	g.ExpectWithOffset(1, sc.Privileged).To(Or(BeNil(), Equal(ptr.To(false))), container)
+	g.ExpectWithOffset(1, sc.Capabilities.Drop).To(ConsistOf(corev1.Capability("ALL")), container)
+	g.ExpectWithOffset(1, sc.Capabilities.Add).To(BeEmpty(), container)
+	g.ExpectWithOffset(1, sc.SeccompProfile.Type).To(Equal(corev1.SeccompProfileTypeRuntimeDefault), container)
 }
 
 // peer is the source of a connection: a pod (namespace and labels) or an
