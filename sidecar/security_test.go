@@ -370,6 +370,37 @@ func TestSecurityRefusals(t *testing.T) {
 	try("remove the leader", "DELETE /v1/members/"+leader, call(controller, "DELETE", "/v1/members/"+leader, "", nil), refused(409, sidecar.ReasonIsLeader))
 	try("a stale membership fingerprint", "DELETE /v1/members/"+follower, call(controller, "DELETE", "/v1/members/"+follower, "", map[string]string{sidecar.HeaderMembership: "0123456789abcdef"}), refused(409, sidecar.ReasonMembershipChanged))
 
+	// The allow-list lets its identities through, by common name or SAN,
+	// and a read needs no listed identity. (A no-op removal changes
+	// nothing: the member is not there.)
+	sanOnly := func() *http.Client {
+		pair, err := tc.CA.Issue("laptop", "127.0.0.1", controllerIdentity)
+		g.Expect(err).NotTo(HaveOccurred())
+		cfg, err := tc.CA.ClientConfig(&pair)
+		g.Expect(err).NotTo(HaveOccurred())
+		return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+	}()
+	t.Cleanup(sanOnly.CloseIdleConnections)
+	for _, tc2 := range []struct {
+		name   string
+		client *http.Client
+		method string
+		path   string
+		want   int
+	}{
+		{"the allowed common name may change membership", controller, "DELETE", "/v1/members/nobody", http.StatusOK},
+		{"the allowed identity as a DNS SAN may change membership", sanOnly, "DELETE", "/v1/members/nobody", http.StatusOK},
+		{"a certificate of the client CA may read", stranger, "GET", "/v1/members", http.StatusOK},
+	} {
+		t.Run(tc2.name, func(t *testing.T) {
+			g := NewWithT(t)
+			before := tc.membership(g, via)
+			a := call(tc2.client, tc2.method, tc2.path, "", nil)()
+			g.Expect(a.code).To(Equal(tc2.want), "%s", a)
+			g.Expect(tc.membership(g, via)).To(Equal(before))
+		})
+	}
+
 	// Last but one: the answer frees the only slot just after it is sent.
 	try("slow body: a body that never comes (read timeout 3 s)", "POST /v1/members",
 		slow(true, "POST /v1/members HTTP/1.1\r\nHost: sidecar\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n{\"name\":"), endedAfter(limits.ReadTimeout, false))

@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -19,13 +20,14 @@ import (
 // the peer site only, every other port of druid's etcd pods stays open.
 func TestRenderedNetworkPolicy(t *testing.T) {
 	g := NewWithT(t)
-	r, err := Render(Options{ReleaseName: "stretch", Namespace: "druid-stretch-system", Values: values(t, `
+	shootA, shootB := newNamespace(t, "shoot--a"), newNamespace(t, "shoot--b")
+	r, err := Render(Options{ReleaseName: "stretch", Namespace: "druid-stretch-system", Values: values(t, fmt.Sprintf(`
 sidecar:
   port: 8091
 networkPolicy:
-  etcdNamespaces: [shoot--a, shoot--b]
+  etcdNamespaces: [%s, %s]
   peerCIDRs: [10.1.0.0/16]
-`)})
+`, shootA, shootB))})
 	g.Expect(err).NotTo(HaveOccurred())
 	policies := r.OfKind("NetworkPolicy")
 	g.Expect(policies).To(HaveLen(2))
@@ -63,7 +65,9 @@ networkPolicy:
 			g.Expect(admits(g, &np, tc.from, tc.port)).To(Equal(tc.want), "%s in %s (port %d)", tc.what, np.Namespace, tc.port)
 		}
 	}
-	g.Expect(namespaces).To(ConsistOf("shoot--a", "shoot--b"))
+	g.Expect(namespaces).To(ConsistOf(shootA, shootB))
+	// The API server takes them as rendered (port ranges included).
+	g.Expect(Create(t.Context(), admin, policies)).To(Succeed())
 
 	none, err := Render(Options{ReleaseName: "stretch", Namespace: "druid-stretch-system", Values: values(t, ``)})
 	g.Expect(err).NotTo(HaveOccurred())
