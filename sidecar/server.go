@@ -453,13 +453,10 @@ func (s *Server) handle(mux *http.ServeMux, pattern, operation string, mutating 
 			apiErr *Error
 			caller string
 		)
-		switch {
-		case !api:
+		if !api {
 			status, body, apiErr = h(r)
-		default:
-			if caller, apiErr = s.authorize(r, mutating); apiErr == nil {
-				status, body, apiErr = s.withinLimits(w, r, h)
-			}
+		} else if caller, apiErr = s.authorize(r, mutating); apiErr == nil {
+			status, body, apiErr = s.withinLimits(w, r, h)
 		}
 		reason := ReasonOK
 		if apiErr != nil {
