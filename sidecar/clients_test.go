@@ -50,11 +50,11 @@ func gatedSidecar(t *testing.T, c *etcdtest.Cluster, m *localetcd.Member) (*side
 	served := make(chan error, 1)
 	go func() { served <- gate.Serve(l) }()
 	srv, err := sidecar.New(sidecar.Config{
-		Endpoints:            localetcd.SidecarEndpoints(m, c.Runtime.Members()),
-		EtcdTLS:              m.ClientTLSConfig(),
-		AllowUnauthenticated: true,
-		ClientGate:           gate,
-		Registry:             prometheus.NewRegistry(),
+		Endpoints:                    localetcd.SidecarEndpoints(m, c.Runtime.Members()),
+		EtcdTLS:                      m.ClientTLSConfig(),
+		InsecureAllowUnauthenticated: true,
+		ClientGate:                   gate,
+		Registry:                     prometheus.NewRegistry(),
 	})
 	if err != nil {
 		t.Fatal(err)

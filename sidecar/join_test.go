@@ -52,9 +52,9 @@ func joiningSidecarListening(t *testing.T, listen string) (url, dataVolume strin
 		t.Fatal(err)
 	}
 	srv, err := sidecar.New(sidecar.Config{
-		Endpoints:            []string{"http://127.0.0.1:1"},
-		AllowUnauthenticated: true,
-		PollInterval:         -1,
+		Endpoints:                    []string{"http://127.0.0.1:1"},
+		InsecureAllowUnauthenticated: true,
+		PollInterval:                 -1,
 		Joining: &sidecar.Joining{EtcdConfigFile: config, Member: etcdconfig.Member{
 			Name:       "etcd-main-3",
 			PeerURLs:   []string{"http://etcd-main-3.etcd-main-peer.ns.svc:2380"},

@@ -116,7 +116,7 @@ func TestRefusalsChangeNothing(t *testing.T) {
 		{"remove a member that is gone", "DELETE", "/v1/members/nobody", ``, nil, withCert, 200, ""},
 		{"leader to the leader", "POST", "/v1/leader", fmt.Sprintf(`{"name":%q}`, leader), nil, withCert, 200, ""},
 		{"add a member that is there", "POST", "/v1/members", fmt.Sprintf(`{"name":%q,"peerURLs":%q,"learner":true}`, follower.Name, follower.PeerURLs), nil, withCert, 200, ""},
-		{"read without client cert", "GET", "/v1/members", ``, nil, anonymous, 200, ""},
+		{"read without client cert", "GET", "/v1/members", ``, nil, anonymous, 401, sidecar.ReasonUnauthorized},
 	} {
 		t.Run(tc2.name, func(t *testing.T) {
 			g := NewWithT(t)

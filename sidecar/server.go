@@ -25,9 +25,13 @@
 // {name} is a member name, or the hex member ID for a learner that has not
 // started (etcd names a member only once it starts).
 //
-// Mutating calls need a client certificate verified against the client CA
-// (401 Unauthorized otherwise) unless Config.AllowUnauthenticated is set
-// (plain HTTP for local use). They may carry X-Druid-Stretch-Membership
+// Every /v1/ call needs a client certificate verified against the client CA
+// (401 Unauthorized otherwise), and a mutating one a certificate whose
+// identity Config.AllowedClients lists (403 Forbidden otherwise); the caller
+// is named by its certificate only, never by a header (access.go).
+// Config.InsecureAllowUnauthenticated (plain HTTP) is for tests on one
+// machine. Request bodies, requests in flight and the server's timeouts are
+// bounded (Limits). Mutating calls may carry X-Druid-Stretch-Membership
 // (the fingerprint planned from; 409 MembershipChanged when etcd's differs)
 // and X-Druid-Stretch-Lock-Holder with X-Druid-Stretch-Lock-Token (409
 // LockHeld, LockNotHeld, StaleToken or LockExpiring unless that holder's
@@ -53,6 +57,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -81,9 +86,20 @@ type Config struct {
 	// TLS configuration trusts other CAs too. Without it the handler relies
 	// on the TLS server's verification (tls.VerifyClientCertIfGiven).
 	ClientCAs *x509.CertPool
-	// AllowUnauthenticated lets mutating calls through without a client
-	// certificate. Only for plain HTTP on a local machine (--insecure-http).
-	AllowUnauthenticated bool
+	// AllowedClients are the client identities (a certificate's common
+	// name, DNS or URI SAN, or email SAN) that may change membership, once
+	// the certificate verified against the client CA. Empty lets every
+	// certificate of that CA change membership (a library default for
+	// tests; the sidecar command and the webhook always set it). Read calls
+	// (GET /v1/...) need a verified certificate but no listed identity.
+	AllowedClients []string
+	// InsecureAllowUnauthenticated lets every call through without a
+	// client certificate: plain HTTP, for tests on one machine only
+	// (--insecure-http).
+	InsecureAllowUnauthenticated bool
+	// Limits bound what one caller can make the sidecar hold: request
+	// sizes, requests in flight and the HTTP server's timeouts.
+	Limits Limits
 	// MinLearnerHealthy is how long a learner must have been healthy
 	// without interruption before it is promoted (default 5 s: etcd's
 	// strict reconfiguration check counts members connected for 5 s, and a
@@ -150,6 +166,7 @@ func (c *Config) setDefaults() {
 	if c.Registry == nil {
 		c.Registry = prometheus.NewRegistry()
 	}
+	c.Limits.setDefaults(c.RequestTimeout)
 }
 
 // Server is the sidecar: an http.Handler over one etcd cluster.
@@ -160,6 +177,9 @@ type Server struct {
 	mux     *http.ServeMux
 	local   *clientv3.Client
 	joiner  *joiner // nil unless Config.Joining is set
+
+	// inFlight holds a token per /v1/ call being answered (Limits.MaxInFlight).
+	inFlight chan struct{}
 
 	// mutations serializes the membership calls handled by this sidecar, so
 	// that each one checks and acts on a membership no sibling call is
@@ -233,12 +253,23 @@ func New(cfg Config) (*Server, error) {
 		lastHealthy:   map[uint64]time.Time{},
 		removalsSent:  map[uint64]time.Time{},
 		peerEndpoints: append([]string(nil), cfg.Endpoints[1:]...),
+		inFlight:      make(chan struct{}, cfg.Limits.MaxInFlight),
 	}
 	if len(s.peerEndpoints) > 0 {
 		if s.peers, err = newEtcdClient(s.peerEndpoints, cfg.EtcdTLS); err != nil {
 			local.Close()
 			return nil, fmt.Errorf("sidecar: connecting to etcd %v: %w", s.peerEndpoints, err)
 		}
+	}
+	if err := cfg.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "druid_stretch", Subsystem: "sidecar", Name: "requests_in_flight",
+		Help: "/v1/ calls being answered, bounded by the sidecar's in-flight limit.",
+	}, func() float64 { return float64(len(s.inFlight)) })); err != nil {
+		local.Close()
+		if s.peers != nil {
+			s.peers.Close()
+		}
+		return nil, fmt.Errorf("registering sidecar metrics: %w", err)
 	}
 	s.routes()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -286,7 +317,7 @@ func (s *Server) Close() error {
 // Serve answers on l until ctx ends, over TLS when tlsConfig is set, then
 // shuts down gracefully. It does not close the Server.
 func (s *Server) Serve(ctx context.Context, l net.Listener, tlsConfig *tls.Config) error {
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := s.cfg.Limits.HTTPServer(s.Handler())
 	if tlsConfig != nil {
 		l = tls.NewListener(l, tlsConfig)
 	}
@@ -306,8 +337,9 @@ func (s *Server) Serve(ctx context.Context, l net.Listener, tlsConfig *tls.Confi
 }
 
 // ServerTLSConfig is the sidecar's server TLS: its certificate, and client
-// certificates verified against clientCAFile when given (GET endpoints work
-// without one; mutating calls need one).
+// certificates verified against clientCAFile when given. The handshake
+// accepts a caller without a certificate, so that the kubelet's probes
+// (/healthz, /readyz) work; every /v1/ call then answers 401.
 func ServerTLSConfig(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
@@ -416,23 +448,26 @@ func setTarget(r *http.Request, target string) {
 	}
 }
 
-// handle wraps h with authentication (for mutating calls), the JSON answer,
-// metrics and a log line per mutating call.
+// handle wraps h with authentication and authorization (every /v1/ call),
+// the request limits, the JSON answer, metrics and a log line per mutating
+// call. Probes and the catch-all answer without a certificate.
 func (s *Server) handle(mux *http.ServeMux, pattern, operation string, mutating bool, h handlerFunc) {
+	_, path, _ := strings.Cut(pattern, " ")
+	api := strings.HasPrefix(path, "/v1/")
 	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		ci := &callInfo{target: r.PathValue("name")}
 		r = r.WithContext(context.WithValue(r.Context(), callInfoKey{}, ci))
-		caller, authErr := s.authenticate(r)
 		var (
 			status int
 			body   any
 			apiErr *Error
+			caller string
 		)
-		if mutating && authErr != nil {
-			apiErr = authErr
-		} else {
+		if !api {
 			status, body, apiErr = h(r)
+		} else if caller, apiErr = s.authorize(r, mutating); apiErr == nil {
+			status, body, apiErr = s.withinLimits(w, r, h)
 		}
 		reason := ReasonOK
 		if apiErr != nil {
@@ -464,34 +499,6 @@ func retryAfterSeconds(d time.Duration) int64 {
 		return 0
 	}
 	return int64(math.Ceil(d.Seconds()))
-}
-
-// authenticate names the caller by its client certificate's common name and
-// says whether it may mutate.
-func (s *Server) authenticate(r *http.Request) (string, *Error) {
-	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
-		if s.cfg.AllowUnauthenticated {
-			return "anonymous", nil
-		}
-		return "", &Error{StatusCode: http.StatusUnauthorized, Reason: ReasonUnauthorized,
-			Message: "membership changes need a client certificate signed by the sidecar's client CA"}
-	}
-	leaf := r.TLS.PeerCertificates[0]
-	if s.cfg.ClientCAs != nil {
-		inter := x509.NewCertPool()
-		for _, c := range r.TLS.PeerCertificates[1:] {
-			inter.AddCert(c)
-		}
-		_, err := leaf.Verify(x509.VerifyOptions{Roots: s.cfg.ClientCAs, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
-		if err != nil {
-			return leaf.Subject.CommonName, &Error{StatusCode: http.StatusUnauthorized, Reason: ReasonUnauthorized,
-				Message: fmt.Sprintf("the client certificate %q is not signed by the sidecar's client CA: %v", leaf.Subject.CommonName, err)}
-		}
-	} else if len(r.TLS.VerifiedChains) == 0 {
-		return leaf.Subject.CommonName, &Error{StatusCode: http.StatusUnauthorized, Reason: ReasonUnauthorized,
-			Message: fmt.Sprintf("the client certificate %q was not verified; serve the sidecar with a client CA (tls.VerifyClientCertIfGiven)", leaf.Subject.CommonName)}
-	}
-	return leaf.Subject.CommonName, nil
 }
 
 // readyz answers whether the local member serves requests. It reads with a

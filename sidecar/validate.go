@@ -80,7 +80,7 @@ func decodeJSON(r *http.Request, v any) *Error {
 		if errors.Is(err, io.EOF) {
 			return badRequest(ReasonMalformedRequest, "the request body is empty; want a JSON object")
 		}
-		return badRequest(ReasonMalformedRequest, "the request body is not valid: %v", err)
+		return bodyError(err)
 	}
 	if err := dec.Decode(&struct{}{}); !errors.Is(err, io.EOF) {
 		return badRequest(ReasonMalformedRequest, "the request body has data after the JSON object")

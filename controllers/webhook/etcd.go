@@ -15,7 +15,9 @@ import (
 )
 
 // EtcdValidator is the validating webhook on Etcds: the extension fields
-// are checked with ValidateEtcd on create and ValidateEtcdUpdate on update.
+// are checked with ValidateEtcd on create and ValidateEtcdUpdate on update,
+// and how the sidecars are reached with ValidateSidecarAccess (mutual TLS
+// unless the Etcd opted into plain HTTP for tests).
 // A refusal is an Invalid status whose causes name each offending field, as
 // the API server's own validation answers.
 type EtcdValidator struct {
@@ -32,7 +34,7 @@ func (v *EtcdValidator) Handle(_ context.Context, req admission.Request) admissi
 		if err := v.Decoder.Decode(req, e); err != nil {
 			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the Etcd: %w", err))
 		}
-		errs = validation.ValidateEtcd(e)
+		errs = append(validation.ValidateEtcd(e), validation.ValidateSidecarAccess(e)...)
 	case admissionv1.Update:
 		old := &v1alpha1.Etcd{}
 		if err := v.Decoder.Decode(req, e); err != nil {
@@ -41,7 +43,7 @@ func (v *EtcdValidator) Handle(_ context.Context, req admission.Request) admissi
 		if err := v.Decoder.DecodeRaw(req.OldObject, old); err != nil {
 			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the stored Etcd: %w", err))
 		}
-		errs = validation.ValidateEtcdUpdate(e, old)
+		errs = append(validation.ValidateEtcdUpdate(e, old), validation.ValidateSidecarAccess(e)...)
 	default:
 		return admission.Allowed("only creates and updates are validated")
 	}

@@ -42,6 +42,7 @@ var (
 		SidecarImage:           "registry.example/druid-stretch:test",
 		SidecarImagePullPolicy: corev1.PullIfNotPresent,
 		SidecarPort:            8090,
+		SidecarAllowedClients:  []string{"druid-stretch-controller"},
 		SidecarResources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("20m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
 			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")},

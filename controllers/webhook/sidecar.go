@@ -2,7 +2,9 @@ package webhook
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 
 	druidv1alpha1 "github.com/gardener/etcd-druid/api/core/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1/validation"
 )
 
 // SidecarContainerName is the name of the injected container.
@@ -50,6 +53,9 @@ const (
 // the same name is replaced in place, so a re-admission yields the same pod
 // spec and a changed --sidecar-image rolls out.
 func injectSidecar(pod *corev1.PodSpec, e *v1alpha1.Etcd, o Options) error {
+	if err := sidecarAccess(e, o); err != nil {
+		return err
+	}
 	c, volumes := sidecarContainer(e, o)
 	for _, other := range pod.Containers {
 		if other.Name == SidecarContainerName {
@@ -80,6 +86,33 @@ func injectSidecar(pod *corev1.PodSpec, e *v1alpha1.Etcd, o Options) error {
 	return nil
 }
 
+// sidecarAccess refuses to inject a sidecar that anyone reaching it could
+// use to change membership: without spec.backup.tls it would serve plain
+// HTTP, and without an allowed client identity every certificate of the
+// client CA could change membership.
+func sidecarAccess(e *v1alpha1.Etcd, o Options) error {
+	if errs := validation.ValidateSidecarAccess(e); len(errs) > 0 {
+		return fmt.Errorf("Etcd %s: %w", e.Name, errs.ToAggregate())
+	}
+	if e.Spec.Backup.TLS != nil && len(allowedClients(e, o)) == 0 {
+		return fmt.Errorf("Etcd %s: no client identity may change membership through its sidecars: set --sidecar-allowed-clients (chart value sidecar.allowedClients) or the annotation %s",
+			e.Name, v1alpha1.SidecarAllowedClientsAnnotation)
+	}
+	return nil
+}
+
+// allowedClients are the identities the webhook's options and e's
+// annotation allow, each once.
+func allowedClients(e *v1alpha1.Etcd, o Options) []string {
+	var out []string
+	for _, c := range append(slices.Clone(o.SidecarAllowedClients), e.SidecarAllowedClients()...) {
+		if !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 func hasVolume(pod *corev1.PodSpec, name string) bool {
 	for _, v := range pod.Volumes {
 		if v.Name == name {
@@ -92,9 +125,10 @@ func hasVolume(pod *corev1.PodSpec, name string) bool {
 // sidecarContainer renders the sidecar for e and the volumes it mounts.
 // Its flags are backup-restore's, pointed at the files druid mounts:
 //   - serving: spec.backup.tls's server certificate, client certificates
-//     verified against spec.backup.tls's CA (or --sidecar-client-ca-secret-name);
-//     plain HTTP (--insecure-http) when spec.backup.tls is unset, like
-//     backup-restore then;
+//     verified against spec.backup.tls's CA (or --sidecar-client-ca-secret-name),
+//     the allowed identities of --sidecar-allowed-clients and the Etcd's
+//     annotation; plain HTTP (--insecure-http) only for an Etcd with the
+//     insecure opt-in for tests;
 //   - etcd: spec.etcd.clientUrlTls's CA and client certificate, through
 //     druid's <etcd>-local host alias (the etcd server certificate's name),
 //     then druid's client Service for the time the local member is a learner.
@@ -151,8 +185,10 @@ func sidecarContainer(e *v1alpha1.Etcd, o Options) (corev1.Container, []corev1.V
 			fmt.Sprintf("--server-cert=%s/tls.crt", mountBackupRestoreServerTLS),
 			fmt.Sprintf("--server-key=%s/tls.key", mountBackupRestoreServerTLS),
 			"--client-ca="+clientCA,
+			"--allowed-client="+strings.Join(allowedClients(e, o), ","),
 		)
 	} else {
+		// Only with the Etcd's insecure opt-in (sidecarAccess).
 		args = append(args, "--insecure-http")
 	}
 
@@ -178,11 +214,7 @@ func sidecarContainer(e *v1alpha1.Etcd, o Options) (corev1.Container, []corev1.V
 			SuccessThreshold: 1,
 			FailureThreshold: 3,
 		},
-		SecurityContext: &corev1.SecurityContext{
-			AllowPrivilegeEscalation: ptr.To(false),
-			ReadOnlyRootFilesystem:   ptr.To(true),
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-		},
+		SecurityContext:          RestrictedSecurityContext(),
 		TerminationMessagePath:   corev1.TerminationMessagePathDefault,
 		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 	}
@@ -193,4 +225,19 @@ func sidecarContainer(e *v1alpha1.Etcd, o Options) (corev1.Container, []corev1.V
 		c.Resources.Limits = nil
 	}
 	return c, volumes
+}
+
+// RestrictedSecurityContext is the securityContext of every container
+// druid-stretch adds to a pod (the sidecar, its init container): Pod
+// Security's restricted profile, and a read-only root filesystem. The
+// druid-stretch image runs as a non-root user and writes nothing outside
+// its mounted volumes.
+func RestrictedSecurityContext() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		RunAsNonRoot:             ptr.To(true),
+		AllowPrivilegeEscalation: ptr.To(false),
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
 }

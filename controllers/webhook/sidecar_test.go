@@ -30,7 +30,7 @@ func backupTLSEtcd() *v1alpha1.Etcd {
 // --sidecar-client-ca-secret-name, volumes druid did not declare, and
 // druid's runtime-component annotation.
 func TestInjectSidecar(t *testing.T) {
-	opts := Options{SidecarImage: "img", SidecarPort: 8090}
+	opts := Options{SidecarImage: "img", SidecarPort: 8090, SidecarAllowedClients: []string{"druid-stretch-controller"}}
 	g := NewWithT(t)
 	g.Expect(opts.validate()).To(Succeed())
 

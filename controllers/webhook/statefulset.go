@@ -19,6 +19,7 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1/validation"
 )
 
 // StatefulSetMutator is the mutating webhook on druid's StatefulSets. For a
@@ -100,6 +101,9 @@ const PodWindowAnnotation = "druid-stretch.druid.gardener.cloud/pod-window"
 
 // mutate puts sts on e's pod window and injects the sidecar.
 func (m *StatefulSetMutator) mutate(sts *appsv1.StatefulSet, e *v1alpha1.Etcd) error {
+	if err := validation.ValidatePodWindow(e); err != nil {
+		return err
+	}
 	w := members.PodWindow(e)
 	if sts.Annotations == nil {
 		sts.Annotations = map[string]string{}

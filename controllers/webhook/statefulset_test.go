@@ -53,10 +53,12 @@ func etcdWithTLS(namespace string) *v1alpha1.Etcd {
 	}
 }
 
-// plainEtcd is an Etcd without any TLS.
+// plainEtcd is an Etcd without any TLS, opted into plain-HTTP sidecars
+// for tests.
 func plainEtcd(namespace string) *v1alpha1.Etcd {
 	return &v1alpha1.Etcd{
-		ObjectMeta: metav1.ObjectMeta{Name: "etcd-events", Namespace: namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: "etcd-events", Namespace: namespace,
+			Annotations: map[string]string{v1alpha1.InsecurePlainHTTPSidecarAnnotation: "true"}},
 		Spec: v1alpha1.EtcdSpec{EtcdSpec: druidv1alpha1.EtcdSpec{
 			Labels:   map[string]string{"app": "etcd-statefulset", "role": "events"},
 			Replicas: 3,
@@ -213,6 +215,7 @@ func tlsSidecar(ns string) corev1.Container {
 			"--server-cert=/var/etcdbr/ssl/server/tls.crt",
 			"--server-key=/var/etcdbr/ssl/server/tls.key",
 			"--client-ca=/var/etcdbr/ssl/ca/ca.crt",
+			"--allowed-client=druid-stretch-controller",
 			"--etcd-config=/var/etcd/config/etcd.conf.yaml",
 			"--member-name=seed-b-$(POD_NAME)",
 			"--member-peer-urls=https://$(POD_NAME).etcd-main-peer." + ns + ".svc:2380",
@@ -236,10 +239,13 @@ func tlsSidecar(ns string) corev1.Container {
 			ProbeHandler:   corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8090), Scheme: corev1.URISchemeHTTPS}},
 			TimeoutSeconds: 1, PeriodSeconds: 10, SuccessThreshold: 1, FailureThreshold: 3,
 		},
+		// Pod Security's restricted profile, written out.
 		SecurityContext: &corev1.SecurityContext{
+			RunAsNonRoot:             ptr.To(true),
 			AllowPrivilegeEscalation: ptr.To(false),
 			ReadOnlyRootFilesystem:   ptr.To(true),
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
 		TerminationMessagePath:   "/dev/termination-log",
 		TerminationMessagePolicy: corev1.TerminationMessageReadFile,

@@ -10,6 +10,7 @@ package webhook
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
@@ -53,6 +54,13 @@ type Options struct {
 	// each Etcd's namespace holding the CA that signs the controller's client
 	// certificate; empty means the Etcd's spec.backup.tls.tlsCASecretRef.
 	SidecarClientCASecretName string
+	// SidecarAllowedClients are the client certificate identities (common
+	// name or SAN) that may change membership through every injected
+	// sidecar: this cluster's controller, and the other clusters' during a
+	// live move. An Etcd adds its own with
+	// v1alpha1.SidecarAllowedClientsAnnotation. A sidecar serving TLS is
+	// injected only with at least one.
+	SidecarAllowedClients []string
 	// ClientGateBackendPort, when not 0, puts the sidecar's client gate in
 	// front of etcd's client port in the pods of Etcds whose client URLs
 	// are plain HTTP: etcd listens on 127.0.0.1 at this port, the sidecar's
@@ -74,6 +82,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"image pull policy of the injected sidecar: Always, IfNotPresent or Never")
 	fs.StringVar(&o.SidecarClientCASecretName, "sidecar-client-ca-secret-name", o.SidecarClientCASecretName,
 		"Secret (key ca.crt) in each Etcd's namespace with the CA of the controller's client certificate; empty uses the Etcd's spec.backup.tls.tlsCASecretRef")
+	fs.StringSliceVar(&o.SidecarAllowedClients, "sidecar-allowed-clients", o.SidecarAllowedClients,
+		"client certificate identities (common name or SAN) that may change membership through the injected sidecars; an Etcd adds its own with the annotation "+v1alpha1.SidecarAllowedClientsAnnotation)
 	fs.Int32Var(&o.ClientGateBackendPort, "client-gate-backend-port", o.ClientGateBackendPort,
 		"when not 0, etcd listens on 127.0.0.1 at this port and the sidecar's client gate serves etcd's client port, so member removals and leader transfers fail no client call (plain-HTTP client URLs only)")
 	if o.SidecarResources.Requests == nil {
@@ -140,6 +150,11 @@ func (o *Options) validate() error {
 	if n := o.SidecarClientCASecretName; n != "" {
 		for _, msg := range validation.IsDNS1123Subdomain(n) {
 			errs = append(errs, fmt.Errorf("sidecar client CA Secret name %q (--sidecar-client-ca-secret-name): %s", n, msg))
+		}
+	}
+	for _, c := range o.SidecarAllowedClients {
+		if c == "" || strings.ContainsAny(c, " ,") {
+			errs = append(errs, fmt.Errorf("sidecar allowed client %q (--sidecar-allowed-clients): want a certificate identity (common name or SAN) without blanks", c))
 		}
 	}
 	for name, list := range map[string]corev1.ResourceList{"requests": o.SidecarResources.Requests, "limits": o.SidecarResources.Limits} {

@@ -31,6 +31,7 @@ func newSidecarCommand() *cobra.Command {
 		serverCert, serverKey, clientCA       string
 		listenAddress                         string
 		insecureHTTP                          bool
+		allowedClients                        []string
 		minLearnerHealthy                     time.Duration
 		etcdConfig, admissionFile             string
 		member                                memberFlags
@@ -42,8 +43,9 @@ func newSidecarCommand() *cobra.Command {
 		Long: `Serve the membership API (GET/POST /v1/members, /v1/members/{name}/promote,
 DELETE /v1/members/{name}, /v1/leader, /v1/lock, /healthz, /readyz, /metrics)
 beside one etcd member. The first --endpoints entry is the local member.
-Mutating calls need a client certificate signed by --client-ca; plain HTTP
-(--insecure-http) is for a local machine only and lets every caller mutate.`,
+Every /v1/ call needs a client certificate signed by --client-ca, and a
+membership change one whose identity --allowed-client lists. Plain HTTP
+(--insecure-http) is for tests on one machine only: every caller may mutate.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := ctrlzap.New()
@@ -65,11 +67,19 @@ Mutating calls need a client certificate signed by --client-ca; plain HTTP
 			}
 			var serverTLS *tls.Config
 			switch {
-			case insecureHTTP && (serverCert != "" || serverKey != "" || clientCA != ""):
-				return errors.New("--insecure-http contradicts --server-cert/--server-key/--client-ca")
+			case insecureHTTP && (serverCert != "" || serverKey != "" || clientCA != "" || len(allowedClients) > 0):
+				return errors.New("--insecure-http contradicts --server-cert/--server-key/--client-ca/--allowed-client")
 			case !insecureHTTP:
 				if serverCert == "" || serverKey == "" || clientCA == "" {
-					return errors.New("--server-cert, --server-key and --client-ca are required (or --insecure-http for local use)")
+					return errors.New("--server-cert, --server-key and --client-ca are required (--insecure-http is for tests on one machine only)")
+				}
+				if len(allowedClients) == 0 {
+					return errors.New("--allowed-client is required: name the client certificate identities (common name or SAN) that may change membership")
+				}
+				for _, c := range allowedClients {
+					if c == "" || strings.ContainsAny(c, " ,") {
+						return fmt.Errorf("--allowed-client %q: want one certificate identity (common name or SAN), without spaces or commas", c)
+					}
 				}
 				var err error
 				if serverTLS, err = sidecar.ServerTLSConfig(serverCert, serverKey, clientCA); err != nil {
@@ -96,13 +106,14 @@ Mutating calls need a client certificate signed by --client-ca; plain HTTP
 			}
 			defer stopGate()
 			srv, err := sidecar.New(sidecar.Config{
-				ClientGate:           g,
-				Endpoints:            endpoints,
-				EtcdTLS:              etcdTLS,
-				AllowUnauthenticated: insecureHTTP,
-				MinLearnerHealthy:    minLearnerHealthy,
-				Logger:               log.WithName("sidecar"),
-				Joining:              joining,
+				ClientGate:                   g,
+				Endpoints:                    endpoints,
+				EtcdTLS:                      etcdTLS,
+				InsecureAllowUnauthenticated: insecureHTTP,
+				AllowedClients:               allowedClients,
+				MinLearnerHealthy:            minLearnerHealthy,
+				Logger:                       log.WithName("sidecar"),
+				Joining:                      joining,
 			})
 			if err != nil {
 				return err
@@ -127,7 +138,8 @@ Mutating calls need a client certificate signed by --client-ca; plain HTTP
 	f.StringVar(&serverKey, "server-key", "", "the sidecar's HTTPS key")
 	f.StringVar(&clientCA, "client-ca", "", "CA that signs the client certificates allowed to change membership")
 	f.StringVar(&listenAddress, "listen-address", ":8080", "address the sidecar serves on")
-	f.BoolVar(&insecureHTTP, "insecure-http", false, "serve plain HTTP and accept mutating calls without a client certificate (local use only)")
+	f.StringSliceVar(&allowedClients, "allowed-client", nil, "a client certificate identity (common name, DNS/URI/email SAN) allowed to change membership; repeat or comma-separate")
+	f.BoolVar(&insecureHTTP, "insecure-http", false, "INSECURE, for tests on one machine only: serve plain HTTP and accept every call without a client certificate")
 	f.DurationVar(&minLearnerHealthy, "min-learner-healthy", 5*time.Second, "how long a learner must be healthy without interruption before it is promoted")
 	f.StringVar(&etcdConfig, "etcd-config", "", "druid's etcd.conf.yaml: also serve etcd-wrapper's /initialization and /config for the local member, which starts once druid-stretch admits it")
 	f.StringVar(&admissionFile, "admission-file", "", "where the admission is kept (default: beside etcd's data directory)")

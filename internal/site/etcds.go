@@ -28,7 +28,8 @@ import (
 
 // EtcdMainManifest is a plain etcd-druid Etcd shaped like a Gardener
 // shoot's etcd-main (manifests/etcd-main.yaml): three members and a Local
-// backup store, no druid-stretch field.
+// backup store, no druid-stretch field, and the insecure plain-HTTP sidecar
+// opt-in for tests (the sites run on one machine without TLS).
 //
 //go:embed manifests/etcd-main.yaml
 var EtcdMainManifest []byte

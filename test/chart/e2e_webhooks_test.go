@@ -256,6 +256,12 @@ sidecar:
 	g.Expect(sidecar.Resources.Requests.Cpu().Equal(resource.MustParse("30m"))).To(BeTrue())
 	g.Expect(sidecar.Resources.Limits.Memory().Equal(resource.MustParse("100Mi"))).To(BeTrue())
 	g.Expect(sidecar.Args).To(ContainElement("--server-cert=/var/etcdbr/ssl/server/tls.crt"), "serves with the Etcd's backup TLS")
+	g.Expect(sidecar.Args).To(ContainElement("--allowed-client=druid-stretch-controller"), "the chart's sidecar.allowedClients")
+	// What the webhook adds runs under Pod Security's restricted profile.
+	expectRestricted(g, sidecar.SecurityContext, sidecar.Name)
+	for _, c := range stored.Spec.Template.Spec.InitContainers {
+		expectRestricted(g, c.SecurityContext, c.Name)
+	}
 
 	// The StatefulSet of a plain Etcd passes unchanged.
 	plainSts := druidStatefulSet(f.etcdNS, plain.Name)

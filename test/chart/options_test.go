@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -64,13 +65,7 @@ var chartOptions = []chartOption{
 
 			c := controllerContainer(g, dep)
 			g.Expect(c.Image).To(Equal("registry.example.com/druid-stretch:0.1.0"), "tag defaults to appVersion")
-			sc := c.SecurityContext
-			g.Expect(sc.ReadOnlyRootFilesystem).To(Equal(ptr.To(true)))
-			g.Expect(sc.AllowPrivilegeEscalation).To(Equal(ptr.To(false)))
-			g.Expect(sc.RunAsNonRoot).To(Equal(ptr.To(true)))
-			g.Expect(sc.Capabilities.Drop).To(ConsistOf(corev1.Capability("ALL")))
-			g.Expect(sc.Capabilities.Add).To(BeEmpty())
-			g.Expect(sc.SeccompProfile.Type).To(Equal(corev1.SeccompProfileTypeRuntimeDefault))
+			expectRestricted(g, c.SecurityContext, c.Name)
 			g.Expect(c.Resources.Requests).To(HaveKey(corev1.ResourceCPU))
 			g.Expect(c.Resources.Requests).To(HaveKey(corev1.ResourceMemory))
 			g.Expect(c.LivenessProbe.HTTPGet.Path).To(Equal("/healthz"))
@@ -287,6 +282,9 @@ sidecar:
 		values: `
 webhook:
   timeoutSeconds: 5
+  namespaceSelector:
+    matchLabels:
+      druid-stretch.io/served: "true"
   statefulSetMutator:
     failurePolicy: Ignore
     namespaceSelector:
@@ -308,8 +306,18 @@ webhook:
 			g.Expect(*v.FailurePolicy).To(Equal(admissionregistrationv1.Ignore))
 			g.Expect(*m.TimeoutSeconds).To(Equal(int32(5)))
 			g.Expect(*v.TimeoutSeconds).To(Equal(int32(5)))
-			g.Expect(m.NamespaceSelector.MatchExpressions).To(HaveLen(1))
+			// webhook.namespaceSelector applies to both, each webhook's own
+			// narrows, and the system namespaces are always left out.
+			for _, sel := range []*metav1.LabelSelector{m.NamespaceSelector, v.NamespaceSelector} {
+				g.Expect(sel.MatchLabels).To(Equal(map[string]string{"druid-stretch.io/served": "true"}))
+				last := sel.MatchExpressions[len(sel.MatchExpressions)-1]
+				g.Expect(last.Key).To(Equal("kubernetes.io/metadata.name"))
+				g.Expect(last.Operator).To(Equal(metav1.LabelSelectorOpNotIn))
+				g.Expect(last.Values).To(ContainElements("kube-system", "kube-public", "kube-node-lease"))
+			}
+			g.Expect(m.NamespaceSelector.MatchExpressions).To(HaveLen(2))
 			g.Expect(m.NamespaceSelector.MatchExpressions[0].Values).To(Equal([]string{"shoot"}))
+			g.Expect(v.NamespaceSelector.MatchExpressions).To(HaveLen(1))
 			g.Expect(v.ObjectSelector.MatchLabels).To(Equal(map[string]string{"druid-stretch.io/enabled": "true"}))
 		},
 	},

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -305,4 +306,49 @@ func TestWebhookFailurePolicy(t *testing.T) {
 			g.Expect(admin.Create(ctx, plainStatefulSet(ns, "postgres"))).To(Succeed())
 		})
 	}
+}
+
+// TestWebhookDownOutsideServedNamespaces: with webhook.namespaceSelector
+// naming the served namespaces and no webhook server answering, druid's
+// StatefulSet and an extended Etcd in a namespace outside the selector are
+// admitted, while the same objects in a served namespace are refused and not
+// stored: a druid-stretch outage blocks only the namespaces it serves.
+func TestWebhookDownOutsideServedNamespaces(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	rec := newAdmissionRecorder(t)
+	downURL, caBundle := rec.srv.URL, rec.caBundle
+	rec.srv.Close() // nothing listens at downURL any more
+	installWebhooks(t, "served-namespaces", values(t, "webhook:\n  namespaceSelector:\n    matchLabels: {druid-stretch.io/served: \"true\"}\n"), downURL, caBundle)
+
+	served := newNamespace(t, "served")
+	g.Expect(admin.Patch(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: served}},
+		client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"druid-stretch.io/served":"true"}}}`)))).To(Succeed())
+	unserved := newNamespace(t, "unserved")
+	extended := func(ns, name string) *v1alpha1.Etcd {
+		e := newEtcd(ns, name)
+		e.Spec.OrdinalStart = ptr.To[int32](3)
+		return e
+	}
+
+	// Wait until the API server uses the new configuration: the served
+	// namespace's StatefulSet is refused by the failing call.
+	g.Eventually(func() error {
+		return admin.Create(ctx, druidStatefulSet(served, "probe"))
+	}).WithTimeout(15 * time.Second).WithPolling(100 * time.Millisecond).Should(MatchError(ContainSubstring("failed calling webhook")))
+	err := admin.Create(ctx, druidStatefulSet(served, "etcd-main"))
+	g.Expect(err).To(MatchError(ContainSubstring(`failed calling webhook "statefulsets.druid-stretch.druid.gardener.cloud"`)))
+	g.Expect(admin.Create(ctx, extended(served, "etcd-main"))).To(MatchError(ContainSubstring(`failed calling webhook "etcds.druid-stretch.druid.gardener.cloud"`)))
+	var stored appsv1.StatefulSetList
+	g.Expect(admin.List(ctx, &stored, client.InNamespace(served))).To(Succeed())
+	g.Expect(stored.Items).To(BeEmpty(), "nothing refused was stored")
+
+	// Outside the selector the webhook server's outage does not matter.
+	g.Expect(admin.Create(ctx, druidStatefulSet(unserved, "etcd-main"))).To(Succeed())
+	g.Expect(admin.Create(ctx, extended(unserved, "etcd-main"))).To(Succeed())
+	g.Expect(admin.List(ctx, &stored, client.InNamespace(unserved))).To(Succeed())
+	g.Expect(stored.Items).To(HaveLen(1))
+	// kube-system is never selected, whatever the values say.
+	g.Expect(admin.Create(ctx, druidStatefulSet("kube-system", "etcd-"+unserved))).To(Succeed())
+	g.Expect(admin.Delete(ctx, druidStatefulSet("kube-system", "etcd-"+unserved))).To(Succeed())
 }

@@ -50,7 +50,8 @@ func valuesExamples(t *testing.T) []example {
 				fields := strings.Fields(line)
 				for i, f := range fields {
 					if f == "--set" && i+1 < len(fields) {
-						if err := strvals.ParseInto(fields[i+1], v); err != nil {
+						// The shell takes the quotes off a quoted value.
+						if err := strvals.ParseInto(strings.Trim(fields[i+1], `'"`), v); err != nil {
 							t.Fatalf("%s: --set %s: %v", where, fields[i+1], err)
 						}
 					}

@@ -51,11 +51,14 @@ var (
 
 // ValidateEtcd checks the extension fields of e and how they fit druid's
 // fields (replicas, memberNamePrefix, peerUrlTls, additionalAdvertisePeerURLs).
-// It is the CRD's rules plus one the CRD cannot express: an external peer URL
-// must not be the in-cluster peer URL of a local pod, which depends on the
-// namespace (CEL sees only metadata.name).
+// It is the CRD's rules plus two the CRD does not express: an external peer
+// URL must not be the in-cluster peer URL of a local pod, which depends on
+// the namespace (CEL sees only metadata.name), and the bounds on replicas and
+// the ordinal range (bounds.go), which apply only to Etcds that use the
+// extension (druid's own Etcds keep druid's rules).
 func ValidateEtcd(e *v1alpha1.Etcd) field.ErrorList {
-	return append(ValidateCRDRules(e), validateInClusterPeerURLs(e)...)
+	errs := append(ValidateCRDRules(e), validateInClusterPeerURLs(e)...)
+	return append(errs, validateBounds(e)...)
 }
 
 // ValidateCRDRules are the rules of ValidateEtcd that the CRD enforces too
@@ -262,14 +265,17 @@ func validateURL(u string, path *field.Path, re *regexp.Regexp, reason string) f
 //   - dropping an external member that status shows as a voter while the
 //     Etcd has replicas (ownership.go).
 //
-// Mutable on purpose: spec.ordinalStart (a live move of the local members to
-// a new ordinal range), spec.externalMembersPolicy (Keep to Retire finishes a
-// move, Retire to Keep stops retiring; removed members stay removed), and
-// adding or removing external members. Toggling spec.etcd.peerUrlTls while
+// Mutable on purpose, within the bounds of validateTransitions (bounds.go):
+// spec.ordinalStart (a live move of the local members to a new ordinal
+// range, by at most spec.replicas at a time), spec.externalMembersPolicy
+// (Keep to Retire finishes a move, Retire to Keep stops retiring once the
+// controller converged; removed members stay removed), and adding or
+// removing external members. Toggling spec.etcd.peerUrlTls while
 // external members are listed is refused by the scheme rule together with
 // the peer URL rule above.
 func ValidateEtcdUpdate(newE, oldE *v1alpha1.Etcd) field.ErrorList {
 	errs := append(ValidateEtcd(newE), ValidateUpdateRules(newE, oldE)...)
+	errs = append(errs, validateTransitions(newE, oldE)...)
 	return append(errs, validateNoOrphanedVoter(newE, oldE)...)
 }
 

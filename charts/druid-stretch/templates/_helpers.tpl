@@ -96,3 +96,45 @@ leaderElectionID is controller.leaderElectionID, else <fullname>-membership
 {{/* webhookPath names the two admission endpoints the controller serves. */}}
 {{- define "druid-stretch.statefulSetMutatorPath" -}}/mutate-apps-v1-statefulset{{- end -}}
 {{- define "druid-stretch.etcdValidatorPath" -}}/validate-druid-gardener-cloud-v1alpha1-etcd{{- end -}}
+
+{{/*
+webhookNamespaceSelector joins webhook.namespaceSelector and one webhook's
+own (list root own): label sets merged, expressions appended, and the
+system namespaces and the release namespace always left out, so that a
+webhook outage never blocks them.
+*/}}
+{{- define "druid-stretch.webhookNamespaceSelector" -}}
+{{- $root := index . 0 -}}
+{{- $own := index . 1 -}}
+{{- $top := $root.Values.webhook.namespaceSelector -}}
+{{- $labels := merge (dict) (default (dict) $own.matchLabels) (default (dict) $top.matchLabels) -}}
+{{- $exprs := concat (default (list) $top.matchExpressions) (default (list) $own.matchExpressions) -}}
+{{- $exprs = append $exprs (dict "key" "kubernetes.io/metadata.name" "operator" "NotIn" "values" (list "kube-system" "kube-public" "kube-node-lease" $root.Release.Namespace)) -}}
+{{- if $labels }}
+matchLabels:
+  {{- toYaml $labels | nindent 2 }}
+{{- end }}
+matchExpressions:
+  {{- toYaml $exprs | nindent 2 }}
+{{- end -}}
+
+{{/* webhookObjectSelector joins webhook.objectSelector and one webhook's own (list root own). */}}
+{{- define "druid-stretch.webhookObjectSelector" -}}
+{{- $root := index . 0 -}}
+{{- $own := index . 1 -}}
+{{- $top := $root.Values.webhook.objectSelector -}}
+{{- $labels := merge (dict) (default (dict) $own.matchLabels) (default (dict) $top.matchLabels) -}}
+{{- $exprs := concat (default (list) $top.matchExpressions) (default (list) $own.matchExpressions) -}}
+{{- if or $labels $exprs }}
+{{- with $labels }}
+matchLabels:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $exprs }}
+matchExpressions:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- else -}}
+{}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,457 @@
+package sidecar_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/druid-stretch/druid-stretch/internal/localetcd"
+	"github.com/druid-stretch/druid-stretch/internal/pki"
+	"github.com/druid-stretch/druid-stretch/internal/refusaldoc"
+	"github.com/druid-stretch/druid-stretch/sidecar"
+)
+
+// controllerIdentity is the one identity the secured sidecar lets change
+// membership, as the chart's default sidecar.allowedClients.
+const controllerIdentity = "druid-stretch-controller"
+
+// securedSidecar is a sidecar served as the sidecar command serves it:
+// Serve with ServerTLSConfig's files, an allow-list, and short timeouts so
+// that slow clients are cut within the test.
+type securedSidecar struct {
+	url, addr string
+	limits    sidecar.Limits
+}
+
+func startSecuredSidecar(t *testing.T, tc *testCluster, via *localetcd.Member, limits sidecar.Limits) *securedSidecar {
+	t.Helper()
+	g := NewWithT(t)
+	b, err := tc.CA.IssueFiles(t.TempDir(), "sidecar", "127.0.0.1")
+	g.Expect(err).NotTo(HaveOccurred())
+	serverTLS, err := sidecar.ServerTLSConfig(b.CertFile, b.KeyFile, b.CAFile)
+	g.Expect(err).NotTo(HaveOccurred())
+	srv, err := sidecar.New(sidecar.Config{
+		Endpoints:      localetcd.SidecarEndpoints(via, tc.Runtime.Members()),
+		EtcdTLS:        via.ClientTLSConfig(),
+		AllowedClients: []string{controllerIdentity},
+		Limits:         limits,
+		Registry:       prometheus.NewRegistry(),
+		Logger:         testr.New(t),
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	g.Expect(err).NotTo(HaveOccurred())
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, l, serverTLS) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("serving the sidecar: %v", err)
+		}
+		if err := srv.Close(); err != nil {
+			t.Errorf("closing the sidecar: %v", err)
+		}
+	})
+	return &securedSidecar{url: "https://" + l.Addr().String(), addr: l.Addr().String(), limits: limits}
+}
+
+// answer is what one request got: a status and the sidecar's error body,
+// or the transport's error when there was no HTTP answer.
+type answer struct {
+	code             int
+	reason, message  string
+	transportFailure string
+	took             time.Duration // until a slow call ended
+}
+
+func (a answer) String() string {
+	if a.transportFailure != "" {
+		return "no HTTP answer: " + a.transportFailure
+	}
+	if a.reason == "" {
+		return strings.TrimSpace(fmt.Sprintf("%d %s", a.code, a.message))
+	}
+	return fmt.Sprintf("%d %s: %s", a.code, a.reason, a.message)
+}
+
+func send(hc *http.Client, req *http.Request) answer {
+	resp, err := hc.Do(req)
+	if err != nil {
+		return answer{transportFailure: err.Error()}
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	var e struct{ Reason, Message string }
+	if json.Unmarshal(body, &e) != nil {
+		e.Message = strings.TrimSpace(string(body)) // the HTTP server's own answer, not JSON
+	}
+	return answer{code: resp.StatusCode, reason: e.Reason, message: e.Message}
+}
+
+// endlessName is the start of a valid add request whose name never ends,
+// so that only the size limit can refuse it.
+func endlessName(size int64) io.Reader {
+	return io.MultiReader(strings.NewReader(`{"name":"`), io.LimitReader(letters{}, size-9))
+}
+
+type letters struct{}
+
+func (letters) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = 'a'
+	}
+	return len(p), nil
+}
+
+// TestSecurityRefusals sends every kind of bad input to a sidecar secured
+// as in production (mutual TLS, an allow-list, request limits, timeouts)
+// in front of a real three-member etcd cluster, compares etcd's member list
+// before and after each one, and keeps docs/security-refusals-sidecar.md as
+// the table of what it saw.
+func TestSecurityRefusals(t *testing.T) {
+	tc := startCluster(t, 3, clusterOptions{})
+	g := NewWithT(t)
+	via := tc.Members[0]
+	limits := sidecar.Limits{ReadHeaderTimeout: time.Second, ReadTimeout: 3 * time.Second, MaxInFlight: 1}
+	sc := startSecuredSidecar(t, tc, via, limits)
+
+	clientOf := func(ca *pki.CA, cn string) *http.Client {
+		pair, err := ca.Issue(cn, "127.0.0.1")
+		g.Expect(err).NotTo(HaveOccurred())
+		cert, err := tls.X509KeyPair(pair.CertPEM, pair.KeyPEM)
+		g.Expect(err).NotTo(HaveOccurred())
+		// The certificate is forced on the server: Go's client would send
+		// none that the server's list of acceptable CAs does not name.
+		return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+			RootCAs: tc.CA.Pool(), MinVersion: tls.VersionTLS12,
+			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil },
+		}}}
+	}
+	foreignCA, err := pki.NewCA("foreign-ca")
+	g.Expect(err).NotTo(HaveOccurred())
+	controller := clientOf(tc.CA, controllerIdentity)
+	stranger := clientOf(tc.CA, "etcd-operator-laptop")
+	foreign := clientOf(foreignCA, controllerIdentity)
+	anonymous := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: tc.CA.Pool(), MinVersion: tls.VersionTLS12}}}
+	for _, hc := range []*http.Client{controller, stranger, foreign, anonymous} {
+		t.Cleanup(hc.CloseIdleConnections)
+	}
+
+	controllerTLS, err := tc.CA.ClientConfig(ptrTo(must(tc.CA.Issue(controllerIdentity, "127.0.0.1"))))
+	g.Expect(err).NotTo(HaveOccurred())
+	controllerTLS.ServerName = "127.0.0.1"
+	list, err := sidecar.NewClient(sc.url, controllerTLS).Members(t.Context())
+	g.Expect(err).NotTo(HaveOccurred())
+	leader := leaderName(list)
+	var follower string
+	for _, m := range list.Members {
+		if !m.IsLeader {
+			follower = m.Name
+		}
+	}
+	g.Expect(leader).NotTo(BeEmpty())
+
+	// The doc shows no run's ports, member IDs or leader: they differ per run.
+	normalize := func(s string) string {
+		s = strings.ReplaceAll(s, sc.addr, "{sidecar}")
+		s = regexp.MustCompile(`127\.0\.0\.1:\d+`).ReplaceAllString(s, "127.0.0.1:{port}")
+		s = regexp.MustCompile(`\b[0-9a-f]{12,16}\b`).ReplaceAllString(s, "{member-id}")
+		s = strings.ReplaceAll(s, leader, "{leader}")
+		return strings.ReplaceAll(s, follower, "{follower}")
+	}
+	summary := func(members []string) string {
+		return fmt.Sprintf("%d members, %d learners", len(members), len(slices.DeleteFunc(slices.Clone(members), func(m string) bool { return !strings.Contains(m, "learner=true") })))
+	}
+	table := &refusaldoc.Table{
+		Title: "Bad input against the membership sidecar",
+		Intro: "Generated by `TestSecurityRefusals` (sidecar/security_test.go): each row was sent to a sidecar served as in production " +
+			"(mutual TLS with the client CA, `--allowed-client=" + controllerIdentity + "`, the request limits; for the test a 1 s header timeout, " +
+			"a 3 s read timeout and one call in flight) in front of a real three-member etcd cluster. " +
+			"\"state\" is etcd's member list read directly from etcd, not through the sidecar; the test compares member IDs, names, learner flags and peer URLs " +
+			"before and after every row and fails if anything changed. `{leader}`, `{follower}`, `{member-id}`, `{sidecar}` and `{port}` stand for what differs per run.",
+	}
+	// try sends one input, checks the answer and that etcd's membership is
+	// unchanged, and adds the row.
+	try := func(input, target string, do func() answer, check func(Gomega, answer)) {
+		t.Helper()
+		t.Run(input, func(t *testing.T) {
+			g := NewWithT(t)
+			before := tc.membership(g, via)
+			a := do()
+			check(g, a)
+			after := tc.membership(g, via)
+			g.Expect(after).To(Equal(before), "the membership changed")
+			table.Add(refusaldoc.Row{Input: input, Target: normalize(target), Answer: normalize(a.String()),
+				Before: summary(before), After: "unchanged"})
+		})
+	}
+	refused := func(code int, reason string) func(Gomega, answer) {
+		return func(g Gomega, a answer) {
+			g.Expect(a.transportFailure).To(BeEmpty())
+			g.Expect(a.code).To(Equal(code), "%s", a)
+			g.Expect(a.reason).To(Equal(reason), "%s", a)
+			g.Expect(a.message).NotTo(BeEmpty())
+		}
+	}
+	call := func(hc *http.Client, method, path, body string, header map[string]string) func() answer {
+		return func() answer {
+			req, err := http.NewRequest(method, sc.url+path, strings.NewReader(body))
+			if err != nil {
+				return answer{transportFailure: err.Error()}
+			}
+			for k, v := range header {
+				req.Header.Set(k, v)
+			}
+			return send(hc, req)
+		}
+	}
+	add := func(name, peer string) string {
+		return fmt.Sprintf(`{"name":%q,"peerURLs":[%q],"learner":true}`, name, peer)
+	}
+	const newPeer = "https://127.0.0.1:1"
+	type request struct{ method, path, body string }
+	mutations := []request{
+		{"POST", "/v1/members", add("x", newPeer)},
+		{"POST", "/v1/members/" + follower + "/promote", ""},
+		{"DELETE", "/v1/members/" + follower, ""},
+		{"POST", "/v1/leader", fmt.Sprintf(`{"name":%q}`, follower)},
+		{"POST", "/v1/lock", `{"holder":"me","ttlSeconds":10}`},
+		{"PUT", "/v1/retired/" + follower, `{"by":"me"}`},
+		{"POST", "/v1/clients/drain", ""},
+	}
+
+	// Who may call: mutual TLS, then the allow-list.
+	try("no client certificate", "GET /v1/members", call(anonymous, "GET", "/v1/members", "", nil), refused(401, sidecar.ReasonUnauthorized))
+	for _, m := range mutations {
+		try("no client certificate", m.method+" "+m.path, call(anonymous, m.method, m.path, m.body, nil), refused(401, sidecar.ReasonUnauthorized))
+	}
+	tlsRefused := func(g Gomega, a answer) {
+		g.Expect(a.transportFailure).To(ContainSubstring("certificate"), "the TLS handshake refuses the certificate")
+	}
+	try("a client certificate from another CA (common name "+controllerIdentity+")", "GET /v1/members", call(foreign, "GET", "/v1/members", "", nil), tlsRefused)
+	try("a client certificate from another CA (common name "+controllerIdentity+")", "DELETE /v1/members/"+follower, call(foreign, "DELETE", "/v1/members/"+follower, "", nil), tlsRefused)
+	for _, m := range mutations {
+		try("a certificate of the client CA whose identity is not allowed (etcd-operator-laptop)", m.method+" "+m.path, call(stranger, m.method, m.path, m.body, nil), refused(403, sidecar.ReasonForbidden))
+	}
+	try("plain HTTP to the sidecar's TLS port", "GET /v1/members", func() answer {
+		req, _ := http.NewRequest("GET", "http://"+sc.addr+"/v1/members", nil)
+		return send(&http.Client{Timeout: 10 * time.Second}, req)
+	}, func(g Gomega, a answer) { g.Expect(a.code).To(Equal(400), "%s", a) })
+
+	// Headers that name a caller are no identity.
+	forged := map[string]map[string]string{
+		"X-Forwarded-Client-Cert naming the controller":            {"X-Forwarded-Client-Cert": `Hash=0;Subject="CN=` + controllerIdentity + `"`},
+		"X-Remote-User and X-Forwarded-User naming the controller": {"X-Remote-User": controllerIdentity, "X-Forwarded-User": controllerIdentity},
+		"Authorization: Bearer":                                    {"Authorization": "Bearer " + controllerIdentity},
+		"the lock-holder header naming the controller":             {sidecar.HeaderLockHolder: controllerIdentity},
+	}
+	for _, what := range []string{"X-Forwarded-Client-Cert naming the controller", "X-Remote-User and X-Forwarded-User naming the controller", "Authorization: Bearer", "the lock-holder header naming the controller"} {
+		try("no client certificate, forged header: "+what, "DELETE /v1/members/"+follower, call(anonymous, "DELETE", "/v1/members/"+follower, "", forged[what]), refused(401, sidecar.ReasonUnauthorized))
+		try("a not-allowed certificate, forged header: "+what, "DELETE /v1/members/"+follower, call(stranger, "DELETE", "/v1/members/"+follower, "", forged[what]), refused(403, sidecar.ReasonForbidden))
+	}
+
+	// Size and time.
+	// hundredMB posts a 100 MB add request whose name never ends, its
+	// length announced or, with length -1, chunked.
+	hundredMB := func(hc *http.Client, length int64) func() answer {
+		return func() answer {
+			req, _ := http.NewRequest("POST", sc.url+"/v1/members", io.NopCloser(endlessName(100<<20)))
+			req.ContentLength = length
+			return send(hc, req)
+		}
+	}
+	try("a 100 MB body, Content-Length announced", "POST /v1/members", hundredMB(controller, 100<<20), refused(413, sidecar.ReasonRequestTooLarge))
+	try("a 100 MB body, chunked", "POST /v1/members", hundredMB(controller, -1), refused(413, sidecar.ReasonRequestTooLarge))
+	try("a 100 MB body without a client certificate", "POST /v1/members", hundredMB(anonymous, 100<<20), refused(401, sidecar.ReasonUnauthorized))
+	try("64 KiB of request headers", "GET /v1/members", func() answer {
+		req, _ := http.NewRequest("GET", sc.url+"/v1/members", nil)
+		req.Header.Set("X-Padding", strings.Repeat("a", 64<<10))
+		return send(controller, req)
+	}, func(g Gomega, a answer) { g.Expect(a.code).To(Equal(http.StatusRequestHeaderFieldsTooLarge), "%s", a) })
+	// slow opens a connection, sends partial (after the TLS handshake,
+	// when handshake), and never the rest: the server must end it.
+	slow := func(handshake bool, partial string) func() answer {
+		return func() answer {
+			conn, err := net.Dial("tcp", sc.addr)
+			if err != nil {
+				return answer{transportFailure: err.Error()}
+			}
+			defer conn.Close()
+			if handshake {
+				tc := tls.Client(conn, controllerTLS.Clone())
+				if err := tc.Handshake(); err != nil {
+					return answer{transportFailure: err.Error()}
+				}
+				if _, err := tc.Write([]byte(partial)); err != nil {
+					return answer{transportFailure: err.Error()}
+				}
+				conn = tc
+			}
+			start := time.Now()
+			_ = conn.SetReadDeadline(start.Add(30 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || isReset(err) {
+					return answer{transportFailure: "the server closed the connection", took: time.Since(start)}
+				}
+				return answer{transportFailure: err.Error(), took: time.Since(start)}
+			}
+			defer resp.Body.Close()
+			var e struct{ Reason, Message string }
+			_ = json.NewDecoder(resp.Body).Decode(&e)
+			return answer{code: resp.StatusCode, reason: e.Reason, message: e.Message, took: time.Since(start)}
+		}
+	}
+	// endedAfter: the server ended the call once timeout passed, not
+	// before and not much later.
+	endedAfter := func(timeout time.Duration, closed bool) func(Gomega, answer) {
+		return func(g Gomega, a answer) {
+			if closed {
+				g.Expect(a.transportFailure).To(Equal("the server closed the connection"), "%s", a)
+			} else {
+				g.Expect(a.code).To(Equal(400), "%s", a)
+				g.Expect(a.message).To(ContainSubstring("timeout"), "%s", a)
+			}
+			g.Expect(a.took).To(BeNumerically(">=", timeout-100*time.Millisecond))
+			g.Expect(a.took).To(BeNumerically("<", timeout+2*time.Second))
+		}
+	}
+	try("slow-loris: a TCP connection that never starts TLS (header timeout 1 s)", "the sidecar port", slow(false, ""), endedAfter(limits.ReadHeaderTimeout, true))
+	try("slow-loris: request headers that never end (header timeout 1 s)", "POST /v1/members", slow(true, "POST /v1/members HTTP/1.1\r\nHost: sidecar\r\nX-Slow: "), endedAfter(limits.ReadHeaderTimeout, true))
+
+	// Malformed requests from the allowed controller.
+	for _, m := range []struct{ what, body string }{
+		{"truncated JSON", `{"name":"x",`},
+		{"a JSON array", `["x"]`},
+		{"an empty body", ``},
+		{"JSON null", `null`},
+		{"an unknown field", `{"name":"x","peerURLs":["https://127.0.0.1:1"],"learner":true,"voter":true}`},
+		{"data after the JSON object", add("x", newPeer) + `{}`},
+		{"a string where a list belongs", `{"name":"x","peerURLs":"https://127.0.0.1:1","learner":true}`},
+		{"JSON nested 20000 deep", strings.Repeat("[", 20000)},
+		{"invalid UTF-8 in the name", "{\"name\":\"x\xff\",\"peerURLs\":[\"https://127.0.0.1:1\"],\"learner\":true}"},
+		{"a name with a space", add("etcd 9", newPeer)},
+		{"a peer URL without a port", add("x", "https://127.0.0.1")},
+		{"a peer URL with a path", add("x", "https://127.0.0.1:2380/x")},
+		{"a unix:// peer URL", add("x", "unix://127.0.0.1:2380")},
+		{"a voter add (learner false)", `{"name":"x","peerURLs":["https://127.0.0.1:1"]}`},
+	} {
+		try("malformed: "+m.what, "POST /v1/members", call(controller, "POST", "/v1/members", m.body, nil), func(g Gomega, a answer) {
+			g.Expect(a.code).To(Equal(400), "%s", a)
+			g.Expect(a.message).NotTo(BeEmpty())
+		})
+	}
+	try("malformed: a lock TTL of 0", "POST /v1/lock", call(controller, "POST", "/v1/lock", `{"holder":"me","ttlSeconds":0}`, nil), refused(400, sidecar.ReasonInvalidArgument))
+	try("malformed: a lock holder with a space", "DELETE /v1/members/"+follower, call(controller, "DELETE", "/v1/members/"+follower, "", map[string]string{sidecar.HeaderLockHolder: "me you"}), refused(400, sidecar.ReasonInvalidName))
+	try("malformed: a name with a slash in the path", "DELETE /v1/members/bad%2Fname", call(controller, "DELETE", "/v1/members/bad%2Fname", "", nil), refused(400, sidecar.ReasonInvalidName))
+	try("an unknown endpoint", "POST /v1/members/"+follower+"/demote", call(controller, "POST", "/v1/members/"+follower+"/demote", "", nil), refused(404, sidecar.ReasonNotFound))
+
+	// Unknown members.
+	const unknownID = "fedcba9876543210"
+	try("promote an unknown member ID", "POST /v1/members/"+unknownID+"/promote", call(controller, "POST", "/v1/members/"+unknownID+"/promote", "", nil), refused(404, sidecar.ReasonMemberNotFound))
+	try("leadership to an unknown member ID", "POST /v1/leader", call(controller, "POST", "/v1/leader", `{"name":"`+unknownID+`"}`, nil), refused(404, sidecar.ReasonMemberNotFound))
+	try("leadership to an unknown member name", "POST /v1/leader", call(controller, "POST", "/v1/leader", `{"name":"nobody"}`, nil), refused(404, sidecar.ReasonMemberNotFound))
+	try("remove the leader", "DELETE /v1/members/"+leader, call(controller, "DELETE", "/v1/members/"+leader, "", nil), refused(409, sidecar.ReasonIsLeader))
+	try("a stale membership fingerprint", "DELETE /v1/members/"+follower, call(controller, "DELETE", "/v1/members/"+follower, "", map[string]string{sidecar.HeaderMembership: "0123456789abcdef"}), refused(409, sidecar.ReasonMembershipChanged))
+
+	// The allow-list lets its identities through, by common name or SAN,
+	// and a read needs no listed identity. (A no-op removal changes
+	// nothing: the member is not there.)
+	sanOnly := func() *http.Client {
+		pair, err := tc.CA.Issue("laptop", "127.0.0.1", controllerIdentity)
+		g.Expect(err).NotTo(HaveOccurred())
+		cfg, err := tc.CA.ClientConfig(&pair)
+		g.Expect(err).NotTo(HaveOccurred())
+		return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+	}()
+	t.Cleanup(sanOnly.CloseIdleConnections)
+	for _, tc2 := range []struct {
+		name   string
+		client *http.Client
+		method string
+		path   string
+		want   int
+	}{
+		{"the allowed common name may change membership", controller, "DELETE", "/v1/members/nobody", http.StatusOK},
+		{"the allowed identity as a DNS SAN may change membership", sanOnly, "DELETE", "/v1/members/nobody", http.StatusOK},
+		{"a certificate of the client CA may read", stranger, "GET", "/v1/members", http.StatusOK},
+	} {
+		t.Run(tc2.name, func(t *testing.T) {
+			g := NewWithT(t)
+			before := tc.membership(g, via)
+			a := call(tc2.client, tc2.method, tc2.path, "", nil)()
+			g.Expect(a.code).To(Equal(tc2.want), "%s", a)
+			g.Expect(tc.membership(g, via)).To(Equal(before))
+		})
+	}
+
+	// Last but one: the answer frees the only slot just after it is sent.
+	try("slow body: a body that never comes (read timeout 3 s)", "POST /v1/members",
+		slow(true, "POST /v1/members HTTP/1.1\r\nHost: sidecar\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n{\"name\":"), endedAfter(limits.ReadTimeout, false))
+
+	// The bound on calls in flight: one call holds the only slot (its body
+	// never comes), the next is refused at once.
+	try("a call while another holds the only slot (MaxInFlight 1)", "GET /v1/members", func() answer {
+		conn, err := tls.Dial("tcp", sc.addr, controllerTLS.Clone())
+		if err != nil {
+			return answer{transportFailure: err.Error()}
+		}
+		defer conn.Close()
+		if _, err := conn.Write([]byte("POST /v1/members HTTP/1.1\r\nHost: sidecar\r\nContent-Length: 200\r\n\r\n{")); err != nil {
+			return answer{transportFailure: err.Error()}
+		}
+		// The held call is in its handler once the in-flight gauge (on
+		// /metrics, which takes no slot) says so.
+		inFlight := regexp.MustCompile(`(?m)^druid_stretch_sidecar_requests_in_flight 1$`)
+		for deadline := time.Now().Add(limits.ReadTimeout); ; time.Sleep(20 * time.Millisecond) {
+			resp, err := anonymous.Get(sc.url + "/metrics")
+			if err != nil {
+				return answer{transportFailure: err.Error()}
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if inFlight.Match(body) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return answer{transportFailure: "the held call never reached its handler"}
+			}
+		}
+		return call(controller, "GET", "/v1/members", "", nil)()
+	}, refused(429, sidecar.ReasonTooManyRequests))
+
+	g.Expect(len(table.Rows)).To(BeNumerically(">=", 40))
+	if !t.Failed() {
+		refusaldoc.Check(t, table, "security-refusals-sidecar.md")
+	}
+}
+
+func isReset(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && strings.Contains(op.Err.Error(), "reset")
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func ptrTo[T any](v T) *T { return &v }
