@@ -55,12 +55,16 @@ func (e *Env) startShootLoad(ctx context.Context, show *liveView) (_ *shootLoad,
 	if s.b, err = e.newShootAPIServer(e.B); err != nil {
 		return s, err
 	}
-	urls, err := e.servingMembers(ctx, e.A)
-	if err != nil {
-		return s, err
+	// A readiness probe of a member on a loaded machine can miss its short
+	// timeout: ask again until one serves, for a while.
+	var urls []string
+	for deadline := time.Now().Add(30 * time.Second); len(urls) == 0 && time.Now().Before(deadline); {
+		if urls, err = e.servingMembers(ctx, e.A); err != nil {
+			return s, err
+		}
 	}
 	if len(urls) == 0 {
-		return s, errors.New("no member of the source serves: nothing to start cluster A's shoot kube-apiserver on")
+		return s, errors.New("no member of the source serves (30 s of readiness probes): nothing to start cluster A's shoot kube-apiserver on")
 	}
 	show.printf("starting cluster A's shoot kube-apiserver on %d source members, and client-go clients through it ...", len(urls))
 	if err := s.a.start(urls); err != nil {
