@@ -62,6 +62,9 @@ func (e *Env) startShootLoad(ctx context.Context, show *liveView) (_ *shootLoad,
 		if urls, err = e.servingMembers(ctx, e.A); err != nil {
 			return s, err
 		}
+		if len(urls) == 0 {
+			time.Sleep(250 * time.Millisecond) // the interval between two rounds of probes
+		}
 	}
 	if len(urls) == 0 {
 		return s, errors.New("no member of the source serves (30 s of readiness probes): nothing to start cluster A's shoot kube-apiserver on")
