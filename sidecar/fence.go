@@ -22,6 +22,14 @@ import (
 // record whose sidecar died mid-call closes itself when the lease ends);
 // after the call it says how the call ended. GET /v1/members shows it, so a
 // controller that restarts sees what its predecessor sent last.
+//
+// A leader transfer is the exception: it changes no membership, and one sent
+// on a stale lock only hands leadership to a healthy voter, which loses
+// nothing. It is checked against the lock as observed, not fenced, and
+// recorded after it happened: the clients are held through the transfer,
+// and a fence's transaction would add a commit across the sites to that
+// hold (measured: the destination's longest write gap went from 0.87-0.91 s
+// to 1.03 s).
 
 // stepKey holds the record of the latest membership change sent through any
 // sidecar of the cluster.
@@ -87,7 +95,9 @@ func parseStep(kv *mvccpb.KeyValue) *StepRecord {
 	if json.Unmarshal(kv.Value, &rec) != nil {
 		return nil
 	}
-	if rec.State == StepInFlight {
+	if rec.State == StepInFlight || rec.Revision == 0 {
+		// An open record, or a leader transfer recorded after the fact: the
+		// key's revision is the change's.
 		rec.Revision = kv.ModRevision
 	}
 	return &rec
@@ -256,6 +266,33 @@ func (s *Server) closeStep(rec StepRecord) {
 		})
 		if err != nil {
 			s.log.Info("closing the step record failed; it closes when its lease runs out", "kind", rec.Kind, "target", rec.Target, "error", err.Error())
+		}
+	}()
+}
+
+// recordLeaderMove records a leader transfer once it happened, as a closed
+// record, unless another change was recorded since v was observed. It runs
+// in the background, like closing a record.
+func (s *Server) recordLeaderMove(r *http.Request, v *view, target string) {
+	caller := callerLock(r)
+	rec := StepRecord{Kind: StepMoveLeader, Target: target, Holder: caller.Holder, Token: caller.Token,
+		Sidecar: formatID(s.localIDNow()), State: StepSucceeded, Changed: true, Time: time.Now().UTC().Format(time.RFC3339Nano)}
+	since := modRevision(v.step)
+	s.recordsClosing.Add(1)
+	go func() {
+		defer s.recordsClosing.Done()
+		ctx, cancel := context.WithTimeout(s.background, s.cfg.RequestTimeout)
+		defer cancel()
+		// Revision stays 0 in the body: readers take the key's own.
+		body, err := json.Marshal(rec)
+		if err == nil {
+			err = s.withCluster(ctx, func(c *clientv3.Client) error {
+				_, err := c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(stepKey), "=", since)).Then(clientv3.OpPut(stepKey, string(body))).Commit()
+				return err
+			})
+		}
+		if err != nil {
+			s.log.Info("recording the leader transfer failed", "target", target, "error", err.Error())
 		}
 	}()
 }

@@ -508,21 +508,15 @@ func (s *Server) moveLeader(r *http.Request) (int, any, *Error) {
 		if target.pb.ID == s.localIDNow() {
 			return http.StatusOK, ChangeResult{Member: target.api}, nil
 		}
-		step, e := s.fence(ctx, r, v, StepRecord{Kind: StepMoveLeader, Target: req.Name})
-		if e != nil {
-			return 0, nil, e
-		}
 		if _, err := s.local.MoveLeader(ctx, target.pb.ID); err != nil {
-			e := etcdError("moving leadership", err)
-			step.failed(e)
-			return 0, nil, e
+			return 0, nil, etcdError("moving leadership", err)
 		}
-		step.succeeded(true, "")
+		s.recordLeaderMove(r, v, req.Name)
 		out := target.api
 		out.IsLeader, out.Healthy = true, true
 		return http.StatusOK, ChangeResult{Member: out, Changed: true}, nil
 	}
-	v, err := s.observe(ctx, observeOptions{health: true, lockTTL: r.Header.Get(HeaderLockHolder) != ""})
+	v, err := s.observe(ctx, observeOptions{health: true})
 	if err != nil {
 		return 0, nil, etcdError("reading the membership", err)
 	}
@@ -558,16 +552,10 @@ func (s *Server) moveLeader(r *http.Request) (int, any, *Error) {
 	if err != nil {
 		return 0, nil, etcdError("connecting to the leader", err)
 	}
-	step, e := s.fence(ctx, r, v, StepRecord{Kind: StepMoveLeader, Target: req.Name})
-	if e != nil {
-		return 0, nil, e
-	}
 	if _, err := lc.MoveLeader(ctx, target.pb.ID); err != nil {
-		e := etcdError("moving leadership", err)
-		step.failed(e)
-		return 0, nil, e
+		return 0, nil, etcdError("moving leadership", err)
 	}
-	step.succeeded(true, "")
+	s.recordLeaderMove(r, v, req.Name)
 	out := target.api
 	out.IsLeader = true
 	return http.StatusOK, ChangeResult{Member: out, Changed: true}, nil
@@ -708,8 +696,10 @@ func (s *Server) beginChange(r *http.Request, health bool) (ctx context.Context,
 	// controller killed mid-call): its record then tells how it ended.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.RequestTimeout)
 	done = func() { cancel(); s.mutations.Unlock() }
-	// The fence needs the lock's remaining time when the caller holds it.
-	v, err := s.observe(ctx, observeOptions{health: health, lockTTL: r.Header.Get(HeaderLockHolder) != ""})
+	// The fence needs the lock's remaining time when the caller holds it;
+	// a leader transfer is not fenced (moveLeader) and needs none.
+	fenced := r.Header.Get(HeaderLockHolder) != "" && r.URL.Path != "/v1/leader"
+	v, err := s.observe(ctx, observeOptions{health: health, lockTTL: fenced})
 	if err != nil {
 		done()
 		return nil, nil, nil, etcdError("reading the membership", err)
