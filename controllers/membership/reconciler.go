@@ -257,7 +257,13 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 			s.settle(applied)
 		}
 	}
-	r.noteTie(key, membership.Tie(plan.Input.Members), obs.At)
+	// An observation only ends a tie: it is timed from the change that made
+	// it, which this controller's own steps report. A tie that another
+	// controller made and ended between two of this one's observations
+	// (seconds apart, up to a backoff) would otherwise be timed by them.
+	if !membership.Tie(plan.Input.Members) {
+		r.noteTie(key, false, obs.At)
+	}
 	r.holdStalledLearner(s, &plan)
 
 	if len(plan.Unretire) > 0 {
