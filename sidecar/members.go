@@ -34,7 +34,7 @@ func (s *Server) addLearner(r *http.Request) (int, any, *Error) {
 		return 0, nil, badRequest(ReasonInvalidArgument,
 			`only learners can be added ("learner": true); a voter joins as a learner and is promoted once it caught up, so quorum never depends on a member that has not synced`)
 	}
-	ctx, v, done, e := s.beginChange(r, false)
+	ctx, v, done, e := s.beginChange(r, false, true)
 	if e != nil {
 		return 0, nil, e
 	}
@@ -87,7 +87,7 @@ func (s *Server) promote(r *http.Request) (int, any, *Error) {
 	if e := validateName("member name", name); e != nil {
 		return 0, nil, e
 	}
-	ctx, v, done, e := s.beginChange(r, true)
+	ctx, v, done, e := s.beginChange(r, true, true)
 	if e != nil {
 		return 0, nil, e
 	}
@@ -269,7 +269,7 @@ func (s *Server) remove(r *http.Request) (int, any, *Error) {
 	if e := validateName("member name", name); e != nil {
 		return 0, nil, e
 	}
-	ctx, v, done, e := s.beginChange(r, true)
+	ctx, v, done, e := s.beginChange(r, true, true)
 	if e != nil {
 		return 0, nil, e
 	}
@@ -486,8 +486,8 @@ func (s *Server) moveLeader(r *http.Request) (int, any, *Error) {
 	}
 	setTarget(r, req.Name)
 	// The member list and the lock first; every member's health only when
-	// the fast path below does not apply.
-	ctx, v, done, e := s.beginChange(r, false)
+	// the fast path below does not apply. Not fenced (fence.go).
+	ctx, v, done, e := s.beginChange(r, false, false)
 	if e != nil {
 		return 0, nil, e
 	}
@@ -688,18 +688,17 @@ func etcdError(doing string, err error) *Error {
 
 // beginChange serializes this sidecar's mutating calls and reads the
 // membership the change is decided on, refusing a caller that names itself
-// but does not hold the membership lock. The caller calls done when the
-// change is over.
-func (s *Server) beginChange(r *http.Request, health bool) (ctx context.Context, v *view, done func(), e *Error) {
+// but does not hold the membership lock. fenced says the change goes
+// through the fence (fence.go), which needs the lock's remaining time. The
+// caller calls done when the change is over.
+func (s *Server) beginChange(r *http.Request, health, fenced bool) (ctx context.Context, v *view, done func(), e *Error) {
 	s.mutations.Lock()
 	// A change once sent runs to its end even if the caller hangs up (a
 	// controller killed mid-call): its record then tells how it ended.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.RequestTimeout)
 	done = func() { cancel(); s.mutations.Unlock() }
-	// The fence needs the lock's remaining time when the caller holds it;
-	// a leader transfer is not fenced (moveLeader) and needs none.
-	fenced := r.Header.Get(HeaderLockHolder) != "" && r.URL.Path != "/v1/leader"
-	v, err := s.observe(ctx, observeOptions{health: health, lockTTL: fenced})
+	// The fence needs the lock's remaining time when the caller holds it.
+	v, err := s.observe(ctx, observeOptions{health: health, lockTTL: fenced && r.Header.Get(HeaderLockHolder) != ""})
 	if err != nil {
 		done()
 		return nil, nil, nil, etcdError("reading the membership", err)
