@@ -681,6 +681,10 @@ func etcdError(doing string, err error) *Error {
 		return mk(http.StatusNotFound, ReasonMemberNotFound, 0)
 	case isEtcdError(err, rpctypes.ErrGRPCBadLeaderTransferee):
 		return mk(http.StatusConflict, ReasonMemberUnhealthy, time.Second)
+	case isEtcdError(err, rpctypes.ErrGRPCNoSpace):
+		e := mk(http.StatusServiceUnavailable, ReasonNoSpace, 5*time.Second)
+		e.Message += " (etcd's NOSPACE alarm is raised: it takes no writes until its backend is compacted and defragmented and the alarm disarmed, etcdctl alarm disarm)"
+		return e
 	}
 	// Timeouts, lost connections and anything unforeseen.
 	return mk(http.StatusServiceUnavailable, ReasonEtcdUnavailable, time.Second)

@@ -292,7 +292,7 @@ func (s *Server) noteView(v *view, removing map[uint64]bool) {
 		s.peers.SetEndpoints(eps...)
 		return
 	}
-	if c, err := newEtcdClient(eps, s.cfg.EtcdTLS); err == nil {
+	if c, err := newEtcdClient(eps, &s.cfg); err == nil {
 		s.peers = c
 	}
 }
@@ -414,7 +414,7 @@ func (s *Server) memberConn(m *pb.Member) (*clientv3.Client, error) {
 		c.client.Close()
 		delete(s.memberConns, m.ID)
 	}
-	c, err := newEtcdClient(m.ClientURLs, s.cfg.EtcdTLS)
+	c, err := newEtcdClient(m.ClientURLs, &s.cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %v: %w", m.ClientURLs, err)
 	}

@@ -66,6 +66,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/druid-stretch/druid-stretch/internal/clientgate"
 )
@@ -139,6 +140,10 @@ type Config struct {
 	// asks for initialisation and configuration (see join.go): its member
 	// starts only once druid-stretch admitted it.
 	Joining *Joining
+	// DialContext, when set, opens the sidecar's connections to etcd
+	// (tests place an in-process sidecar in its emulated network site with
+	// it); nil dials directly.
+	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 func (c *Config) setDefaults() {
@@ -238,7 +243,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	local, err := newEtcdClient(cfg.Endpoints[:1], cfg.EtcdTLS)
+	local, err := newEtcdClient(cfg.Endpoints[:1], &cfg)
 	if err != nil {
 		return nil, fmt.Errorf("sidecar: connecting to the local etcd member %s: %w", cfg.Endpoints[0], err)
 	}
@@ -256,7 +261,7 @@ func New(cfg Config) (*Server, error) {
 		inFlight:      make(chan struct{}, cfg.Limits.MaxInFlight),
 	}
 	if len(s.peerEndpoints) > 0 {
-		if s.peers, err = newEtcdClient(s.peerEndpoints, cfg.EtcdTLS); err != nil {
+		if s.peers, err = newEtcdClient(s.peerEndpoints, &cfg); err != nil {
 			local.Close()
 			return nil, fmt.Errorf("sidecar: connecting to etcd %v: %w", s.peerEndpoints, err)
 		}
@@ -394,10 +399,17 @@ func loadCertPool(file string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-func newEtcdClient(endpoints []string, tlsConfig *tls.Config) (*clientv3.Client, error) {
+func newEtcdClient(endpoints []string, cfg *Config) (*clientv3.Client, error) {
+	var dial []grpc.DialOption
+	if d := cfg.DialContext; d != nil {
+		dial = append(dial, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return d(ctx, "tcp", addr)
+		}))
+	}
 	return clientv3.New(clientv3.Config{
-		Endpoints: endpoints,
-		TLS:       tlsConfig,
+		Endpoints:   endpoints,
+		TLS:         cfg.EtcdTLS,
+		DialOptions: dial,
 		// The sidecar logs its own outcomes; the client's retry chatter
 		// about unreachable members would drown them.
 		Logger: zap.NewNop(),

@@ -78,6 +78,11 @@ const (
 	// ReasonChangeInFlight: another process's membership change is in
 	// flight (its step record is open); retry once it ended.
 	ReasonChangeInFlight = "ChangeInFlight"
+	// ReasonNoSpace: etcd's NOSPACE alarm is raised (a member's backend
+	// outgrew its --quota-backend-bytes), so etcd refuses the writes a
+	// change needs (the lock, its record); retry once an operator has
+	// compacted, defragmented and disarmed the alarm.
+	ReasonNoSpace = "NoSpace"
 	// ReasonEtcdUnavailable: etcd did not answer in time or failed in a way
 	// that has no more specific reason.
 	ReasonEtcdUnavailable = "EtcdUnavailable"

@@ -53,6 +53,13 @@ type Options struct {
 	// promoted (default 5 s: etcd's strict reconfiguration check counts a
 	// member after 5 s connected).
 	MinLearnerHealthy time.Duration
+	// MaxLearners is how many learners the planner lets catch up at once
+	// (default 1). Set it to the etcd members' --max-learners (etcd's
+	// default is 1): above 1, a move adds the members it still needs side
+	// by side before promoting them one by one. When etcd refuses a learner
+	// for its limit, the controller plans with the learners it had from
+	// then on, for that Etcd, and says so in an event.
+	MaxLearners int
 	// ProgressInterval is the requeue while steps are under way (default 1 s).
 	ProgressInterval time.Duration
 	// ConvergedInterval is the requeue once converged (default 30 s).
@@ -79,6 +86,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.MinLearnerHealthy <= 0 {
 		o.MinLearnerHealthy = 5 * time.Second
+	}
+	if o.MaxLearners <= 0 {
+		o.MaxLearners = 1
 	}
 	if o.ProgressInterval <= 0 {
 		o.ProgressInterval = time.Second
@@ -127,6 +137,9 @@ type Reconciler struct {
 	mu       sync.Mutex
 	failures map[types.NamespacedName]int
 	tieSince map[types.NamespacedName]time.Time
+	// learnerCap is the learner limit etcd enforced for an Etcd, learned
+	// from its refusal (ErrTooManyLearners), when below MaxLearners.
+	learnerCap map[types.NamespacedName]int
 }
 
 // NewReconciler returns the controller; register it with SetupWithManager.
@@ -147,7 +160,7 @@ func NewReconciler(d Dependencies, o Options) (*Reconciler, error) {
 	return &Reconciler{
 		client: d.Client, reader: d.APIReader, resolver: d.Resolver, recorder: d.Recorder, metrics: d.Metrics, opts: o, cluster: cluster,
 		started:  time.Now(),
-		failures: map[types.NamespacedName]int{}, tieSince: map[types.NamespacedName]time.Time{},
+		failures: map[types.NamespacedName]int{}, tieSince: map[types.NamespacedName]time.Time{}, learnerCap: map[types.NamespacedName]int{},
 	}, nil
 }
 
@@ -249,6 +262,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 	plan := r.cluster.Plan(obs, t, progress, pending, planner.Policy{
 		MinHealthyFor:          r.opts.MinLearnerHealthy,
 		LearnerProgressTimeout: r.opts.LearnerProgressTimeout,
+		MaxLearners:            r.maxLearners(key),
 	})
 	s.observed(obs, t, progress, plan.Input)
 	r.metrics.ObserveLearners(key, obs.List)
@@ -352,6 +366,15 @@ func (r *Reconciler) execute(ctx context.Context, s *scope, key types.Namespaced
 		}
 		return ctrl.Result{RequeueAfter: r.opts.ProgressInterval}, nil
 	case membership.Retry:
+		if res.Reason == sidecar.ReasonTooManyLearners {
+			// etcd's --max-learners is lower than MaxLearners: nothing
+			// changed, and no step failed; plan within etcd's limit.
+			n := learners(obs)
+			r.capLearners(key, n)
+			s.reconfiguring(v1alpha1.ReasonWaitingForLearner, fmt.Sprintf("etcd refused %s %s: it accepts %d learners at a time (its --max-learners), fewer than the controller's --max-learners %d; planning with %d", step.Kind, stepLabel(step), n, r.opts.MaxLearners, n))
+			r.event(s.etcd, corev1.EventTypeNormal, reasonLearnerLimit, string(step.Kind), "etcd accepts %d learners at a time (--max-learners), fewer than the controller's %d; the move goes on with %d", n, r.opts.MaxLearners, n)
+			return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+		}
 		s.stepRefused(step, res, false)
 		if res.Reason == sidecar.ReasonMembershipChanged {
 			return ctrl.Result{RequeueAfter: time.Millisecond}, nil
@@ -431,6 +454,35 @@ func (r *Reconciler) forget(key types.NamespacedName) {
 }
 
 // noteTie accounts the time the voters spent in a tie.
+// maxLearners is the learner limit to plan key's moves with.
+func (r *Reconciler) maxLearners(key types.NamespacedName) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c, ok := r.learnerCap[key]; ok {
+		return c
+	}
+	return r.opts.MaxLearners
+}
+
+// capLearners lowers key's learner limit to n (at least 1), the learners
+// etcd held when it refused one more.
+func (r *Reconciler) capLearners(key types.NamespacedName, n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.learnerCap[key] = max(n, 1)
+}
+
+// learners counts the learners of an observation.
+func learners(obs *membership.Observation) int {
+	n := 0
+	for _, m := range obs.List.Members {
+		if m.IsLearner {
+			n++
+		}
+	}
+	return n
+}
+
 func (r *Reconciler) noteTie(key types.NamespacedName, tie bool, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

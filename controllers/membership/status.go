@@ -36,6 +36,9 @@ const (
 	reasonRecordedFailure = "RecordedFailure"
 	// reasonNotDegraded is MembershipDegraded's reason when it is False.
 	reasonNotDegraded = "NotDegraded"
+	// reasonLearnerLimit is the event of etcd refusing a learner for its
+	// --max-learners, below the controller's.
+	reasonLearnerLimit = "LearnerLimit"
 )
 
 // scope is one reconcile of one Etcd: the object as read, the status being

@@ -6,7 +6,7 @@
 // site. Env is a lighter setup for the end-to-end tests of test/e2e: two
 // kube-apiservers (envtest), a membership controller for each, a pod runner
 // for each that runs real etcd members with their sidecars in its own WAN
-// site, the link emulator between the sites, the project's own retrying
+// site (the controller sits there too), the link emulator between the sites, the project's own retrying
 // etcd client writing and reading throughout, and (RehearsalOptions.
 // KubeAPIServers) a shoot kube-apiserver per cluster on that cluster's
 // members, with client-go clients through both.
@@ -93,9 +93,11 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Sites of the two clusters on the WAN; the client workload and the
-// in-process controllers sit in the WAN's local site, at no distance from
-// either.
+// Sites of the two clusters on the WAN. Each cluster's etcd members, their
+// sidecars, its membership controller and its shoot kube-apiserver sit in
+// its site; the client workload and the migration adapter (gardenlet's
+// part, which talks to both clusters' API servers) sit in the WAN's local
+// site, at no distance from either.
 const (
 	SiteA = "a"
 	SiteB = "b"
@@ -267,11 +269,16 @@ func (e *Env) startCluster(ctx context.Context, c *Cluster) error {
 		defer close(c.runnerDone)
 		_ = r.Run(runCtx)
 	}()
+	mc := e.steps.config(c)
+	// The controller runs in this process but sits in its cluster's site:
+	// its calls to the other site's sidecars pay the round trip and are
+	// cut by a partition, as a seed's controller's would be.
+	mc.DialContext = e.WAN.Dialer(c.Site).DialContext
 	c.ctrlConfig = membershipctrl.Options{
 		ClusterIdentity:  c.Identity,
 		SidecarTLS:       e.ClientTLS,
 		ProgressInterval: cfg.ControllerInterval,
-		Membership:       e.steps.config(c),
+		Membership:       mc,
 		AfterStepSent:    c.crash.afterStepSent(c),
 	}
 	return c.StartController()

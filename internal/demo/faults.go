@@ -1,13 +1,18 @@
 package demo
 
 // Failpoints of the demo clusters, for fault-injection tests: a controller
-// that dies after a step, sidecars that fail or hang.
+// that dies after a step, sidecars that fail or hang, a member whose
+// backend is over its quota.
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"sync"
 	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
@@ -98,4 +103,51 @@ func (p *sidecarFault) wrap(_ podrunner.Pod, h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// SetNoSpaceAlarm raises (on) or disarms (off) etcd's NOSPACE alarm for the
+// member named member: the state etcd enters when that member's backend
+// grows past its --quota-backend-bytes, a full disk's effect as etcd
+// shows it. The alarm is raised through etcd's maintenance API, the same
+// raft request a member's own quota check sends, so every member refuses
+// writes, lease grants and any transaction that writes (with "mvcc:
+// database space exceeded") until it is disarmed; reads and membership
+// changes still go through. Disarming is the operator's step after
+// compacting and defragmenting.
+func (e *Env) SetNoSpaceAlarm(ctx context.Context, member string, on bool) error {
+	cli, err := e.etcdClient(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = cli.Close() }()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	list, err := cli.MemberList(ctx)
+	if err != nil {
+		return fmt.Errorf("listing the members: %w", err)
+	}
+	var id uint64
+	for _, m := range list.Members {
+		if m.Name == member {
+			id = m.ID
+		}
+	}
+	if id == 0 {
+		return fmt.Errorf("no member %q in the member list", member)
+	}
+	if !on {
+		if _, err := cli.AlarmDisarm(ctx, &clientv3.AlarmMember{MemberID: id, Alarm: pb.AlarmType_NOSPACE}); err != nil {
+			return fmt.Errorf("disarming the NOSPACE alarm of %s: %w", member, err)
+		}
+		return nil
+	}
+	// clientv3 offers only listing and disarming; raising goes through the
+	// raw maintenance service.
+	_, err = pb.NewMaintenanceClient(cli.ActiveConnection()).Alarm(ctx, &pb.AlarmRequest{
+		Action: pb.AlarmRequest_ACTIVATE, MemberID: id, Alarm: pb.AlarmType_NOSPACE,
+	})
+	if err != nil {
+		return fmt.Errorf("raising the NOSPACE alarm of %s: %w", member, err)
+	}
+	return nil
 }

@@ -151,6 +151,28 @@ type EtcdMember struct {
 // of this Etcd in either cluster: the ground truth the controllers' status
 // is checked against.
 func (e *Env) EtcdMembers(ctx context.Context) ([]EtcdMember, error) {
+	cli, err := e.etcdClient(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = cli.Close() }()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := cli.MemberList(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing the members through %v: %w", cli.Endpoints(), err)
+	}
+	out := make([]EtcdMember, 0, len(resp.Members))
+	for _, m := range resp.Members {
+		out = append(out, EtcdMember{Name: m.Name, Learner: m.IsLearner})
+	}
+	slices.SortFunc(out, func(a, b EtcdMember) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// etcdClient connects to the running voters of this Etcd in either
+// cluster, as the controllers' status names them. The caller closes it.
+func (e *Env) etcdClient(ctx context.Context) (*clientv3.Client, error) {
 	voters, err := e.observedVoters(ctx)
 	if err != nil {
 		return nil, err
@@ -168,17 +190,5 @@ func (e *Env) EtcdMembers(ctx context.Context) ([]EtcdMember, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %v: %w", eps, err)
 	}
-	defer func() { _ = cli.Close() }()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	resp, err := cli.MemberList(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("listing the members through %v: %w", eps, err)
-	}
-	out := make([]EtcdMember, 0, len(resp.Members))
-	for _, m := range resp.Members {
-		out = append(out, EtcdMember{Name: m.Name, Learner: m.IsLearner})
-	}
-	slices.SortFunc(out, func(a, b EtcdMember) int { return strings.Compare(a.Name, b.Name) })
-	return out, nil
+	return cli, nil
 }

@@ -28,9 +28,12 @@
 // /proc/net/tcp and /proc/net/tcp6 to get its socket inode. It then looks for
 // that inode as "socket:[inode]" among /proc/<pid>/fd of the processes given
 // to RegisterProcess. Only registered pids are searched, so the lookup stays
-// cheap. A connection from this process itself (in-process clients,
-// sidecars), from a process that is not registered, or made where /proc cannot
-// be read, is placed in the WAN's local site. The lookup runs once, at accept
+// cheap. Code of this process sits in a site by dialing with WAN.Dialer(site),
+// which binds to a loopback source address of that site's own; the front
+// places such a connection by its address, before any /proc lookup. Any other
+// connection from this process itself (in-process clients), from a process
+// that is not registered, or made where /proc cannot be read, is placed in the
+// WAN's local site. The lookup runs once, at accept
 // time. Register a child process before it can dial (right after it starts).
 //
 // The TCP handshake itself is not delayed: a client's connect completes at

@@ -10,9 +10,9 @@ import (
 
 // WAN is a set of sites on one machine with a delay and a partition switch
 // between each pair of sites. Processes are placed in sites with
-// RegisterProcess; ports are placed in sites with Front. See the package doc
-// for how a connection's source site is found (Linux only). It is safe for
-// concurrent use.
+// RegisterProcess, code of this process with Dialer; ports are placed in
+// sites with Front. See the package doc for how a connection's source site
+// is found (Linux only). It is safe for concurrent use.
 type WAN struct {
 	fab fabric
 
@@ -21,7 +21,11 @@ type WAN struct {
 	sites  map[int]string // registered pid -> site
 	pairs  map[sitePair]*gate
 	fronts map[*Link]struct{}
-	closed bool
+	// sources are the loopback addresses Dialer binds to, one per site:
+	// a connection from one of them comes from its site, whatever
+	// process opened it.
+	sources map[string]string // source IP -> site
+	closed  bool
 }
 
 // sitePair is an unordered pair of different sites: a < b.
@@ -37,9 +41,10 @@ func pairOf(a, b string) sitePair {
 // NewWAN returns a WAN with no delays, no partitions and the local site "".
 func NewWAN() *WAN {
 	return &WAN{
-		sites:  map[int]string{},
-		pairs:  map[sitePair]*gate{},
-		fronts: map[*Link]struct{}{},
+		sites:   map[int]string{},
+		pairs:   map[sitePair]*gate{},
+		fronts:  map[*Link]struct{}{},
+		sources: map[string]string{},
 	}
 }
 
@@ -120,9 +125,40 @@ func (w *WAN) SetLocalSite(site string) {
 	w.local = site
 }
 
+// Dialer returns a dialer whose connections come from site: it binds to a
+// loopback address of the site's own (127.77.<n>.1, one per site, handed out
+// on first use), which every front of this WAN places in site. It is how
+// code of this process (a controller, a sidecar) sits in a site, where
+// RegisterProcess places child processes. The address needs no setup: Linux
+// routes all of 127.0.0.0/8 to the loopback device. Fronts listen on
+// 127.0.0.1, so the dialer reaches fronts and 127.0.0.1 ports alike.
+func (w *WAN) Dialer(site string) *net.Dialer {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ip := ""
+	for a, s := range w.sources {
+		if s == site {
+			ip = a
+		}
+	}
+	if ip == "" {
+		// 127.77.0.0/16: far from 127.0.0.1 and from the 127.0.0.53 of a
+		// local resolver; one /24 per site, in the order sites ask.
+		ip = fmt.Sprintf("127.77.%d.1", len(w.sources)+1)
+		w.sources[ip] = site
+	}
+	return &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+}
+
 // sourceSite finds the site a connection to a front comes from.
 func (w *WAN) sourceSite(c net.Conn) string {
 	w.mu.Lock()
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		if site, ok := w.sources[a.IP.String()]; ok {
+			w.mu.Unlock()
+			return site
+		}
+	}
 	local := w.local
 	pids := make([]int, 0, len(w.sites))
 	for pid := range w.sites {

@@ -256,3 +256,36 @@ func TestWANCloseClosesFronts(t *testing.T) {
 	_, err = NewWAN().Front("a", "no-port")
 	g.Expect(err).To(MatchError(ContainSubstring(`target "no-port"`)))
 }
+
+// TestWANDialerPlacesThisProcessInASite: two dialers of this one process,
+// each placed in a site with Dialer, are told apart by a front (a partition
+// of their pairs shows which site each came from), and the site's source
+// address stays the same for later dialers of the site.
+func TestWANDialerPlacesThisProcessInASite(t *testing.T) {
+	g := NewWithT(t)
+	w := newWANT(t)
+	srv := startEcho(t)
+	inB := frontT(t, w, "b", srv.addr())
+
+	fromA, fromB, fromC := w.Dialer("a"), w.Dialer("b"), w.Dialer("c")
+	g.Expect(w.Dialer("a").LocalAddr).To(Equal(fromA.LocalAddr), "one source address per site")
+	g.Expect(fromA.LocalAddr).NotTo(Equal(fromC.LocalAddr))
+
+	dial := func(d *net.Dialer) net.Conn {
+		c, err := d.Dial("tcp", inB.Addr())
+		g.Expect(err).NotTo(HaveOccurred())
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	w.Partition("a", "b")
+	_, err := echoRoundTrip(dial(fromA), "cut", 300*time.Millisecond)
+	g.Expect(isTimeout(err)).To(BeTrue(), "a dialer placed in a crosses the cut a-b, got %v", err)
+	_, err = echoRoundTrip(dial(fromB), "inside b", 5*time.Second)
+	g.Expect(err).NotTo(HaveOccurred(), "a dialer placed in b crosses nothing")
+	_, err = echoRoundTrip(dial(fromC), "c-b is not cut", 5*time.Second)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	w.Heal("a", "b")
+	_, err = echoRoundTrip(dial(fromA), "healed", 5*time.Second)
+	g.Expect(err).NotTo(HaveOccurred())
+}

@@ -64,7 +64,18 @@ func (m *Member) reserveEndpoints() (err error) {
 		if m.sidecarCfg != nil {
 			ep.sidecarLn = tls.NewListener(ep.sidecarLn, m.sidecarCfg)
 		}
-		m.SidecarURL = scheme + "://" + ep.sidecarLn.Addr().String()
+		advSidecar := ep.sidecarLn.Addr().String()
+		if wan := m.r.opts.WAN; wan != nil {
+			// The sidecar sits in its member's site too: a controller of
+			// the other site pays the round trip and is cut by a partition.
+			sf, err := wan.Front(m.Site, advSidecar)
+			if err != nil {
+				return fmt.Errorf("localetcd: WAN front for the sidecar port of %q: %w", m.Name, err)
+			}
+			ep.fronts = append(ep.fronts, sf)
+			advSidecar = sf.Addr()
+		}
+		m.SidecarURL = scheme + "://" + advSidecar
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -432,6 +432,12 @@ var retryReasons = []string{
 	sidecar.ReasonNotReady,
 	sidecar.ReasonLockExpiring,
 	sidecar.ReasonChangeInFlight,
+	// etcd refused the change's record: nothing was sent, and the move
+	// goes on once an operator disarmed the alarm.
+	sidecar.ReasonNoSpace,
+	// etcd holds as many learners as its --max-learners allows; the
+	// controller plans within that limit from then on.
+	sidecar.ReasonTooManyLearners,
 }
 
 // noteFenced remembers a StaleToken refusal: a newer process of this

@@ -155,6 +155,7 @@ func (c *Cluster) Input(obs *Observation, t Target, progress *Progress) planner.
 			Learner:    m.IsLearner,
 			Leader:     m.IsLeader,
 			Healthy:    m.Healthy,
+			Problem:    m.Error,
 			CaughtUp:   m.Healthy && (!m.IsLearner || m.BehindLeader <= c.cfg.MaxLearnerLag),
 			HealthyFor: time.Duration(m.HealthyForSeconds * float64(time.Second)),
 		}

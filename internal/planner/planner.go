@@ -30,6 +30,9 @@ type Member struct {
 	Learner, Leader bool
 	// Healthy means the member answered the latest status poll.
 	Healthy bool
+	// Problem is why the latest poll failed (an etcd alarm such as NOSPACE,
+	// "no leader", a timeout), as the caller knows it; it only words a wait.
+	Problem string
 	// CaughtUp means a learner is close enough to the leader to be promoted.
 	CaughtUp bool
 	// HealthyFor is how long the member has been healthy without a break;
@@ -256,6 +259,9 @@ func (v *view) healthGate(p Policy) (Step, bool) {
 			continue
 		}
 		if m.role != departing || m.Leader {
+			if m.Problem != "" {
+				return waitStep(RuleHealthyCluster, "WaitingForHealthyCluster: voter %s%s is unhealthy: %s", m.label(), m.roleNote(), m.Problem), true
+			}
 			return waitStep(RuleHealthyCluster, "WaitingForHealthyCluster: voter %s is not answering%s", m.label(), m.roleNote()), true
 		}
 		if down == nil {
@@ -270,37 +276,98 @@ func (v *view) healthGate(p Policy) (Step, bool) {
 	return v.removeVoter(down, p, RuleHealthyCluster, fmt.Sprintf("departing voter %s is down; removing it heals the cluster", down.label())), true
 }
 
-// learnerStep promotes, waits for or removes the learner we own.
+// learnerStep promotes, waits for or removes the learners we own.
 func (v *view) learnerStep(p Policy) (Step, bool) {
+	var ours []*member
+	for _, l := range v.learners {
+		if l.role == owned {
+			ours = append(ours, l)
+		}
+	}
+	if len(ours) == 0 {
+		return Step{}, false
+	}
+	if p.MaxLearners > 1 {
+		return v.parallelLearners(ours, p), true
+	}
 	// Rule 1: a learner of ours is an add still in flight; nothing else
 	// changes until it is promoted or removed.
-	for _, l := range v.learners {
-		if l.role != owned {
-			continue
-		}
-		switch {
-		case !l.CaughtUp && l.NoProgressFor >= p.LearnerProgressTimeout:
-			// Rule 8: a learner that never catches up holds the learner slot for
-			// good; remove it and let the caller report it and try again.
-			return l.step(Remove, RuleStuckLearner, fmt.Sprintf("learner %s made no progress for %s (limit %s)", l.label(), l.NoProgressFor, p.LearnerProgressTimeout)), true
-		case !l.Healthy:
-			return waitStep(RuleReadyLearner, "WaitingForLearner: %s is not answering yet", l.label()), true
-		case !l.CaughtUp:
-			return waitStep(RuleReadyLearner, "WaitingForLearner: %s is catching up with the leader", l.label()), true
-		case l.HealthyFor < p.MinHealthyFor:
-			// Rule 3: etcd's strict reconfiguration check counts a member only
-			// after 5 s connected; a voter promoted sooner blocks the next removal
-			// for up to 5 s, prolonging the n+1 (and any tie) by as much.
-			return waitStep(RuleReadyLearner, "WaitingForLearner: %s healthy for %s of %s", l.label(), l.HealthyFor, p.MinHealthyFor), true
-		}
-		after := v.voterCounts()
-		after[l.Side]++
-		if s, move := v.leaderBeforeTie(after); move {
-			return s, true
-		}
-		return l.step(Promote, RuleReadyLearner, fmt.Sprintf("learner %s is caught up and healthy for %s", l.label(), l.HealthyFor)), true
+	l := ours[0]
+	if s, ready := v.learnerState(l, p); !ready {
+		return s, true
 	}
-	return Step{}, false
+	return v.promote(l), true
+}
+
+// parallelLearners decides while several learners may catch up at once
+// (etcd's --max-learners above 1). The learners the target still needs are
+// added first, so that they catch up side by side instead of one after
+// another; each is promoted once ready, and the promotions interleave with
+// the removals exactly as one learner's would (rule 6): a learner in flight
+// counts as a voter still to come.
+func (v *view) parallelLearners(ours []*member, p Policy) Step {
+	inTie := v.goal != "" && holder(v.voterCounts()) == ""
+	if w := v.nextAdd(); w != nil && len(v.learners) < p.MaxLearners && !inTie {
+		// Rule 6: in a tie only the removal that ends it comes next. A
+		// conflicting peer URL holds only this add; the learners under way
+		// go on.
+		if s := v.addLearner(w, p); s.Kind == AddLearner {
+			return s
+		}
+	}
+	var ready *member
+	var first Step
+	for i, l := range ours {
+		s, ok := v.learnerState(l, p)
+		if s.Kind == Remove {
+			return s // rule 8: a stuck learner holds a slot for good
+		}
+		if ok && ready == nil {
+			ready = l
+		}
+		if i == 0 {
+			first = s
+		}
+	}
+	if ready == nil {
+		return first
+	}
+	if rm := v.nextRemoval(); rm != nil && v.removeFirst(rm, true, len(ours)) {
+		return v.removeVoter(rm, p, RuleInterleave, fmt.Sprintf("%s is departing", rm.label()))
+	}
+	return v.promote(ready)
+}
+
+// learnerState tells whether our learner l can be promoted; when it
+// cannot, the step is its wait or, for a stuck learner, its removal.
+func (v *view) learnerState(l *member, p Policy) (Step, bool) {
+	switch {
+	case !l.CaughtUp && l.NoProgressFor >= p.LearnerProgressTimeout:
+		// Rule 8: a learner that never catches up holds the learner slot for
+		// good; remove it and let the caller report it and try again.
+		return l.step(Remove, RuleStuckLearner, fmt.Sprintf("learner %s made no progress for %s (limit %s)", l.label(), l.NoProgressFor, p.LearnerProgressTimeout)), false
+	case !l.Healthy:
+		return waitStep(RuleReadyLearner, "WaitingForLearner: %s is not answering yet", l.label()), false
+	case !l.CaughtUp:
+		return waitStep(RuleReadyLearner, "WaitingForLearner: %s is catching up with the leader", l.label()), false
+	case l.HealthyFor < p.MinHealthyFor:
+		// Rule 3: etcd's strict reconfiguration check counts a member only
+		// after 5 s connected; a voter promoted sooner blocks the next removal
+		// for up to 5 s, prolonging the n+1 (and any tie) by as much.
+		return waitStep(RuleReadyLearner, "WaitingForLearner: %s healthy for %s of %s", l.label(), l.HealthyFor, p.MinHealthyFor), false
+	}
+	return Step{}, true
+}
+
+// promote promotes the ready learner l, moving leadership first when the
+// promotion makes a tie (rule 6).
+func (v *view) promote(l *member) Step {
+	after := v.voterCounts()
+	after[l.Side]++
+	if s, move := v.leaderBeforeTie(after); move {
+		return s
+	}
+	return l.step(Promote, RuleReadyLearner, fmt.Sprintf("learner %s is caught up and healthy for %s", l.label(), l.HealthyFor))
 }
 
 // change picks the next add or removal. The cluster is healthy and holds no
@@ -310,10 +377,21 @@ func (v *view) change(p Policy) Step {
 	if add == nil && rm == nil {
 		return waitStep(RuleTargetReached, "NothingToDo: no member to add or remove, yet the target is not reached")
 	}
+	if rm != nil && v.removeFirst(rm, add != nil, 0) {
+		return v.removeVoter(rm, p, RuleInterleave, fmt.Sprintf("%s is departing", rm.label()))
+	}
+	return v.addLearner(add, p)
+}
+
+// removeFirst tells whether the departing voter rm goes before the next
+// voter comes (adding: a member to add or a ready learner to promote), with
+// inFlight learners of ours already added.
+func (v *view) removeFirst(rm *member, adding bool, inFlight int) bool {
 	// Rule 6: add one target member, then remove one departing member, so the
-	// cluster goes n, n+1, n, ... and never n, 2n, n.
-	removeNext := rm != nil && (add == nil || v.departingVoters() > len(v.missing))
-	if add != nil && rm != nil && v.goal != "" {
+	// cluster goes n, n+1, n, ... and never n, 2n, n. Learners in flight are
+	// voters still to come, like the members not added yet.
+	removeNext := !adding || v.departingVoters() > len(v.missing)+inFlight
+	if adding && v.goal != "" {
 		// Rule 6: a tie (no side holds a majority) stalls writes when the sides
 		// are cut apart; keep it to the time of one removal.
 		now, after := holder(v.voterCounts()), holder(v.countsWithout(rm))
@@ -326,13 +404,10 @@ func (v *view) change(p Policy) Step {
 			removeNext = false
 		}
 	}
-	if removeNext && add != nil && rm.Leader && v.successor(rm, v.countsWithout(rm)) == nil {
+	if removeNext && adding && rm.Leader && v.successor(rm, v.countsWithout(rm)) == nil {
 		removeNext = false // rule 5: nobody could take over from the leader yet; a new member will
 	}
-	if removeNext {
-		return v.removeVoter(rm, p, RuleInterleave, fmt.Sprintf("%s is departing", rm.label()))
-	}
-	return v.addLearner(add, p)
+	return removeNext
 }
 
 // removeVoter removes e once quorum and leadership allow it.

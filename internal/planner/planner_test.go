@@ -118,6 +118,39 @@ func TestRule2OneLearnerAtATime(t *testing.T) {
 	})
 }
 
+// TestRule2ParallelLearners: with room for three learners (etcd's
+// --max-learners 3) a move adds all three before the first promotion, never
+// more than the limit, and promotes them interleaved with the removals as
+// one learner at a time would be (n, n+1, n).
+func TestRule2ParallelLearners(t *testing.T) {
+	a := []Member{lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a")}
+	with := func(extra ...Member) Observed { return obs(append(slices.Clone(a), extra...)...) }
+	three, two := Policy{MaxLearners: 3}, Policy{MaxLearners: 2}
+	runCases(t, []ruleCase{
+		{name: "the first add", obs: with(), want: moveAB, policy: three,
+			expect: expect{kind: AddLearner, member: "b-0"}},
+		{name: "a second while the first starts", obs: with(unstarted("b-0", "b", time.Second)), want: moveAB, policy: three,
+			expect: expect{kind: AddLearner, member: "b-1"}},
+		{name: "a third while two catch up", obs: with(learner("b-0", "b"), unstarted("b-1", "b", time.Second)), want: moveAB, policy: three,
+			expect: expect{kind: AddLearner, member: "b-2"}},
+		{name: "the limit reached, the first ready one is promoted", obs: with(learner("b-0", "b"), unstarted("b-1", "b", time.Second), unstarted("b-2", "b", time.Second)), want: moveAB, policy: three,
+			expect: expect{kind: Promote, member: "b-0"}},
+		{name: "none ready: wait for the first", obs: with(unstarted("b-0", "b", time.Second), unstarted("b-1", "b", time.Second), unstarted("b-2", "b", time.Second)), want: moveAB, policy: three,
+			expect: expect{kind: Wait, rule: RuleReadyLearner, reason: "WaitingForLearner: b-0 is not answering yet"}},
+		{name: "a later learner ready first is promoted first", obs: with(fresh(learner("b-0", "b")), learner("b-1", "b"), unstarted("b-2", "b", time.Second)), want: moveAB, policy: three,
+			expect: expect{kind: Promote, member: "b-1"}},
+		{name: "two allowed: the third waits", obs: with(unstarted("b-0", "b", time.Second), unstarted("b-1", "b", time.Second)), want: moveAB, policy: two,
+			expect: expect{kind: Wait, rule: RuleReadyLearner}},
+		{name: "after a promotion a removal comes before the next", obs: with(voter("b-0", "b"), learner("b-1", "b"), learner("b-2", "b")), want: moveAB, policy: three,
+			expect: expect{kind: Remove, rule: RuleInterleave}},
+		{name: "then the next promotion, leadership first as it makes a tie", obs: obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("b-0", "b"), learner("b-1", "b"), learner("b-2", "b")), want: moveAB, policy: three,
+			expect: expect{kind: MoveLeader, member: "b-0"}},
+		{name: "no add during the tie: its removal first", obs: obs(voter("a-0", "a"), voter("a-1", "a"), lead(voter("b-0", "b")), voter("b-1", "b"), learner("b-2", "b")),
+			want: Desired{Add: []Want{want("b-0", "b"), want("b-1", "b"), want("b-2", "b"), want("b-3", "b")}, Remove: []string{"a-0", "a-1"}}, policy: three,
+			expect: expect{kind: Remove, rule: RuleInterleave}},
+	})
+}
+
 func TestRule3PromoteReadyLearner(t *testing.T) {
 	base := []Member{lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a")}
 	with := func(extra Member) Observed { return obs(append(slices.Clone(base), extra)...) }

@@ -15,7 +15,9 @@ var (
 	propertyRuns = flag.Int("planner.runs", 5000, "random clusters TestPropertyRandomClusters plays through")
 )
 
-// simPolicy is the policy the model runs with; one simulated second passes per step.
+// simPolicy is the policy the model runs with; one simulated second passes
+// per step. Each scenario draws its own MaxLearners (etcd's --max-learners)
+// from 1 to 3.
 var simPolicy = Policy{MinHealthyFor: 5 * time.Second, LearnerProgressTimeout: 20 * time.Second, MaxLearners: 1}
 
 // simMember is a model etcd member with the faults the model plays.
@@ -36,6 +38,7 @@ type sim struct {
 	desc    string // the scenario, printed when a check fails
 	members []*simMember
 	want    Desired
+	policy  Policy
 	nextID  int
 	stuckOK map[string]bool // names whose first learner is stuck (rule 8 then retries)
 
@@ -96,7 +99,8 @@ func TestPropertyRandomClusters(t *testing.T) {
 // newScenario draws a cluster and a target: 2 or 3 sides, 1-7 members, random
 // health, sometimes an unmanaged member, a learner left over, a retired name.
 func newScenario(t *testing.T, rng *rand.Rand) *sim {
-	s := &sim{t: t, rng: rng, stuckOK: map[string]bool{}, unmanagedAtStart: map[string]Member{}, ruleSeen: map[string]int{}}
+	s := &sim{t: t, rng: rng, stuckOK: map[string]bool{}, unmanagedAtStart: map[string]Member{}, ruleSeen: map[string]int{}, policy: simPolicy}
+	s.policy.MaxLearners = 1 + rng.Intn(3)
 	sides := []string{"a", "b", "c"}[:2+rng.Intn(2)]
 	ordinal := map[string]int{}
 	newName := func(side string) string {
@@ -222,7 +226,7 @@ func (s *sim) play() int {
 	s.recordConfig()
 	for step := 0; step < limit; step++ {
 		obs := s.observe()
-		st := Next(obs, s.want, simPolicy)
+		st := Next(obs, s.want, s.policy)
 		s.ruleSeen[st.Rule]++
 		if st.Kind != Wait && st.Kind != Done {
 			c := &s.configs[len(s.configs)-1]
@@ -289,11 +293,11 @@ func (s *sim) apply(st Step) {
 			}
 		}
 		s.addLearner(st.Member, side, st.PeerURLs)
-		if n := len(s.members) - len(s.voters()); n > 1 {
-			s.fail("rule 2: %d learners", n)
+		if n := len(s.members) - len(s.voters()); n > s.policy.MaxLearners {
+			s.fail("rule 2: %d learners, more than etcd's --max-learners %d", n, s.policy.MaxLearners)
 		}
 	case Promote:
-		if !target.Learner || !target.Healthy || !target.CaughtUp || target.HealthyFor < simPolicy.MinHealthyFor {
+		if !target.Learner || !target.Healthy || !target.CaughtUp || target.HealthyFor < s.policy.MinHealthyFor {
 			s.fail("rule 3: promoted %s that was not ready (%+v)", target.name, target.Member)
 		}
 		target.Learner = false
@@ -308,7 +312,7 @@ func (s *sim) apply(st Step) {
 		if target.Leader {
 			s.fail("rule 5: removed the leader %s", target.name)
 		}
-		stuckLearner := target.Learner && target.stuck && target.NoProgressFor >= simPolicy.LearnerProgressTimeout
+		stuckLearner := target.Learner && target.stuck && target.NoProgressFor >= s.policy.LearnerProgressTimeout
 		if !isRemoving(target.name) && !stuckLearner {
 			s.fail("removed %s, which is neither departing nor a stuck learner", target.name)
 		}

@@ -533,13 +533,19 @@ func (r *Runner) newSidecar(m *localetcd.Member) (http.Handler, error) {
 	}
 	eps := append(localetcd.SidecarEndpoints(m, peers), external...)
 	r.mu.Unlock()
-	srv, err := sidecar.New(sidecar.Config{
+	cfg := sidecar.Config{
 		Endpoints:         eps,
 		EtcdTLS:           m.ClientTLSConfig(),
 		MinLearnerHealthy: r.opts.MinLearnerHealthy,
 		Registry:          prometheus.NewRegistry(),
 		Logger:            r.opts.Logger.WithName("sidecar").WithValues("pod", self.String()),
-	})
+	}
+	if r.opts.WAN != nil {
+		// The sidecar runs in this process but sits in its pod's site: its
+		// polls of the other site's members cross the WAN.
+		cfg.DialContext = r.opts.WAN.Dialer(r.opts.Site).DialContext
+	}
+	srv, err := sidecar.New(cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +26,8 @@ import (
 var (
 	faultSet = flag.String("faults", "reduced",
 		"the fault matrix to run: reduced (one fault per phase; make test) or full (every fault in every phase; make fault-matrix)")
+	faultLanes = flag.Int("faults.lanes", 1,
+		"how many runs of the matrix go side by side, each in two clusters of its own")
 	faultTable = flag.String("faults.write", "",
 		"write the fault matrix's table into this Markdown file, between the lines <!-- fault-matrix:begin --> and <!-- fault-matrix:end -->")
 )
@@ -129,6 +132,21 @@ var faults = []fault{
 			return false
 		}, over)
 	}},
+	{name: "leader's backend over its quota (NOSPACE alarm, 10 s)", inject: func(e *demo.Env) error {
+		// etcd raises NOSPACE when a member's backend outgrows its quota,
+		// as a filling disk would make it; every member then refuses
+		// writes until an operator compacts, defragments and disarms.
+		name, err := etcdLeader(e)
+		if err != nil {
+			return err
+		}
+		ctx := context.Background()
+		if err := e.SetNoSpaceAlarm(ctx, name, true); err != nil {
+			return err
+		}
+		time.Sleep(10 * time.Second) // the length of the alarm is the fault itself
+		return e.SetNoSpaceAlarm(ctx, name, false)
+	}},
 	{name: "controller B killed", inject: func(e *demo.Env) error { return e.B.RestartController() }},
 	{name: "controller A killed", inject: func(e *demo.Env) error { return e.A.RestartController() }},
 }
@@ -137,8 +155,8 @@ var faults = []fault{
 // (TestPartitionDuringTheJoin covers the cut while a member joins).
 var reducedMatrix = map[string]string{
 	"join-destination": "controller A killed",
-	"retire-source":    "etcd leader killed (SIGKILL)",
-	"leader-transfer":  "controller B killed",
+	"retire-source":    "leader's backend over its quota (NOSPACE alarm, 10 s)",
+	"leader-transfer":  "etcd leader killed (SIGKILL)",
 	"finish":           "partition between the sites (6 s)",
 }
 
@@ -178,37 +196,111 @@ func TestFaultMatrix(t *testing.T) {
 			}
 		}
 	}
-	var rows []*faultRow
-	for _, r := range runs {
-		// A failed run is a row too: it says so. A run that -run leaves
-		// out is none.
-		row := &faultRow{fault: r.f.name, phase: r.p.name, outcome: "FAILED (see the test log)", recovery: -1}
-		ran := false
-		t.Run(r.p.name+"/"+r.f.name, func(t *testing.T) {
-			ran = true
-			rows = append(rows, row)
-			runFault(t, r.p, r.f, row)
-		})
-		if !ran {
-			continue
-		}
-		// Written after every run, so that a matrix cut short keeps the
-		// rows it has.
-		table := faultMatrixTable(rows) + fmt.Sprintf("\n%d of %d runs (-faults=%s), %s.\n", len(rows), len(runs), *faultSet, time.Now().UTC().Format("2006-01-02"))
-		if *faultTable != "" {
-			if err := spliceSection(*faultTable, "fault-matrix", table); err != nil {
+	lanes := []*demo.Env{env}
+	for i := 2; i <= *faultLanes; i++ {
+		lanes = append(lanes, startLane(t, i))
+	}
+	var (
+		mu   sync.Mutex
+		next int
+		// rows holds each run's row at the run's index; nil: not run.
+		rows = make([]*faultRow, len(runs))
+	)
+	// lane runs the next run nobody took yet, until none is left, in the
+	// clusters of e.
+	lane := func(t *testing.T, e *demo.Env) {
+		for {
+			mu.Lock()
+			k := next
+			next++
+			mu.Unlock()
+			if k >= len(runs) {
+				return
+			}
+			r := runs[k]
+			// A failed run is a row too: it says so. A run that -run
+			// leaves out is none.
+			row := &faultRow{fault: r.f.name, phase: r.p.name, outcome: "FAILED (see the test log)", recovery: -1}
+			t.Run(r.p.name+"/"+r.f.name, func(t *testing.T) {
+				mu.Lock()
+				rows[k] = row
+				mu.Unlock()
+				runFault(t, e, r.p, r.f, row)
+			})
+			// Written after every run, so that a matrix cut short keeps
+			// the rows it has.
+			mu.Lock()
+			err := writeFaultTable(t, rows, len(lanes))
+			mu.Unlock()
+			if err != nil {
 				t.Fatal(err)
 			}
 		}
-		if len(rows) == len(runs) {
-			t.Log("\n" + table)
-		}
 	}
+	if len(lanes) == 1 {
+		lane(t, env)
+		return
+	}
+	// Lanes run side by side, each its own two clusters, so that a fault
+	// (a partition, a killed controller) stays within its run.
+	t.Run("lanes", func(t *testing.T) {
+		for i, e := range lanes {
+			t.Run(fmt.Sprintf("lane%d", i+1), func(t *testing.T) {
+				t.Parallel()
+				lane(t, e)
+			})
+		}
+	})
 }
 
-func runFault(t *testing.T, p phase, f fault, row *faultRow) {
+// startLane starts two more clusters for lane i of the matrix and closes
+// them when the test ends.
+func startLane(t *testing.T, i int) *demo.Env {
+	t.Helper()
+	dir := filepath.Join(filepath.Dir(logPath), fmt.Sprintf("lane%d", i))
+	e, err := demo.Start(t.Context(), demo.Config{RTT: rtt, Dir: dir, Logger: logger.WithValues("lane", i)})
+	if err != nil {
+		t.Fatalf("starting the clusters of lane %d: %v", i, err)
+	}
+	t.Cleanup(func() {
+		if err := e.Close(); err != nil {
+			t.Errorf("stopping the clusters of lane %d: %v", i, err)
+		}
+	})
+	return e
+}
+
+// writeFaultTable puts the rows run so far, in the matrix's order, into
+// -faults.write's file, and logs the table once every run has a row.
+func writeFaultTable(t *testing.T, rows []*faultRow, lanes int) error {
+	var done []*faultRow
+	for _, r := range rows {
+		if r != nil {
+			done = append(done, r)
+		}
+	}
+	if len(done) == 0 {
+		return nil
+	}
+	side := ""
+	if lanes > 1 {
+		side = fmt.Sprintf(", %d at a time (-faults.lanes=%d, each its own two clusters)", lanes, lanes)
+	}
+	table := faultMatrixTable(done) + fmt.Sprintf("\n%d of %d runs (-faults=%s%s), %s.\n", len(done), len(rows), *faultSet, side, time.Now().UTC().Format("2006-01-02"))
+	if *faultTable != "" {
+		if err := spliceSection(*faultTable, "fault-matrix", table); err != nil {
+			return err
+		}
+	}
+	if len(done) == len(rows) {
+		t.Log("\n" + table)
+	}
+	return nil
+}
+
+func runFault(t *testing.T, base *demo.Env, p phase, f fault, row *faultRow) {
 	g := NewWithT(t)
-	e := newMove(t, fmt.Sprintf("etcd-fault-%d", time.Now().UnixNano()%100000))
+	e := newMoveIn(t, base, fmt.Sprintf("etcd-fault-%d", time.Now().UnixNano()%100000))
 	var (
 		once     sync.Once
 		mu       sync.Mutex

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"go.uber.org/zap/zapcore"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -30,6 +31,9 @@ const rtt = 180 * time.Millisecond
 var (
 	env     *demo.Env
 	logPath string
+	// logger writes to logPath; further clusters (the fault matrix's
+	// lanes) log there too.
+	logger logr.Logger
 )
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
@@ -46,10 +50,10 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	log := ctrlzap.New(ctrlzap.WriteTo(logFile), ctrlzap.Level(zapcore.InfoLevel))
-	ctrl.SetLogger(log)
-	klog.SetLogger(log.WithName("client-go"))
-	env, err = demo.Start(context.Background(), demo.Config{RTT: rtt, Dir: filepath.Join(dir, "run"), Logger: log})
+	logger = ctrlzap.New(ctrlzap.WriteTo(logFile), ctrlzap.Level(zapcore.InfoLevel))
+	ctrl.SetLogger(logger)
+	klog.SetLogger(logger.WithName("client-go"))
+	env, err = demo.Start(context.Background(), demo.Config{RTT: rtt, Dir: filepath.Join(dir, "run"), Logger: logger})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "starting the two clusters (logs in %s): %v\n", logPath, err)
 		return 1

@@ -38,7 +38,13 @@ func rehearsal() demo.RehearsalOptions {
 // members, and deletes it (stopping its pods) when the test ends.
 func newMove(t *testing.T, name string) *demo.Env {
 	t.Helper()
-	e, err := env.In(t.Context(), "e2e-"+name, name)
+	return newMoveIn(t, env, name)
+}
+
+// newMoveIn is newMove in the clusters of base.
+func newMoveIn(t *testing.T, base *demo.Env, name string) *demo.Env {
+	t.Helper()
+	e, err := base.In(t.Context(), "e2e-"+name, name)
 	if err != nil {
 		t.Fatal(err)
 	}
