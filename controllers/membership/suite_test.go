@@ -84,7 +84,7 @@ type env struct {
 	log       logr.Logger
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T, runner ...func(*podrunner.Options)) *env {
 	t.Helper()
 	g := NewWithT(t)
 	ctx := t.Context()
@@ -95,11 +95,15 @@ func newEnv(t *testing.T) *env {
 	clientTLS, err := podrunner.ClientTLSConfig(ca, "membership-controller")
 	g.Expect(err).NotTo(HaveOccurred())
 	e := &env{t: t, ns: ns.Name, ca: ca, clientTLS: clientTLS, calls: &callLog{}, log: testr.NewWithOptions(t, testr.Options{LogTimestamp: true})}
-	e.runner, err = podrunner.New(podrunner.Options{
+	ro := podrunner.Options{
 		Client: k8s, Namespace: ns.Name, Dir: t.TempDir(), CA: ca,
 		WrapSidecar: func(p podrunner.Pod, h http.Handler) http.Handler { return e.calls.wrap(p.Name, h) },
 		Logger:      e.log,
-	})
+	}
+	for _, f := range runner {
+		f(&ro)
+	}
+	e.runner, err = podrunner.New(ro)
 	g.Expect(err).NotTo(HaveOccurred())
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -17,12 +17,12 @@ type BenchCase struct {
 	PreloadKeys int
 }
 
-// BenchCases are the benchmark's runs: 0, 50 and 180 ms RTT, each with 1k
-// and 100k preloaded keys.
+// BenchCases are the benchmark's runs: 0, 50 and 180 ms RTT, each with
+// 1k, 10k and 100k preloaded keys.
 func BenchCases() []BenchCase {
 	var out []BenchCase
 	for _, rtt := range []time.Duration{0, 50 * time.Millisecond, 180 * time.Millisecond} {
-		for _, keys := range []int{1000, 100000} {
+		for _, keys := range []int{1000, 10000, 100000} {
 			out = append(out, BenchCase{RTT: rtt, PreloadKeys: keys})
 		}
 	}
@@ -82,4 +82,17 @@ func WriteBenchTable(w io.Writer, results []BenchResult) error {
 			strings.Join(failed, " / "), strings.Join(gaps, " / "), lost, linearizable, rep.FailedRequests)
 	}
 	return tw.Flush()
+}
+
+// WriteBenchTimelines prints each case's step timeline under a heading
+// naming the case: where its move's seconds went, the lines the demo's
+// report prints.
+func WriteBenchTimelines(w io.Writer, results []BenchResult) error {
+	for _, r := range results {
+		fmt.Fprintf(w, "\nRTT %s, %d keys: steps\n", r.Case.RTT, r.Case.PreloadKeys)
+		if err := r.Report.WriteTimeline(w, "  "); err != nil {
+			return err
+		}
+	}
+	return nil
 }

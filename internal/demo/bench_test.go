@@ -34,3 +34,24 @@ func TestWriteBenchTable(t *testing.T) {
 	g.Expect(strings.Fields(lines[2])).To(Equal([]string{"0s", "100000", "100.0", "0.00", "0.00", "-", "-", "0"}),
 		"a run without kube-apiserver figures prints - for them")
 }
+
+func TestWriteBenchTimelines(t *testing.T) {
+	g := NewWithT(t)
+	results := []BenchResult{{
+		Case: BenchCase{RTT: 180 * time.Millisecond, PreloadKeys: 10000},
+		Report: report.Report{Steps: []report.Step{
+			{Name: "join-destination", AtSeconds: 5, DurationSeconds: 22.75},
+			{Name: "promote etcd-main-3", AtSeconds: 27.5},
+		}},
+	}}
+	var b strings.Builder
+	g.Expect(WriteBenchTimelines(&b, results)).To(Succeed())
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	g.Expect(lines).To(HaveLen(3))
+	g.Expect(lines[0]).To(Equal("RTT 180ms, 10000 keys: steps"))
+	g.Expect(strings.Fields(lines[1])).To(Equal([]string{"5.00", "s", "join-destination", "(22.75", "s)"}))
+	g.Expect(strings.Fields(lines[2])).To(Equal([]string{"27.50", "s", "promote", "etcd-main-3"}))
+	var demo strings.Builder
+	g.Expect(results[0].Report.WriteText(&demo)).To(Succeed())
+	g.Expect(demo.String()).To(ContainSubstring(lines[1]), "the demo's report prints the same timeline")
+}

@@ -1,6 +1,7 @@
 package devcli
 
 import (
+	"errors"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -9,8 +10,8 @@ import (
 )
 
 // NewBenchCommand runs the demo's live move on real sites for 0, 50 and 180
-// ms RTT, each with 1k and 100k preloaded keys, and prints the figures as a
-// table.
+// ms RTT, each with 1k, 10k and 100k preloaded keys, and prints the figures
+// as a table, then each run's step timeline.
 func NewBenchCommand() *cobra.Command {
 	var (
 		o    demo.SiteOptions
@@ -25,8 +26,9 @@ site with client-go clients through it) once per RTT and preload, each on fresh
 sites, and print one table row per run: the move's time, tie and time without
 a leader, the kube-apiservers' failed requests and longest write gap per
 server, lost acknowledged writes and linearizability over both, and the failed
-requests of the project's own etcd client. It needs root, like the demo; each
-run takes 6-9 minutes on a 2-core machine.`,
+requests of the project's own etcd client; then each run's step timeline, the
+steps of the demo's report, so that the table's seconds can be traced. It needs
+root, like the demo; each run takes 6-9 minutes on a 2-core machine.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var cases []demo.BenchCase
@@ -37,7 +39,8 @@ run takes 6-9 minutes on a 2-core machine.`,
 			}
 			results, err := demo.Bench(cmd.Context(), cases, o, cmd.ErrOrStderr())
 			if len(results) > 0 {
-				if werr := demo.WriteBenchTable(cmd.OutOrStdout(), results); err == nil {
+				werr := errors.Join(demo.WriteBenchTable(cmd.OutOrStdout(), results), demo.WriteBenchTimelines(cmd.OutOrStdout(), results))
+				if err == nil {
 					err = werr
 				}
 			}
@@ -46,7 +49,7 @@ run takes 6-9 minutes on a 2-core machine.`,
 	}
 	f := cmd.Flags()
 	f.DurationSliceVar(&rtts, "rtt", []time.Duration{0, 50 * time.Millisecond, 180 * time.Millisecond}, "round trip times to run")
-	f.IntSliceVar(&keys, "preload-keys", []int{1000, 100000}, "numbers of preloaded keys to run")
+	f.IntSliceVar(&keys, "preload-keys", []int{1000, 10000, 100000}, "numbers of preloaded keys to run")
 	f.IntVar(&o.PreloadValueSize, "preload-value-size", 1024, "size in bytes of each preloaded value")
 	f.DurationVar(&o.Before, "before", 5*time.Second, "client traffic before each move")
 	f.DurationVar(&o.After, "after", 5*time.Second, "client traffic after each move")

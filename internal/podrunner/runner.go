@@ -61,6 +61,9 @@ type Options struct {
 	Site string
 	// HeartbeatInterval and ElectionTimeout are etcd's (default 100 ms, 1 s).
 	HeartbeatInterval, ElectionTimeout time.Duration
+	// EtcdArgs are appended to every member's etcd command line, as a
+	// pod's etcd configuration would set them (e.g. --max-learners).
+	EtcdArgs []string
 	// MinLearnerHealthy is the sidecars' promotion rule (default 5 s).
 	MinLearnerHealthy time.Duration
 	// WrapSidecar, when set, wraps each pod's sidecar handler; tests use it
@@ -249,7 +252,7 @@ func (r *Runner) pod(e *v1alpha1.Etcd, podName, memberName string) (*pod, error)
 	if p, ok := r.pods[k]; ok {
 		return p, nil
 	}
-	m, err := r.rt.NewMember(memberName, localetcd.MemberOptions{Site: r.opts.Site})
+	m, err := r.rt.NewMember(memberName, localetcd.MemberOptions{Site: r.opts.Site, ExtraArgs: r.opts.EtcdArgs})
 	if err != nil {
 		return nil, fmt.Errorf("podrunner: pod %s: %w", k, err)
 	}

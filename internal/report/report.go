@@ -296,15 +296,28 @@ func (r Report) WriteText(out io.Writer) error {
 	}
 	if len(r.Steps) > 0 {
 		line("  steps")
-		for _, s := range r.Steps {
-			if s.DurationSeconds > 0 {
-				line("    %7.2f s\t%s (%.2f s)", s.AtSeconds, s.Name, s.DurationSeconds)
-			} else {
-				line("    %7.2f s\t%s", s.AtSeconds, s.Name)
-			}
-		}
+		r.writeTimeline(line, "    ")
 	}
 	return tw.Flush()
+}
+
+// WriteTimeline prints the run's steps, one line each on the run's clock
+// with its duration when known: where a move's seconds went. The demo's
+// report and the bench print the same lines.
+func (r Report) WriteTimeline(out io.Writer, indent string) error {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	r.writeTimeline(func(format string, args ...any) { fmt.Fprintf(tw, format+"\n", args...) }, indent)
+	return tw.Flush()
+}
+
+func (r Report) writeTimeline(line lineFunc, in string) {
+	for _, s := range r.Steps {
+		if s.DurationSeconds > 0 {
+			line("%s%7.2f s\t%s (%.2f s)", in, s.AtSeconds, s.Name, s.DurationSeconds)
+		} else {
+			line("%s%7.2f s\t%s", in, s.AtSeconds, s.Name)
+		}
+	}
 }
 
 // writeOwnClient prints the own client's figures, each line indented by in.
