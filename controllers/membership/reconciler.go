@@ -57,8 +57,8 @@ type Options struct {
 	// (default 1). Set it to the etcd members' --max-learners (etcd's
 	// default is 1): above 1, a move adds the members it still needs side
 	// by side before promoting them one by one. When etcd refuses a learner
-	// for its limit, the controller plans with the learners it had from
-	// then on, for that Etcd, and says so in an event.
+	// for its limit, the controller plans with the learners it had, for
+	// that Etcd until the process restarts, and says so in an event.
 	MaxLearners int
 	// ProgressInterval is the requeue while steps are under way (default 1 s).
 	ProgressInterval time.Duration
