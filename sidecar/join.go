@@ -79,6 +79,10 @@ type Joining struct {
 	// (listen-client-urls, comma-separated): the client gate's backend,
 	// with the gate on the advertised client port.
 	ListenClientURLs string
+	// MaxLearners, when above 0, is etcd's max-learners: how many learners
+	// the cluster accepts at once (etcd's default is 1). druid's file has
+	// no such key, so the configuration served to etcd-wrapper sets it.
+	MaxLearners int
 }
 
 // Admission is the controller's word that a member may start, and with
@@ -258,10 +262,13 @@ func (j *joiner) config() ([]byte, error) {
 		return nil, &Error{StatusCode: http.StatusServiceUnavailable, Reason: ReasonNotAdmitted,
 			Message: fmt.Sprintf("member %s has no data and druid-stretch has not admitted it yet", j.self.Name)}
 	}
-	if err != nil || j.cfg.ListenClientURLs == "" {
-		return b, err
+	if err == nil && j.cfg.ListenClientURLs != "" {
+		b, err = etcdconfig.With(b, etcdconfig.KeyListenClientURLs, j.cfg.ListenClientURLs)
 	}
-	return etcdconfig.WithListenClientURLs(b, j.cfg.ListenClientURLs)
+	if err == nil && j.cfg.MaxLearners > 0 {
+		b, err = etcdconfig.With(b, etcdconfig.KeyMaxLearners, j.cfg.MaxLearners)
+	}
+	return b, err
 }
 
 func (j *joiner) admit(a Admission) (*JoinStatus, *Error) {

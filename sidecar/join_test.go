@@ -42,6 +42,12 @@ func joiningSidecar(t *testing.T) (url, dataVolume string) {
 // listen (a client gate's backend), when not empty.
 func joiningSidecarListening(t *testing.T, listen string) (url, dataVolume string) {
 	t.Helper()
+	return joiningSidecarWith(t, func(j *sidecar.Joining) { j.ListenClientURLs = listen })
+}
+
+// joiningSidecarWith is joiningSidecar with its Joining changed by set.
+func joiningSidecarWith(t *testing.T, set func(*sidecar.Joining)) (url, dataVolume string) {
+	t.Helper()
 	dir := t.TempDir()
 	dataVolume = filepath.Join(dir, "data")
 	if err := os.MkdirAll(dataVolume, 0o700); err != nil {
@@ -51,15 +57,17 @@ func joiningSidecarListening(t *testing.T, listen string) (url, dataVolume strin
 	if err := os.WriteFile(config, []byte(joinFile+"data-dir: "+filepath.Join(dataVolume, "new.etcd")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	joining := &sidecar.Joining{EtcdConfigFile: config, Member: etcdconfig.Member{
+		Name:       "etcd-main-3",
+		PeerURLs:   []string{"http://etcd-main-3.etcd-main-peer.ns.svc:2380"},
+		ClientURLs: []string{"http://etcd-main-3.etcd-main-peer.ns.svc:2379"},
+	}}
+	set(joining)
 	srv, err := sidecar.New(sidecar.Config{
 		Endpoints:                    []string{"http://127.0.0.1:1"},
 		InsecureAllowUnauthenticated: true,
 		PollInterval:                 -1,
-		Joining: &sidecar.Joining{EtcdConfigFile: config, Member: etcdconfig.Member{
-			Name:       "etcd-main-3",
-			PeerURLs:   []string{"http://etcd-main-3.etcd-main-peer.ns.svc:2380"},
-			ClientURLs: []string{"http://etcd-main-3.etcd-main-peer.ns.svc:2379"},
-		}, ListenClientURLs: listen},
+		Joining:                      joining,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -139,6 +147,16 @@ func TestMemberStartsOnlyOnceAdmitted(t *testing.T) {
 func TestGatedMemberListensBehindTheGate(t *testing.T) {
 	g := NewWithT(t)
 	url, _ := joiningSidecarListening(t, "http://127.0.0.1:12379")
+	cfg := admittedConfig(t, g, url)
+	g.Expect(cfg).To(HaveKeyWithValue("listen-client-urls", "http://127.0.0.1:12379"))
+	g.Expect(cfg).To(HaveKeyWithValue("advertise-client-urls", "http://etcd-main-3.etcd-main-peer.ns.svc:2379"))
+}
+
+// admittedConfig admits the joining sidecar at url's member into a
+// cluster with etcd-main-0 and returns the configuration it then serves to
+// etcd-wrapper.
+func admittedConfig(t *testing.T, g Gomega, url string) map[string]any {
+	t.Helper()
 	cluster := "etcd-main-0=http://etcd-main-0.etcd-main-peer.a.svc:2380,etcd-main-3=http://etcd-main-3.etcd-main-peer.ns.svc:2380"
 	_, err := sidecar.NewClient(url, nil).Admit(context.Background(), sidecar.Admission{State: "existing", InitialCluster: cluster})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -146,8 +164,29 @@ func TestGatedMemberListensBehindTheGate(t *testing.T) {
 	g.Expect(code).To(Equal(http.StatusOK))
 	cfg := map[string]any{}
 	g.Expect(yaml.Unmarshal([]byte(body), &cfg)).To(Succeed())
-	g.Expect(cfg).To(HaveKeyWithValue("listen-client-urls", "http://127.0.0.1:12379"))
-	g.Expect(cfg).To(HaveKeyWithValue("advertise-client-urls", "http://etcd-main-3.etcd-main-peer.ns.svc:2379"))
+	return cfg
+}
+
+// TestServedConfigSetsMaxLearners: druid's etcd.conf.yaml has no
+// max-learners; a sidecar told one (--etcd-max-learners) puts it into the
+// configuration etcd-wrapper starts etcd with, and keeps the rest.
+func TestServedConfigSetsMaxLearners(t *testing.T) {
+	g := NewWithT(t)
+	config := func(set func(*sidecar.Joining)) map[string]any {
+		url, _ := joiningSidecarWith(t, set)
+		return admittedConfig(t, g, url)
+	}
+	plain := config(func(*sidecar.Joining) {})
+	g.Expect(plain).NotTo(HaveKey("max-learners"), "etcd's default unless told")
+	three := config(func(j *sidecar.Joining) { j.MaxLearners = 3 })
+	g.Expect(three).To(HaveKeyWithValue("max-learners", BeNumerically("==", 3)))
+	// Each sidecar has a data volume of its own.
+	for _, cfg := range []map[string]any{plain, three} {
+		g.Expect(cfg).To(HaveKey("data-dir"))
+		delete(cfg, "data-dir")
+	}
+	delete(three, "max-learners")
+	g.Expect(three).To(Equal(plain), "every other key as druid's file and the admission say")
 }
 
 func TestAdmissionRefusals(t *testing.T) {

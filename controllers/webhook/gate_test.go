@@ -90,3 +90,36 @@ func TestMemberFlagsKeepOwnAdvertisedURLs(t *testing.T) {
 	g.Expect(memberFlags(e)).To(ContainElement("--additional-peer-urls=etcd-main-3=http://etcd-main-3.ns.site-b.test:2380"),
 		"members of the window without an entry: each entry is listed")
 }
+
+// With EtcdMaxLearners above 1 (the controller's --max-learners), the
+// sidecar of a managed Etcd serves etcd's max-learners in the configuration
+// etcd-wrapper starts etcd with; at 1 (etcd's default) the template stays
+// as it was, so no pod rolls for it.
+func TestEtcdMaxLearnersFlag(t *testing.T) {
+	g := NewWithT(t)
+	e := &v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Name: "etcd-main", Namespace: "ns"},
+		Spec: v1alpha1.EtcdSpec{EtcdSpec: druidv1alpha1.EtcdSpec{Replicas: 3}}}
+	pod := func(o Options) *corev1.PodSpec {
+		sc, _ := sidecarContainer(e, o)
+		return &corev1.PodSpec{Containers: []corev1.Container{
+			{Name: containerEtcd, Args: []string{"start-etcd", backupRestoreHostPortFlag + "etcd-main-local:8080"},
+				VolumeMounts: []corev1.VolumeMount{{Name: "etcd-main", MountPath: mountEtcdData}}},
+			{Name: containerBackupRestore, VolumeMounts: []corev1.VolumeMount{{Name: "etcd-config-file", MountPath: mountEtcdConfig}}},
+			sc,
+		}}
+	}
+	args := func(o Options) []string {
+		p := pod(o)
+		g.Expect(interposeSidecar(p, e, o)).To(Succeed())
+		return container(p, SidecarContainerName).Args
+	}
+	o := Options{SidecarImage: "registry.example/druid-stretch:test", SidecarPort: DefaultSidecarPort}
+	one := args(o)
+	g.Expect(one).NotTo(ContainElement(HavePrefix("--etcd-max-learners")))
+	o.EtcdMaxLearners = 1
+	g.Expect(args(o)).To(Equal(one), "etcd's default changes nothing")
+	o.EtcdMaxLearners = 3
+	g.Expect(args(o)).To(Equal(append(one, "--etcd-max-learners=3")))
+	o.EtcdMaxLearners = -1
+	g.Expect(o.validate()).To(MatchError(ContainSubstring("--max-learners")))
+}

@@ -86,6 +86,9 @@ func interposeSidecar(pod *corev1.PodSpec, e *v1alpha1.Etcd, o Options) error {
 	sc.Env = setEnv(sc.Env, podName)
 	sc.Args = append(sc.Args, "--etcd-config="+druidConfig)
 	sc.Args = append(sc.Args, member...)
+	if o.EtcdMaxLearners > 1 {
+		sc.Args = append(sc.Args, "--etcd-max-learners="+strconv.Itoa(o.EtcdMaxLearners))
+	}
 	if err := gateClients(sc, e, o); err != nil {
 		return err
 	}

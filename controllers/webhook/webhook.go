@@ -68,6 +68,12 @@ type Options struct {
 	// member's clients before removing it and hold them during a leader
 	// transfer (internal/clientgate). Etcds with client TLS get no gate yet.
 	ClientGateBackendPort int32
+	// EtcdMaxLearners, when above 1, is etcd's max-learners in the pods of
+	// the Etcds druid-stretch manages: the sidecar sets it in the
+	// configuration it serves to etcd-wrapper (druid's has no such key),
+	// so that a move can let several learners catch up at once. The
+	// controller command sets it from its own --max-learners.
+	EtcdMaxLearners int
 }
 
 // AddFlags registers the webhook's flags on fs. --sidecar-port is not among
@@ -146,6 +152,9 @@ func (o *Options) validate() error {
 	}
 	if p := o.ClientGateBackendPort; p < 0 || p > 65535 || (p != 0 && p == o.SidecarPort) {
 		errs = append(errs, fmt.Errorf("client gate backend port %d (--client-gate-backend-port) is not 0 (no gate) or a port in 1-65535 other than the sidecar's", p))
+	}
+	if o.EtcdMaxLearners < 0 {
+		errs = append(errs, fmt.Errorf("etcd's max-learners %d (the controller's --max-learners) is negative", o.EtcdMaxLearners))
 	}
 	if n := o.SidecarClientCASecretName; n != "" {
 		for _, msg := range validation.IsDNS1123Subdomain(n) {

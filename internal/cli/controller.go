@@ -60,7 +60,9 @@ reports status.membership, conditions, events and metrics. With
 			if wo.SidecarImage == "" {
 				log.Info("no --sidecar-image: the admission webhooks are not served")
 			} else {
-				wo.SidecarPort = sidecarPort
+				// One setting for both: the planner's learner limit and
+				// etcd's in the pods the webhook mutates.
+				wo.SidecarPort, wo.EtcdMaxLearners = sidecarPort, mo.Reconciler.MaxLearners
 				if err := webhook.SetupWithManager(mgr, wo); err != nil {
 					return err
 				}
@@ -82,7 +84,7 @@ reports status.membership, conditions, events and metrics. With
 	f.Int32Var(&sidecarPort, "sidecar-port", webhook.DefaultSidecarPort, "port the sidecars serve on (also injected by the webhook)")
 	f.DurationVar(&mo.Reconciler.LearnerProgressTimeout, "learner-progress-timeout", 5*time.Minute, "remove a learner again that made no progress for this long")
 	f.DurationVar(&mo.Reconciler.MinLearnerHealthy, "min-learner-healthy", 5*time.Second, "how long a learner must be healthy before it is promoted")
-	f.IntVar(&mo.Reconciler.MaxLearners, "max-learners", 1, "learners that catch up at once; set it to the etcd members' --max-learners (etcd's default is 1)")
+	f.IntVar(&mo.Reconciler.MaxLearners, "max-learners", 1, "learners that catch up at once (etcd's default is 1); above 1 the webhook also sets etcd's max-learners to it in the pods of the Etcds it manages")
 	f.IntVar(&mo.WebhookPort, "webhook-port", 9443, "port of the admission webhook server")
 	f.StringVar(&mo.WebhookCertDir, "webhook-cert-dir", "", "directory with tls.crt and tls.key of the webhook server")
 	wo.AddFlags(f)

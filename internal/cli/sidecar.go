@@ -34,6 +34,7 @@ func newSidecarCommand() *cobra.Command {
 		allowedClients                        []string
 		minLearnerHealthy                     time.Duration
 		etcdConfig, admissionFile             string
+		etcdMaxLearners                       int
 		member                                memberFlags
 		gate                                  gateFlags
 	)
@@ -98,7 +99,7 @@ membership change one whose identity --allowed-client lists. Plain HTTP
 				// With a gate, etcd serves its clients on the gate's
 				// backend and the gate on the advertised client port.
 				joining = &sidecar.Joining{EtcdConfigFile: etcdConfig, Member: member.member(), AdditionalPeerURLs: extra,
-					AdmissionFile: admissionFile, ListenClientURLs: gate.backend}
+					AdmissionFile: admissionFile, ListenClientURLs: gate.backend, MaxLearners: etcdMaxLearners}
 			}
 			g, stopGate, err := gate.start(etcdTLS, log.WithName("client-gate"))
 			if err != nil {
@@ -143,6 +144,7 @@ membership change one whose identity --allowed-client lists. Plain HTTP
 	f.DurationVar(&minLearnerHealthy, "min-learner-healthy", 5*time.Second, "how long a learner must be healthy without interruption before it is promoted")
 	f.StringVar(&etcdConfig, "etcd-config", "", "druid's etcd.conf.yaml: also serve etcd-wrapper's /initialization and /config for the local member, which starts once druid-stretch admits it")
 	f.StringVar(&admissionFile, "admission-file", "", "where the admission is kept (default: beside etcd's data directory)")
+	f.IntVar(&etcdMaxLearners, "etcd-max-learners", 0, "with --etcd-config: etcd's max-learners in the configuration served to etcd-wrapper (0 keeps etcd's default, 1)")
 	member.add(f)
 	gate.add(f)
 	return cmd

@@ -41,6 +41,7 @@ const (
 	KeyAdvertiseClientURLs      = "advertise-client-urls"
 	KeyListenClientURLs         = "listen-client-urls"
 	KeyMemberNamePrefix         = "member-name-prefix"
+	KeyMaxLearners              = "max-learners"
 )
 
 // Initial cluster states, etcd's values.
@@ -187,16 +188,16 @@ func (f *File) ForMember(m Member, initialCluster, state string) ([]byte, error)
 	return yaml.Marshal(out)
 }
 
-// WithListenClientURLs is configuration b with etcd's listen-client-urls
-// set to urls (comma-separated): where etcd serves its clients when a gate
-// stands in front of its client port.
-func WithListenClientURLs(b []byte, urls string) ([]byte, error) {
+// With is configuration b with key set to value, every other key kept:
+// listen-client-urls where a gate stands in front of etcd's client port,
+// max-learners where several learners may catch up at once.
+func With(b []byte, key string, value any) ([]byte, error) {
 	f, err := Parse(b)
 	if err != nil {
 		return nil, err
 	}
 	out := f.copy()
-	out[KeyListenClientURLs] = urls
+	out[key] = value
 	return yaml.Marshal(out)
 }
 
