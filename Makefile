@@ -48,10 +48,11 @@ test: test-binaries lint verify-generate ## every test, on real etcd and a real 
 	for m in $(NESTED_MODULES); do $(GO) -C $$m test -count=1 ./... || exit 1; done
 	$(GO) test -count=1 -timeout 45m ./...
 
-# Two lanes: two moves at a time, each in two clusters of its own, so the
-# 40 moves take about half the time of one lane on 2 cores.
+# Two lanes: two moves at a time, each in two clusters of its own. -v
+# streams each run's log as it goes: without it a failed run's messages
+# show only once the whole matrix ended.
 fault-matrix: test-binaries ## every fault in every phase of a live move (40 moves, two at a time); writes the table into README.md
-	$(GO) test -count=1 -timeout 180m -run TestFaultMatrix ./test/e2e -args -faults=full -faults.lanes=2 -faults.write=$(CURDIR)/README.md
+	$(GO) test -count=1 -timeout 240m -v -run TestFaultMatrix ./test/e2e -args -faults=full -faults.lanes=2 -faults.write=$(CURDIR)/README.md
 
 lint: ## go vet and a gofmt check, in every module
 	$(GO) vet ./...

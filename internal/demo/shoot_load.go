@@ -11,8 +11,12 @@ import (
 )
 
 // shootStartTimeout bounds the wait for a shoot kube-apiserver's first
-// /readyz 200 once its process runs.
-const shootStartTimeout = 3 * time.Minute
+// /readyz 200 once its process runs. The destination's becomes ready while
+// the leader is still in the source, 180 ms away: its bootstrap hooks read
+// and write one request at a time across the sites, which took 2 minutes
+// with two fault-matrix moves side by side on 2 cores and over 3 with more
+// load beside them.
+const shootStartTimeout = 6 * time.Minute
 
 // shootServesPoll is how often B's members are checked for the first one
 // that serves.
