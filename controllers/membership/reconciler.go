@@ -451,9 +451,9 @@ func (r *Reconciler) forget(key types.NamespacedName) {
 	defer r.mu.Unlock()
 	delete(r.failures, key)
 	delete(r.tieSince, key)
+	delete(r.learnerCap, key)
 }
 
-// noteTie accounts the time the voters spent in a tie.
 // maxLearners is the learner limit to plan key's moves with.
 func (r *Reconciler) maxLearners(key types.NamespacedName) int {
 	r.mu.Lock()
@@ -483,6 +483,7 @@ func learners(obs *membership.Observation) int {
 	return n
 }
 
+// noteTie accounts the time the voters spent in a tie.
 func (r *Reconciler) noteTie(key types.NamespacedName, tie bool, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -171,10 +171,12 @@ func (s Step) String() string {
 //     down: Remove, if a healthy quorum stays (rules 1, 4);
 //   - a learner we no longer want: Remove (rule 9);
 //   - our learner: stuck, Remove (rule 8); not ready, Wait (rule 3); ready,
-//     Promote, after MoveLeader if the promotion makes a tie (rule 6);
+//     Promote, after MoveLeader if the promotion makes a tie (rule 6); with
+//     Policy.MaxLearners above 1, first the further learners the target
+//     needs, and each promotion interleaved with the removals (rules 2, 6);
 //   - otherwise one add or one removal, interleaved (rule 6), keeping quorum
-//     (rule 4), leader last (rule 5), one learner (rule 2), and never touching
-//     an unmanaged member (rule 7).
+//     (rule 4), leader last (rule 5), at most MaxLearners learners (rule 2),
+//     and never touching an unmanaged member (rule 7).
 func Next(obs Observed, want Desired, p Policy) Step {
 	p = p.withDefaults()
 	if s, bad := checkDesired(want); bad {
