@@ -6,10 +6,11 @@
 // site. Env is a lighter setup for the end-to-end tests of test/e2e: two
 // kube-apiservers (envtest), a membership controller for each, a pod runner
 // for each that runs real etcd members with their sidecars in its own WAN
-// site (the controller sits there too), the link emulator between the sites, the project's own retrying
-// etcd client writing and reading throughout, and (RehearsalOptions.
-// KubeAPIServers) a shoot kube-apiserver per cluster on that cluster's
-// members, with client-go clients through both.
+// site (the controller sits there too), the link emulator between the
+// sites, the project's own retrying etcd client writing and reading
+// throughout, and (RehearsalOptions.KubeAPIServers) a shoot kube-apiserver
+// per cluster on that cluster's members, with client-go clients through
+// both.
 package demo
 
 import (
