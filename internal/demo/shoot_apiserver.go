@@ -28,8 +28,11 @@ import (
 )
 
 // shootStopGrace is how long a stopped kube-apiserver may take to end its
-// requests before it is killed.
-const shootStopGrace = 30 * time.Second
+// requests before it is killed: longer than its own request timeout (1
+// minute by default), which bounds how long its graceful shutdown waits
+// for requests in flight. 30 s was too short with two fault-matrix moves
+// side by side on 2 cores.
+const shootStopGrace = 90 * time.Second
 
 // shootAPIServer is the kube-apiserver of a shoot whose etcd is the Env's
 // Etcd, run in one cluster of the Env as a Gardener shoot control plane
