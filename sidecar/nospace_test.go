@@ -8,8 +8,6 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/druid-stretch/druid-stretch/internal/localetcd/etcdtest"
 	"github.com/druid-stretch/druid-stretch/sidecar"
@@ -28,20 +26,9 @@ func TestNoSpaceAlarmIsNamed(t *testing.T) {
 	via := tc.Members[0]
 	c := tc.client(via)
 
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{via.ClientURL}, TLS: via.ClientTLSConfig(), DialTimeout: 5 * time.Second})
-	g.Expect(err).NotTo(HaveOccurred())
-	defer cli.Close()
-	status, err := cli.Status(ctx, via.ClientURL)
-	g.Expect(err).NotTo(HaveOccurred())
-	// What a member's own quota check sends when its backend outgrows the
-	// quota; clientv3 only lists and disarms alarms.
-	_, err = pb.NewMaintenanceClient(cli.ActiveConnection()).Alarm(ctx, &pb.AlarmRequest{
-		Action: pb.AlarmRequest_ACTIVATE, MemberID: status.Header.MemberId, Alarm: pb.AlarmType_NOSPACE,
-	})
-	g.Expect(err).NotTo(HaveOccurred())
-
+	disarm := tc.NoSpaceAlarm(g, via)
 	before := tc.membership(g, via)
-	_, err = c.AcquireLock(ctx, "seed-b", "process-a", time.Minute)
+	_, err := c.AcquireLock(ctx, "seed-b", "process-a", time.Minute)
 	var se *sidecar.Error
 	g.Expect(errors.As(err, &se)).To(BeTrue(), "got %v", err)
 	g.Expect(se.Reason).To(Equal(sidecar.ReasonNoSpace))
@@ -54,8 +41,7 @@ func TestNoSpaceAlarmIsNamed(t *testing.T) {
 	g.Expect(list.Lock).To(BeNil(), "no lock was written")
 	g.Expect(tc.membership(g, via)).To(Equal(before))
 
-	_, err = cli.AlarmDisarm(ctx, &clientv3.AlarmMember{MemberID: status.Header.MemberId, Alarm: pb.AlarmType_NOSPACE})
-	g.Expect(err).NotTo(HaveOccurred())
+	disarm()
 	lock, err := c.AcquireLock(ctx, "seed-b", "process-a", time.Minute)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(lock.Holder).To(Equal("seed-b"))

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
@@ -41,14 +39,7 @@ func TestNoSpaceAlarmHoldsTheMove(t *testing.T) {
 		g.Expect(first.Step.Kind).To(Equal(planner.AddLearner), "the move's first change: %s", first.Step)
 	}).WithTimeout(30 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
 
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{tc.Members[1].ClientURL}, TLS: tc.Members[1].ClientTLSConfig(), DialTimeout: 5 * time.Second})
-	g.Expect(err).NotTo(HaveOccurred())
-	defer cli.Close()
-	status, err := cli.Status(ctx, tc.Members[1].ClientURL)
-	g.Expect(err).NotTo(HaveOccurred())
-	alarm := &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: status.Header.MemberId, Alarm: pb.AlarmType_NOSPACE}
-	_, err = pb.NewMaintenanceClient(cli.ActiveConnection()).Alarm(ctx, alarm)
-	g.Expect(err).NotTo(HaveOccurred())
+	disarm := tc.NoSpaceAlarm(g, tc.Members[1])
 
 	before := tc.memberList(g)
 	res := c.Execute(ctx, obs, eps, first)
@@ -63,8 +54,7 @@ func TestNoSpaceAlarmHoldsTheMove(t *testing.T) {
 	}).WithTimeout(10 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
 	g.Expect(tc.memberList(g)).To(Equal(before))
 
-	_, err = cli.AlarmDisarm(ctx, &clientv3.AlarmMember{MemberID: status.Header.MemberId, Alarm: pb.AlarmType_NOSPACE})
-	g.Expect(err).NotTo(HaveOccurred())
+	disarm()
 	g.Eventually(func(g Gomega) {
 		obs, p := plan(g)
 		g.Expect(p.Step.Kind).To(Equal(planner.AddLearner), "%s", p.Step)

@@ -209,3 +209,28 @@ func (c *Cluster) MemberList(g gomega.Gomega, via ...*localetcd.Member) []*etcds
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 	return resp.Members
 }
+
+// NoSpaceAlarm raises etcd's NOSPACE alarm for member m, through m's own
+// client port, as m's quota check would when its backend outgrows
+// --quota-backend-bytes (clientv3 only lists and disarms alarms, so the raw
+// maintenance service raises it). The returned func disarms it.
+func (c *Cluster) NoSpaceAlarm(g gomega.Gomega, m *localetcd.Member) (disarm func()) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{m.ClientURL}, TLS: m.ClientTLSConfig(), DialTimeout: 5 * time.Second})
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	status, err := cli.Status(ctx, m.ClientURL)
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	id := status.Header.MemberId
+	_, err = etcdserverpb.NewMaintenanceClient(cli.ActiveConnection()).Alarm(ctx, &etcdserverpb.AlarmRequest{
+		Action: etcdserverpb.AlarmRequest_ACTIVATE, MemberID: id, Alarm: etcdserverpb.AlarmType_NOSPACE,
+	})
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	return func() {
+		defer cli.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := cli.AlarmDisarm(ctx, &clientv3.AlarmMember{MemberID: id, Alarm: etcdserverpb.AlarmType_NOSPACE})
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+	}
+}
