@@ -131,25 +131,28 @@ func TestSecurityRefusals(t *testing.T) {
 	limits := sidecar.Limits{ReadHeaderTimeout: time.Second, ReadTimeout: 3 * time.Second, MaxInFlight: 1}
 	sc := startSecuredSidecar(t, tc, via, limits)
 
-	clientOf := func(ca *pki.CA, cn string) *http.Client {
+	tlsOf := func(ca *pki.CA, cn string) *tls.Config {
 		pair, err := ca.Issue(cn, "127.0.0.1")
 		g.Expect(err).NotTo(HaveOccurred())
 		cert, err := tls.X509KeyPair(pair.CertPEM, pair.KeyPEM)
 		g.Expect(err).NotTo(HaveOccurred())
 		// The certificate is forced on the server: Go's client would send
 		// none that the server's list of acceptable CAs does not name.
-		return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		return &tls.Config{
 			RootCAs: tc.CA.Pool(), MinVersion: tls.VersionTLS12,
 			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil },
-		}}}
+		}
+	}
+	clientOf := func(ca *pki.CA, cn string) *http.Client {
+		return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsOf(ca, cn)}}
 	}
 	foreignCA, err := pki.NewCA("foreign-ca")
 	g.Expect(err).NotTo(HaveOccurred())
 	controller := clientOf(tc.CA, controllerIdentity)
 	stranger := clientOf(tc.CA, "etcd-operator-laptop")
-	foreign := clientOf(foreignCA, controllerIdentity)
+	foreignTLS := tlsOf(foreignCA, controllerIdentity)
 	anonymous := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: tc.CA.Pool(), MinVersion: tls.VersionTLS12}}}
-	for _, hc := range []*http.Client{controller, stranger, foreign, anonymous} {
+	for _, hc := range []*http.Client{controller, stranger, anonymous} {
 		t.Cleanup(hc.CloseIdleConnections)
 	}
 
@@ -241,11 +244,26 @@ func TestSecurityRefusals(t *testing.T) {
 	for _, m := range mutations {
 		try("no client certificate", m.method+" "+m.path, call(anonymous, m.method, m.path, m.body, nil), refused(401, sidecar.ReasonUnauthorized))
 	}
-	tlsRefused := func(g Gomega, a answer) {
-		g.Expect(a.transportFailure).To(ContainSubstring("certificate"), "the TLS handshake refuses the certificate")
-	}
-	try("a client certificate from another CA (common name "+controllerIdentity+")", "GET /v1/members", call(foreign, "GET", "/v1/members", "", nil), tlsRefused)
-	try("a client certificate from another CA (common name "+controllerIdentity+")", "DELETE /v1/members/"+follower, call(foreign, "DELETE", "/v1/members/"+follower, "", nil), tlsRefused)
+	// A certificate of another CA is refused in the TLS handshake, before
+	// any request. With TLS 1.3 the client learns it only from the server's
+	// alert after its own handshake ended, so the client reads without
+	// writing: a request sent at once could reach the server after it gave
+	// up, and closing a socket with unread data resets it, which would
+	// race the alert away.
+	try("a client certificate from another CA (common name "+controllerIdentity+")", "the TLS handshake, before any request", func() answer {
+		conn, err := tls.Dial("tcp", sc.addr, foreignTLS)
+		if err != nil {
+			return answer{transportFailure: err.Error()}
+		}
+		defer conn.Close()
+		_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		if _, err := conn.Read(make([]byte, 1)); err != nil {
+			return answer{transportFailure: err.Error()}
+		}
+		return answer{transportFailure: "the server accepted the connection"}
+	}, func(g Gomega, a answer) {
+		g.Expect(a.transportFailure).To(Equal("remote error: tls: unknown certificate authority"), "the TLS handshake refuses the certificate")
+	})
 	for _, m := range mutations {
 		try("a certificate of the client CA whose identity is not allowed (etcd-operator-laptop)", m.method+" "+m.path, call(stranger, m.method, m.path, m.body, nil), refused(403, sidecar.ReasonForbidden))
 	}
@@ -329,7 +347,9 @@ func TestSecurityRefusals(t *testing.T) {
 				g.Expect(a.message).To(ContainSubstring("timeout"), "%s", a)
 			}
 			g.Expect(a.took).To(BeNumerically(">=", timeout-100*time.Millisecond))
-			g.Expect(a.took).To(BeNumerically("<", timeout+2*time.Second))
+			// Generous: a busy machine delays the server's timer, not
+			// its decision.
+			g.Expect(a.took).To(BeNumerically("<", timeout+5*time.Second))
 		}
 	}
 	try("slow-loris: a TCP connection that never starts TLS (header timeout 1 s)", "the sidecar port", slow(false, ""), endedAfter(limits.ReadHeaderTimeout, true))
