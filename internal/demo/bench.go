@@ -59,13 +59,14 @@ func Bench(ctx context.Context, cases []BenchCase, base SiteOptions, progress io
 }
 
 // WriteBenchTable prints the results as a table, one row per case: the
-// move's figures, then the kube-apiservers' clients' (failed requests and
+// move's figures (with the hand-scripted baseline's time and the ratio of
+// the two when the case ran it), then the kube-apiservers' clients' (failed requests and
 // the longest write gap per server, in the report's server order; lost
 // acknowledged writes and linearizability over all), then the own etcd
 // client's failed requests.
 func WriteBenchTable(w io.Writer, results []BenchResult) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "RTT\tkeys\tmove s\ttie s\tno leader s\tfailed per server\tmax gap ms per server\tlost\tlinearizable\town client failed\t")
+	fmt.Fprintln(tw, "RTT\tkeys\tmove s\tbaseline s\tratio\ttie s\tno leader s\tfailed per server\tmax gap ms per server\tlost\tlinearizable\town client failed\t")
 	for _, r := range results {
 		rep := r.Report
 		var failed, gaps []string
@@ -77,8 +78,12 @@ func WriteBenchTable(w io.Writer, results []BenchResult) error {
 		if h := rep.APIHistory; h != nil {
 			lost, linearizable = fmt.Sprintf("%d", h.LostAcknowledgedWrites), fmt.Sprintf("%v", h.Linearizable)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%d\t\n",
-			r.Case.RTT, r.Case.PreloadKeys, rep.MigrationSeconds, rep.TieSeconds, rep.NoLeaderSeconds,
+		base, ratio := "-", "-"
+		if b := rep.Baseline; b != nil {
+			base, ratio = fmt.Sprintf("%.1f", b.MoveSeconds), fmt.Sprintf("%.2f", rep.Ratio())
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%s\t%s\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%d\t\n",
+			r.Case.RTT, r.Case.PreloadKeys, rep.MigrationSeconds, base, ratio, rep.TieSeconds, rep.NoLeaderSeconds,
 			strings.Join(failed, " / "), strings.Join(gaps, " / "), lost, linearizable, rep.FailedRequests)
 	}
 	return tw.Flush()
@@ -92,6 +97,12 @@ func WriteBenchTimelines(w io.Writer, results []BenchResult) error {
 		fmt.Fprintf(w, "\nRTT %s, %d keys: steps\n", r.Case.RTT, r.Case.PreloadKeys)
 		if err := r.Report.WriteTimeline(w, "  "); err != nil {
 			return err
+		}
+		if b := r.Report.Baseline; b != nil {
+			fmt.Fprintf(w, "RTT %s, %d keys: the hand-scripted baseline's steps\n", r.Case.RTT, r.Case.PreloadKeys)
+			if err := (report.Report{Steps: b.Steps}).WriteTimeline(w, "  "); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -18,6 +18,7 @@ func TestWriteBenchTable(t *testing.T) {
 			MigrationSeconds: 231.1, TieSeconds: 0.19, NoLeaderSeconds: 0.09, FailedRequests: 11,
 			KubeAPIServers: []report.APIServer{{Name: "site-a", MaxWriteGapMs: 220}, {Name: "site-b", Failed: 2, MaxWriteGapMs: 874}},
 			APIHistory:     &report.APIHistory{Linearizable: true},
+			Baseline:       &report.Baseline{MoveSeconds: 23.11},
 		},
 	}, {
 		Case:   BenchCase{PreloadKeys: 100000},
@@ -28,11 +29,11 @@ func TestWriteBenchTable(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	g.Expect(lines).To(HaveLen(3))
 	g.Expect(strings.Join(strings.Fields(lines[0]), " ")).To(Equal(
-		"RTT keys move s tie s no leader s failed per server max gap ms per server lost linearizable own client failed"))
+		"RTT keys move s baseline s ratio tie s no leader s failed per server max gap ms per server lost linearizable own client failed"))
 	g.Expect(strings.Fields(lines[1])).To(Equal([]string{
-		"180ms", "1000", "231.1", "0.19", "0.09", "0", "/", "2", "220", "/", "874", "0", "true", "11"}))
-	g.Expect(strings.Fields(lines[2])).To(Equal([]string{"0s", "100000", "100.0", "0.00", "0.00", "-", "-", "0"}),
-		"a run without kube-apiserver figures prints - for them")
+		"180ms", "1000", "231.1", "23.1", "10.00", "0.19", "0.09", "0", "/", "2", "220", "/", "874", "0", "true", "11"}))
+	g.Expect(strings.Fields(lines[2])).To(Equal([]string{"0s", "100000", "100.0", "-", "-", "0.00", "0.00", "-", "-", "0"}),
+		"a run without a baseline or kube-apiserver figures prints - for them")
 }
 
 func TestWriteBenchTimelines(t *testing.T) {
@@ -42,16 +43,22 @@ func TestWriteBenchTimelines(t *testing.T) {
 		Report: report.Report{Steps: []report.Step{
 			{Name: "join-destination", AtSeconds: 5, DurationSeconds: 22.75},
 			{Name: "promote etcd-main-3", AtSeconds: 27.5},
-		}},
+		}, Baseline: &report.Baseline{MoveSeconds: 17.3, Steps: []report.Step{
+			{Name: "promote baseline-b-0", AtSeconds: 0.74, DurationSeconds: 6.86},
+		}}},
 	}}
 	var b strings.Builder
 	g.Expect(WriteBenchTimelines(&b, results)).To(Succeed())
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
-	g.Expect(lines).To(HaveLen(3))
+	g.Expect(lines).To(HaveLen(5))
 	g.Expect(lines[0]).To(Equal("RTT 180ms, 10000 keys: steps"))
+	g.Expect(lines[3]).To(Equal("RTT 180ms, 10000 keys: the hand-scripted baseline's steps"))
+	g.Expect(strings.Fields(lines[4])).To(Equal([]string{"0.74", "s", "promote", "baseline-b-0", "(6.86", "s)"}))
 	g.Expect(strings.Fields(lines[1])).To(Equal([]string{"5.00", "s", "join-destination", "(22.75", "s)"}))
 	g.Expect(strings.Fields(lines[2])).To(Equal([]string{"27.50", "s", "promote", "etcd-main-3"}))
 	var demo strings.Builder
 	g.Expect(results[0].Report.WriteText(&demo)).To(Succeed())
 	g.Expect(demo.String()).To(ContainSubstring(lines[1]), "the demo's report prints the same timeline")
+	g.Expect(demo.String()).To(ContainSubstring(lines[4]), "and the baseline's")
+	g.Expect(demo.String()).To(ContainSubstring("17.30 s (the product took 0.00x)"))
 }

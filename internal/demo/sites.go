@@ -18,6 +18,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/druid-stretch/druid-stretch/internal/baseline"
 	"github.com/druid-stretch/druid-stretch/internal/report"
 	"github.com/druid-stretch/druid-stretch/internal/site"
 	"github.com/druid-stretch/druid-stretch/internal/testbin"
@@ -45,6 +46,10 @@ type SiteOptions struct {
 	KeepDir bool
 	// Out receives the progress and the report (default os.Stdout).
 	Out io.Writer
+	// Baseline also runs the hand-scripted clientv3 move (package
+	// baseline) on the same two sites after the product's move, with the
+	// same preload, and puts its figures into the report.
+	Baseline bool
 }
 
 // RunOnSites is the demo on real sites: two Kubernetes clusters of real
@@ -145,6 +150,12 @@ func RunOnSites(ctx context.Context, o SiteOptions) (rep report.Report, err erro
 	if rep.NoLeaderSeconds, err = noLeaderOnSites(sites, run); err != nil {
 		return rep, err
 	}
+	if o.Baseline {
+		fmt.Fprintln(out, "the hand-scripted baseline: a plain clientv3 move of three new etcd members from site A to site B ...")
+		if rep.Baseline, err = runBaseline(ctx, sites[0], sites[1], o); err != nil {
+			return rep, err
+		}
+	}
 	fmt.Fprintln(out)
 	if err := rep.WriteText(out); err != nil {
 		return rep, err
@@ -215,4 +226,25 @@ func noLeaderOnSites(sites []*site.Site, run *site.LiveMoveRun) (float64, error)
 		return 0, err
 	}
 	return leaderless(evs, run.MoveStarted, run.MoveStarted.Add(run.MoveTook)).Seconds(), nil
+}
+
+// runBaseline runs the hand-scripted move in pods of a and b, with the
+// product's preload, and returns its figures.
+func runBaseline(ctx context.Context, a, b *site.Site, o SiteOptions) (*report.Baseline, error) {
+	res, err := baseline.Run(ctx, baseline.Options{
+		A: a.Network, B: b.Network, Dir: filepath.Join(o.Dir, "baseline"),
+		PreloadKeys: o.PreloadKeys, ValueSize: o.PreloadValueSize,
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := &report.Baseline{
+		MoveSeconds: res.Move.Seconds(), TieSeconds: res.Tie.Seconds(),
+		Writes: res.Writes, FailedWrites: res.Failed, LostWrites: res.Lost,
+		MaxWriteGapMs: float64(res.MaxWriteGap) / float64(time.Millisecond),
+	}
+	for _, s := range res.Steps {
+		out.Steps = append(out.Steps, report.Step{Name: s.Name, AtSeconds: s.At.Seconds(), DurationSeconds: s.Took.Seconds()})
+	}
+	return out, nil
 }

@@ -23,7 +23,9 @@ func NewBenchCommand() *cobra.Command {
 		Short: "Run the demo's live move on real sites for several RTTs and data sizes and print the figures",
 		Long: `Run the live move of the demo (two sites of real parts, a kube-apiserver per
 site with client-go clients through it) once per RTT and preload, each on fresh
-sites, and print one table row per run: the move's time, tie and time without
+sites, and print one table row per run: the move's time, the time of a
+hand-scripted move of the same cluster with plain clientv3 on the same sites
+(--baseline) and their ratio, tie and time without
 a leader, the kube-apiservers' failed requests and longest write gap per
 server, lost acknowledged writes and linearizability over both, and the failed
 requests of the project's own etcd client; then each run's step timeline, the
@@ -53,5 +55,6 @@ root, like the demo; each run takes 6-9 minutes on a 2-core machine.`,
 	f.IntVar(&o.PreloadValueSize, "preload-value-size", 1024, "size in bytes of each preloaded value")
 	f.DurationVar(&o.Before, "before", 5*time.Second, "client traffic before each move")
 	f.DurationVar(&o.After, "after", 5*time.Second, "client traffic after each move")
+	f.BoolVar(&o.Baseline, "baseline", true, "after each move, run the hand-scripted clientv3 move (same members, data and sites) and print its time and the ratio")
 	return cmd
 }

@@ -103,6 +103,31 @@ type Report struct {
 
 	// Steps are the migration steps and other events, in time order.
 	Steps []Step `json:"steps"`
+
+	// Baseline is the hand-scripted clientv3 move of the same cluster on
+	// the same sites (the bench runs it after the product's move); nil when
+	// it was not run.
+	Baseline *Baseline `json:"baseline,omitempty"`
+}
+
+// Baseline holds the figures of the hand-scripted move: its own etcd
+// writer's, and its steps on a clock that starts with the move.
+type Baseline struct {
+	MoveSeconds   float64 `json:"moveSeconds"`
+	TieSeconds    float64 `json:"tieSeconds"`
+	Writes        int     `json:"writes"`
+	FailedWrites  int     `json:"failedWrites"`
+	LostWrites    int     `json:"lostWrites"`
+	MaxWriteGapMs float64 `json:"maxWriteGapMs"`
+	Steps         []Step  `json:"steps"`
+}
+
+// Ratio is the product's move time over the baseline's (0 without one).
+func (r Report) Ratio() float64 {
+	if r.Baseline == nil || r.Baseline.MoveSeconds == 0 {
+		return 0
+	}
+	return r.MigrationSeconds / r.Baseline.MoveSeconds
 }
 
 // Preload is the data written before the run.
@@ -298,6 +323,11 @@ func (r Report) WriteText(out io.Writer) error {
 		line("  steps")
 		r.writeTimeline(line, "    ")
 	}
+	if b := r.Baseline; b != nil {
+		line("  hand-scripted baseline	plain clientv3 on the same sites: %.2f s (the product took %.2fx), tie %.2f s", b.MoveSeconds, r.Ratio(), b.TieSeconds)
+		line("    its writer	%d writes acknowledged, %d failed, %d lost, max write gap %s", b.Writes, b.FailedWrites, b.LostWrites, ms(b.MaxWriteGapMs))
+		Report{Steps: b.Steps}.writeTimeline(line, "    ")
+	}
 	return tw.Flush()
 }
 
@@ -310,12 +340,14 @@ func (r Report) WriteTimeline(out io.Writer, indent string) error {
 	return tw.Flush()
 }
 
+// writeTimeline's lines have no tab: the time is of fixed width, and a
+// line reads the same in every report, whatever the report's other columns.
 func (r Report) writeTimeline(line lineFunc, in string) {
 	for _, s := range r.Steps {
 		if s.DurationSeconds > 0 {
-			line("%s%7.2f s\t%s (%.2f s)", in, s.AtSeconds, s.Name, s.DurationSeconds)
+			line("%s%7.2f s  %s (%.2f s)", in, s.AtSeconds, s.Name, s.DurationSeconds)
 		} else {
-			line("%s%7.2f s\t%s", in, s.AtSeconds, s.Name)
+			line("%s%7.2f s  %s", in, s.AtSeconds, s.Name)
 		}
 	}
 }
