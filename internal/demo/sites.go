@@ -46,6 +46,10 @@ type SiteOptions struct {
 	KeepDir bool
 	// Out receives the progress and the report (default os.Stdout).
 	Out io.Writer
+	// MaxLearners is druid-stretch's controller.maxLearners on both sites
+	// (0: the chart's default, 1): above 1 the destination's members join
+	// as learners side by side.
+	MaxLearners int
 	// Baseline also runs the hand-scripted clientv3 move (package
 	// baseline) on the same two sites after the product's move, with the
 	// same preload, and puts its figures into the report.
@@ -106,6 +110,7 @@ func RunOnSites(ctx context.Context, o SiteOptions) (rep report.Report, err erro
 	opts := site.MoveSiteOptions(o.Dir)
 	for i := range opts {
 		opts[i].Logger = log.WithName(opts[i].ClusterIdentity)
+		opts[i].MaxLearners = o.MaxLearners
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	sites, err := site.StartSites(startCtx, opts...)

@@ -45,6 +45,7 @@ panics. The binaries are built on first use (hack/test-binaries.sh).`,
 	f.StringVar(&o.PlotPath, "plot", "", "draw the kube-apiservers' write latency, their /readyz and the own client's writes over time, steps marked, into this .svg file")
 	f.StringVar(&o.Dir, "dir", "", "folder for the sites' logs and the pods' files (default: a temporary folder, removed afterwards)")
 	f.BoolVar(&o.KeepDir, "keep", false, "keep the temporary folder with the logs")
+	f.IntVar(&o.MaxLearners, "max-learners", 1, "druid-stretch's --max-learners on both sites: how many destination members join as learners at once (etcd's max-learners is set to match)")
 	f.BoolVar(&o.Baseline, "baseline", false, "after the move, run a hand-scripted clientv3 move of the same cluster on the same sites and report its time beside the product's")
 	return cmd
 }

@@ -64,6 +64,10 @@ type Options struct {
 	Nodes []NodeOptions
 	// DruidStretch installs druid-stretch besides druid.
 	DruidStretch bool
+	// MaxLearners is the chart's controller.maxLearners (default 1): the
+	// learners the controller adds at once, and etcd's max-learners in the
+	// pods of the Etcds druid-stretch manages.
+	MaxLearners int
 	// ClusterIdentity names the site's druid-stretch controller in the
 	// membership lock and retirement records (default "site"); peered
 	// sites need distinct ones, as two seeds have.
@@ -116,6 +120,9 @@ type Site struct {
 func Start(ctx context.Context, opts Options) (s *Site, err error) {
 	if opts.Dir == "" {
 		return nil, errors.New("site: Options.Dir is required")
+	}
+	if opts.MaxLearners < 0 {
+		return nil, fmt.Errorf("site: Options.MaxLearners is %d: want 0 (the chart's default) or more", opts.MaxLearners)
 	}
 	s = &Site{Dir: opts.Dir, opts: opts, log: opts.Logger.WithName("site"), HostPathRoot: filepath.Join(opts.Dir, "hostpath")}
 	defer func() {

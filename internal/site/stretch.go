@@ -37,6 +37,8 @@ sidecarClientTLS:
   secretName: druid-stretch-sidecar-client
 sidecar:
   clientGateBackendPort: 12379
+controller:
+  maxLearners: %d
 `
 
 // startDruidStretch installs druid-stretch from its chart: the extended Etcd
@@ -55,7 +57,7 @@ func (s *Site) startDruidStretch(ctx context.Context) error {
 	if identity == "" {
 		identity = "site"
 	}
-	values, err := chart.ParseValues(fmt.Sprintf(stretchValues, identity))
+	values, err := chart.ParseValues(fmt.Sprintf(stretchValues, identity, max(s.opts.MaxLearners, 1)))
 	if err != nil {
 		return err
 	}
@@ -95,6 +97,7 @@ func (s *Site) startDruidStretch(ctx context.Context) error {
 	fs.StringVar(&mo.Reconciler.ClusterIdentity, "cluster-identity", "", "")
 	fs.DurationVar(&mo.Reconciler.LearnerProgressTimeout, "learner-progress-timeout", 5*time.Minute, "")
 	fs.DurationVar(&mo.Reconciler.MinLearnerHealthy, "min-learner-healthy", 5*time.Second, "")
+	fs.IntVar(&mo.Reconciler.MaxLearners, "max-learners", 1, "")
 	// The other flags place the controller in its pod (ports, certificate
 	// files, leader election), which this process replaces.
 	var known []string
@@ -108,7 +111,7 @@ func (s *Site) startDruidStretch(ctx context.Context) error {
 		return fmt.Errorf("the chart's controller flags: %w", err)
 	}
 	wo.SidecarImage = SidecarImage
-	wo.SidecarPort = sidecarPort
+	wo.SidecarPort, wo.EtcdMaxLearners = sidecarPort, mo.Reconciler.MaxLearners
 	mo.Resolver = membership.DNSResolver{SidecarPort: sidecarPort, SidecarScheme: "http"}
 	mo.Reconciler.Membership.DialContext = s.DialContext
 
