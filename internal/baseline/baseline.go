@@ -96,6 +96,9 @@ const (
 	clientPort = 2379
 	peerPort   = 2380
 	retryEvery = 100 * time.Millisecond
+	// moveTimeout bounds the script: a learner that never gets in sync
+	// would otherwise be retried for ever.
+	moveTimeout = 10 * time.Minute
 )
 
 // member is one etcd process in a pod of its site.
@@ -193,7 +196,9 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 		return res, err
 	}
 	start := time.Now()
-	steps, tie, moveErr := r.move(ctx, cli, src, start)
+	moveCtx, cancel := context.WithTimeout(ctx, moveTimeout)
+	defer cancel()
+	steps, tie, moveErr := r.move(moveCtx, cli, src, start)
 	res.Move = time.Since(start)
 	res.Steps, res.Tie = steps, tie
 	w.stop()
@@ -264,7 +269,13 @@ func (r *run) move(ctx context.Context, cli *clientv3.Client, src []*member, sta
 			return steps, tie, err
 		}
 		if err := step("promote "+b.name, func() error {
-			return retry(ctx, func() error { _, err := cli.MemberPromote(ctx, b.id); return err },
+			return retry(ctx, func() error {
+				if err := b.exited(); err != nil {
+					return err
+				}
+				_, err := cli.MemberPromote(ctx, b.id)
+				return err
+			},
 				rpctypes.ErrGRPCLearnerNotReady, rpctypes.ErrGRPCMemberNotEnoughStarted)
 		}); err != nil {
 			return steps, tie, err
@@ -432,6 +443,9 @@ func waitServing(ctx context.Context, cli *clientv3.Client, ms []*member) error 
 	defer cancel()
 	for _, m := range ms {
 		for {
+			if err := m.exited(); err != nil {
+				return fmt.Errorf("baseline: %w", err)
+			}
 			if _, err := statusOf(ctx, cli, m); err == nil {
 				break
 			} else if ctx.Err() != nil {
@@ -571,6 +585,16 @@ func (r *run) start(m *member, initialCluster, state string) error {
 	m.cmd, m.log, m.done = cmd, log, make(chan struct{})
 	go func() { _ = cmd.Wait(); close(m.done) }()
 	return nil
+}
+
+// exited is an error naming m's log once its etcd has ended.
+func (m *member) exited() error {
+	select {
+	case <-m.done:
+		return fmt.Errorf("etcd of %s exited (%s); its log is %s", m.name, m.cmd.ProcessState, m.log.Name())
+	default:
+		return nil
+	}
 }
 
 // stop kills m's etcd and waits for it.

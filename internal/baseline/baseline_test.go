@@ -4,7 +4,7 @@ package baseline_test
 
 import (
 	"os"
-	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -65,8 +65,7 @@ func TestScriptedMoveEndsInB(t *testing.T) {
 	g.Expect(res.Tie).To(BeNumerically(">", 0))
 	g.Expect(res.Tie).To(BeNumerically("<", res.Move))
 
-	out, _ := exec.Command("pgrep", "-f", "--initial-cluster-token=druid-stretch-baseline").Output()
-	g.Expect(strings.TrimSpace(string(out))).To(BeEmpty(), "etcd processes of the run are left")
+	g.Expect(baselineProcesses(t)).To(BeEmpty(), "etcd processes of the run are left")
 }
 
 // TestMissingSitesAreNamed: without both networks, Run says what is
@@ -77,4 +76,35 @@ func TestMissingSitesAreNamed(t *testing.T) {
 	g.Expect(err).To(MatchError(ContainSubstring("Options.A and Options.B")))
 	_, err = baseline.Run(t.Context(), baseline.Options{A: &podnet.Network{}, B: &podnet.Network{}})
 	g.Expect(err).To(MatchError(ContainSubstring("Options.Dir is required")))
+}
+
+// TestEtcdThatCannotStartIsNamed: a member whose etcd exits at once ends
+// the run with its name and log, and leaves no process behind.
+func TestEtcdThatCannotStartIsNamed(t *testing.T) {
+	a, b := sites(t, 0)
+	g := NewWithT(t)
+	_, err := baseline.Run(t.Context(), baseline.Options{A: a, B: b, Dir: t.TempDir(), EtcdArgs: []string{"--no-such-flag"}})
+	g.Expect(err).To(MatchError(MatchRegexp(`etcd of baseline-a-\d exited .*; its log is .*/etcd.log`)))
+	g.Expect(baselineProcesses(t)).To(BeEmpty(), "etcd processes of the run are left")
+}
+
+// baselineProcesses are the command lines of running processes started
+// with the baseline's cluster token.
+func baselineProcesses(t *testing.T) []string {
+	t.Helper()
+	paths, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // the process ended meanwhile
+		}
+		if cmd := strings.ReplaceAll(string(b), "\x00", " "); strings.Contains(cmd, "--initial-cluster-token=druid-stretch-baseline") {
+			out = append(out, cmd)
+		}
+	}
+	return out
 }
