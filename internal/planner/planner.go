@@ -331,11 +331,17 @@ func (v *view) parallelLearners(ours []*member, p Policy) Step {
 			first = s
 		}
 	}
-	if ready == nil {
+	// Rule 6: in a tie the removal that ends it comes next, whether or not
+	// another learner is ready: waiting for one would hold the tie for as
+	// long as that learner takes.
+	if ready == nil && !inTie {
 		return first
 	}
 	if rm := v.nextRemoval(); rm != nil && v.removeFirst(rm, true, len(ours)) {
 		return v.removeVoter(rm, p, RuleInterleave, fmt.Sprintf("%s is departing", rm.label()))
+	}
+	if ready == nil {
+		return first
 	}
 	return v.promote(ready)
 }

@@ -148,7 +148,18 @@ func TestRule2ParallelLearners(t *testing.T) {
 		{name: "no add during the tie: its removal first", obs: obs(voter("a-0", "a"), voter("a-1", "a"), lead(voter("b-0", "b")), voter("b-1", "b"), learner("b-2", "b")),
 			want: Desired{Add: []Want{want("b-0", "b"), want("b-1", "b"), want("b-2", "b"), want("b-3", "b")}, Remove: []string{"a-0", "a-1"}}, policy: three,
 			expect: expect{kind: Remove, rule: RuleInterleave}},
+		{name: "a tie is ended by its removal while the other learner is not answering yet",
+			obs: obs(voter("a-1", "a"), voter("a-2", "a"), lead(voter("b-0", "b")), voter("b-2", "b"), unstarted("b-1", "b", time.Minute)), want: moveAB, policy: three,
+			expect: expect{kind: Remove, rule: RuleInterleave}},
+		{name: "and while it catches up",
+			obs: obs(voter("a-1", "a"), voter("a-2", "a"), lead(voter("b-0", "b")), voter("b-2", "b"), notCaughtUp(learner("b-1", "b"))), want: moveAB, policy: three,
+			expect: expect{kind: Remove, rule: RuleInterleave}},
 	})
+}
+
+func notCaughtUp(m Member) Member {
+	m.CaughtUp = false
+	return m
 }
 
 func TestRule3PromoteReadyLearner(t *testing.T) {
