@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/druid-stretch/druid-stretch/internal/etcdconfig"
 	"github.com/druid-stretch/druid-stretch/sidecar"
@@ -36,8 +37,8 @@ type Joiner struct {
 }
 
 // Admit admits every joiner whose member obs shows as a learner that has not
-// started yet and whose sidecar waits for an admission. It returns the
-// members admitted. A sidecar that is not etcd-wrapper's server (no
+// started yet and whose sidecar waits for an admission, or holds one to a
+// membership that has changed since. It returns the members admitted. A sidecar that is not etcd-wrapper's server (no
 // admission to give: the member starts on its own) or does not answer yet
 // is skipped; the next reconcile asks again.
 func (c *Cluster) Admit(ctx context.Context, obs *Observation, joiners []Joiner) (admitted []string, err error) {
@@ -55,10 +56,17 @@ func (c *Cluster) Admit(ctx context.Context, obs *Observation, joiners []Joiner)
 			}
 			continue
 		}
-		if !st.Waiting() && (st.Admission == nil || st.Admission.MemberID == m.ID) {
-			continue // starts already, or was admitted as this very learner
-		}
 		a := sidecar.Admission{State: etcdconfig.StateExisting, InitialCluster: initialCluster(obs, m.ID, j.Member), MemberID: m.ID}
+		if st.HasData {
+			continue // starts already, from its own log
+		}
+		if old := st.Admission; old != nil && old.MemberID == m.ID && old.State == a.State && sameInitialCluster(old.InitialCluster, a.InitialCluster) {
+			continue // admitted as this very learner, to the membership as it is now
+		}
+		// An admission to a membership that changed since (another learner
+		// added or a member removed before this one started) is renewed:
+		// etcd refuses to join when its initial cluster does not list
+		// exactly the cluster's members, and etcd-wrapper asks again.
 		if _, err := cl.Admit(ctx, a); err != nil {
 			if sidecar.IsReason(err, sidecar.ReasonHasData) {
 				continue // its etcd has data now: it no longer waits
@@ -152,6 +160,12 @@ func initialCluster(obs *Observation, id, name string) string {
 		ms = append(ms, etcdconfig.Member{Name: n, PeerURLs: m.PeerURLs})
 	}
 	return etcdconfig.FormatInitialCluster(ms)
+}
+
+// sameInitialCluster tells whether two initial clusters list the same
+// name=URL entries, in any order.
+func sameInitialCluster(a, b string) bool {
+	return sameURLs(strings.Split(a, ","), strings.Split(b, ","))
 }
 
 func sameURLs(a, b []string) bool {

@@ -1,0 +1,102 @@
+package membership_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/druid-stretch/druid-stretch/internal/etcdconfig"
+	"github.com/druid-stretch/druid-stretch/internal/membership"
+	"github.com/druid-stretch/druid-stretch/sidecar"
+)
+
+// admitConfig is druid's etcd.conf.yaml of etcd-main (abridged); the
+// joining pod etcd-main-4 lies outside its ordinals, so its URLs come from
+// the sidecar's member flags.
+const admitConfig = `name: etcd-config
+initial-cluster-state: new
+initial-cluster: etcd-main-0=http://etcd-main-0.etcd-main-peer.ns.svc:2380
+initial-advertise-peer-urls:
+  etcd-main-0: [http://etcd-main-0.etcd-main-peer.ns.svc:2380]
+advertise-client-urls:
+  etcd-main-0: [http://etcd-main-0.etcd-main-peer.ns.svc:2379]
+`
+
+// TestAdmissionFollowsTheMembership: a learner admitted while the cluster
+// had four members, which another learner joined before it started, is
+// admitted again with the five: etcd refuses to join with an initial
+// cluster that does not list exactly the cluster's members (seen on real
+// sites with learners added side by side), and etcd-wrapper asks the
+// sidecar for its configuration again. An admission that still fits is
+// left alone.
+func TestAdmissionFollowsTheMembership(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	config := filepath.Join(dir, "etcd.conf.yaml")
+	g.Expect(os.MkdirAll(filepath.Join(dir, "data"), 0o700)).To(Succeed()) // the pod's data volume
+	g.Expect(os.WriteFile(config, []byte(admitConfig+"data-dir: "+filepath.Join(dir, "data", "new.etcd")+"\n"), 0o600)).To(Succeed())
+	const peer4 = "http://etcd-main-4.etcd-main-peer.ns.svc:2380"
+	srv, err := sidecar.New(sidecar.Config{
+		Endpoints:                    []string{"http://127.0.0.1:1"},
+		InsecureAllowUnauthenticated: true,
+		PollInterval:                 -1,
+		Joining: &sidecar.Joining{EtcdConfigFile: config, Member: etcdconfig.Member{
+			Name: "etcd-main-4", PeerURLs: []string{peer4},
+			ClientURLs: []string{"http://etcd-main-4.etcd-main-peer.ns.svc:2379"},
+		}},
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	hs := httptest.NewServer(srv)
+	t.Cleanup(func() { hs.Close(); srv.Close() })
+
+	c, err := membership.New(membership.Config{Holder: "test"})
+	g.Expect(err).NotTo(HaveOccurred())
+	voter := func(i, id string) sidecar.Member {
+		return sidecar.Member{ID: id, Name: "etcd-main-" + i, PeerURLs: []string{"http://etcd-main-" + i + ".etcd-main-peer.ns.svc:2380"}}
+	}
+	members := []sidecar.Member{voter("0", "a0"), voter("1", "a1"), voter("3", "b3"),
+		{ID: "b4", PeerURLs: []string{peer4}, IsLearner: true}}
+	obs := func(ms ...sidecar.Member) *membership.Observation {
+		return &membership.Observation{List: &sidecar.MemberList{Members: ms}}
+	}
+	joiners := []membership.Joiner{{Member: "etcd-main-4", PeerURLs: []string{peer4}, Sidecar: hs.URL}}
+	admission := func() *sidecar.Admission {
+		st, err := sidecar.NewClient(hs.URL, nil).Join(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		return st.Admission
+	}
+
+	admitted, err := c.Admit(ctx, obs(members...), joiners)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(admitted).To(Equal([]string{"etcd-main-4"}))
+	first := admission()
+	g.Expect(first.MemberID).To(Equal("b4"))
+	g.Expect(strings.Split(first.InitialCluster, ",")).To(HaveLen(4))
+
+	admitted, err = c.Admit(ctx, obs(members...), joiners)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(admitted).To(BeEmpty(), "an admission that fits the membership is left alone")
+	g.Expect(admission()).To(Equal(first))
+
+	const peer5 = "http://etcd-main-5.etcd-main-peer.ns.svc:2380"
+	grown := append(members, sidecar.Member{ID: "b5", PeerURLs: []string{peer5}, IsLearner: true})
+	admitted, err = c.Admit(ctx, obs(grown...), joiners)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(admitted).To(Equal([]string{"etcd-main-4"}))
+	renewed := admission()
+	g.Expect(renewed.MemberID).To(Equal("b4"))
+	g.Expect(strings.Split(renewed.InitialCluster, ",")).To(ConsistOf(append(strings.Split(first.InitialCluster, ","), "b5="+peer5)))
+
+	// The same membership listed in another order is the same admission.
+	reordered := append([]sidecar.Member{grown[4]}, grown[:4]...)
+	admitted, err = c.Admit(ctx, obs(reordered...), joiners)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(admitted).To(BeEmpty())
+	g.Expect(admission()).To(Equal(renewed))
+}
