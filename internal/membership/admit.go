@@ -163,9 +163,19 @@ func initialCluster(obs *Observation, id, name string) string {
 }
 
 // sameInitialCluster tells whether two initial clusters list the same
-// name=URL entries, in any order.
+// peer URLs, in any order. Names do not count: etcd matches the other
+// members by their peer URLs alone, and a learner listed under its ID
+// while it had not started gets its name later.
 func sameInitialCluster(a, b string) bool {
-	return sameURLs(strings.Split(a, ","), strings.Split(b, ","))
+	urls := func(ic string) []string {
+		var out []string
+		for _, e := range strings.Split(ic, ",") {
+			_, u, _ := strings.Cut(e, "=")
+			out = append(out, u)
+		}
+		return out
+	}
+	return sameURLs(urls(a), urls(b))
 }
 
 func sameURLs(a, b []string) bool {

@@ -93,8 +93,11 @@ func TestAdmissionFollowsTheMembership(t *testing.T) {
 	g.Expect(renewed.MemberID).To(Equal("b4"))
 	g.Expect(strings.Split(renewed.InitialCluster, ",")).To(ConsistOf(append(strings.Split(first.InitialCluster, ","), "b5="+peer5)))
 
-	// The same membership listed in another order is the same admission.
-	reordered := append([]sidecar.Member{grown[4]}, grown[:4]...)
+	// The same membership listed in another order, with the other learner
+	// named once it started, is the same admission.
+	started := grown[4]
+	started.Name, started.IsLearner = "etcd-main-5", false
+	reordered := append([]sidecar.Member{started}, grown[:4]...)
 	admitted, err = c.Admit(ctx, obs(reordered...), joiners)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(admitted).To(BeEmpty())
