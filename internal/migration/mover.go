@@ -18,6 +18,7 @@ import (
 	"github.com/go-logr/logr"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -430,13 +431,20 @@ func (m *Mover) patchAdvertised(ctx context.Context, mutate func(*v1alpha1.Etcd)
 	return errors.Join(advErr, err)
 }
 
+// patchBackoff spaces the tries of a patch over about 5 s. druid and the
+// membership controllers write an Etcd's status several times a second
+// while a move runs, and each write makes a patch guarded by the
+// resourceVersion conflict; client-go's DefaultRetry (five tries within
+// 50 ms) gave up on real sites at 0 ms RTT.
+var patchBackoff = wait.Backoff{Steps: 12, Duration: 20 * time.Millisecond, Factor: 1.5, Jitter: 0.5}
+
 // patch changes the spec of the Etcd in one cluster with a merge patch
 // guarded by its resourceVersion, again on conflict: a concurrent writer's
 // change is never overwritten. A patch that changes the spec asks druid to
 // reconcile it, as gardenlet does.
 func (m *Mover) patch(ctx context.Context, c client.Client, side string, mutate func(*v1alpha1.Etcd)) error {
 	key := client.ObjectKey{Namespace: m.o.Namespace, Name: m.o.Name}
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.RetryOnConflict(patchBackoff, func() error {
 		e := &v1alpha1.Etcd{}
 		if err := c.Get(ctx, key, e); err != nil {
 			return err

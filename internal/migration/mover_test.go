@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -335,4 +337,43 @@ func moveWithSwitch(t *testing.T, ns, wantErr string) (switched []*v1alpha1.Etcd
 	err := mover(t, ns, &events, switching).Move(context.Background())
 	NewWithT(t).Expect(err).To(MatchError(ContainSubstring(wantErr)))
 	return switched, events
+}
+
+// TestPatchOutlastsStatusWrites: druid and the membership controllers
+// write an Etcd's status several times a second during a move, and each
+// write makes a patch guarded by the resourceVersion conflict. Here the
+// first eight patches of the source Etcd each meet a status write made
+// just before them: the move's first patch still lands (client-go's
+// DefaultRetry gives up after five tries within 50 ms).
+func TestPatchOutlastsStatusWrites(t *testing.T) {
+	g := NewWithT(t)
+	ns, _ := setup(t)
+	racing := &statusWriterBeforePatch{Client: srcClient}
+	racing.left.Store(8)
+	err := mover(t, ns, nil, func(o *migration.Options) { o.Source = racing }).Move(context.Background())
+	g.Expect(err).To(MatchError(ContainSubstring("step prepare-source did not finish within 2s")), "the patch landed; the step then waits for the controller")
+	g.Expect(get(t, srcClient, ns).Spec.ExternalMembers).To(HaveLen(3))
+	g.Expect(racing.left.Load()).To(BeNumerically("<=", 0), "every one of the eight patches met a status write")
+}
+
+// statusWriterBeforePatch writes the status of the object to be patched
+// right before each of its first left patches, as a concurrent writer
+// would between the patch's read and its write.
+type statusWriterBeforePatch struct {
+	client.Client
+	left atomic.Int32
+}
+
+func (c *statusWriterBeforePatch) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	if c.left.Add(-1) >= 0 {
+		e := &v1alpha1.Etcd{}
+		if err := c.Client.Get(ctx, client.ObjectKeyFromObject(obj), e); err != nil {
+			return err
+		}
+		e.Status.ObservedGeneration = ptr.To(e.Generation + int64(c.left.Load()) + 100)
+		if err := c.Client.Status().Update(ctx, e); err != nil {
+			return err
+		}
+	}
+	return c.Client.Patch(ctx, obj, patch, opts...)
 }
