@@ -7,6 +7,7 @@ import (
 	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -101,6 +102,9 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (manager.Manager, error) {
 	// hold.
 	mo.Cache.ByObject = map[client.Object]cache.ByObject{
 		&coordinationv1.Lease{}: {Label: memberlease.Selector()},
+		// Only the slices of the external members' peer names (peernames.go):
+		// a seed has a slice per Service.
+		&discoveryv1.EndpointSlice{}: {Label: peerNamesSelector()},
 	}
 	if len(o.Namespaces) > 0 {
 		mo.Cache.DefaultNamespaces = map[string]cache.Config{}

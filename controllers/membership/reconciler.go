@@ -12,6 +12,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -72,6 +73,10 @@ type Options struct {
 	// MaxConcurrentReconciles is how many Etcds are reconciled at once
 	// (default 4).
 	MaxConcurrentReconciles int
+	// LookupHost resolves the external members' peer hosts for the
+	// EndpointSlice of their in-cluster peer names (syncPeerNames; default
+	// net.DefaultResolver.LookupHost, the controller pod's cluster DNS).
+	LookupHost func(ctx context.Context, host string) ([]string, error)
 	// AfterStepSent is a failpoint for fault-injection tests: when set, it is
 	// called once a change's sidecar call returned, before anything is
 	// reported. Returning true ends the reconcile as if the process died
@@ -101,6 +106,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxConcurrentReconciles <= 0 {
 		o.MaxConcurrentReconciles = 4
+	}
+	if o.LookupHost == nil {
+		o.LookupHost = net.DefaultResolver.LookupHost
 	}
 }
 
@@ -250,6 +258,8 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 		return r.backoff(key, 0), nil
 	}
 	s.adoptRecordedStep(obs.List.Step, r.cluster.Holder(), r.cluster.Token(), r.started)
+	// Before admitting a learner: its etcd resolves these names as it starts.
+	r.syncPeerNames(ctx, e, obs)
 	r.admitLearners(ctx, e, obs)
 	r.nameUnstartedLearner(e, s.st.LastStep, obs)
 	t, err := r.target(e, obs)

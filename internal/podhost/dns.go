@@ -80,30 +80,7 @@ func (d *serviceDNS) run(ctx context.Context) {
 
 // sync replaces the published records with those of svcs and slices.
 func (d *serviceDNS) sync(svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice) {
-	want := map[string][]net.IP{}
-	for _, s := range svcs {
-		want[fmt.Sprintf("%s.%s.svc.%s", s.Name, s.Namespace, d.domain)] = nil
-	}
-	for _, es := range slices {
-		svc := es.Labels[discoveryv1.LabelServiceName]
-		if svc == "" {
-			continue
-		}
-		name := fmt.Sprintf("%s.%s.svc.%s", svc, es.Namespace, d.domain)
-		if _, ok := want[name]; !ok {
-			continue
-		}
-		for _, ep := range es.Endpoints {
-			if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
-				continue
-			}
-			for _, a := range ep.Addresses {
-				if ip := net.ParseIP(a); ip != nil {
-					want[name] = append(want[name], ip)
-				}
-			}
-		}
-	}
+	want := serviceRecords(svcs, slices, d.domain)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for name := range d.published {
@@ -121,4 +98,49 @@ func (d *serviceDNS) sync(svcs []*corev1.Service, slices []*discoveryv1.Endpoint
 		d.net.SetHost(name, ips...)
 		d.published[name] = true
 	}
+}
+
+// serviceRecords are the DNS names of svcs (under domain) with the
+// addresses of their ready endpoints in slices; a name with no address is
+// listed empty, to be withdrawn.
+func serviceRecords(svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice, domain string) map[string][]net.IP {
+	want := map[string][]net.IP{}
+	headless := map[string]bool{}
+	for _, s := range svcs {
+		name := fmt.Sprintf("%s.%s.svc.%s", s.Name, s.Namespace, domain)
+		want[name] = nil
+		headless[name] = s.Spec.ClusterIP == corev1.ClusterIPNone
+	}
+	for _, es := range slices {
+		svc := es.Labels[discoveryv1.LabelServiceName]
+		if svc == "" {
+			continue
+		}
+		name := fmt.Sprintf("%s.%s.svc.%s", svc, es.Namespace, domain)
+		if _, ok := want[name]; !ok {
+			continue
+		}
+		for _, ep := range es.Endpoints {
+			if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
+				continue
+			}
+			var ips []net.IP
+			for _, a := range ep.Addresses {
+				if ip := net.ParseIP(a); ip != nil {
+					ips = append(ips, ip)
+				}
+			}
+			want[name] = append(want[name], ips...)
+			// A headless Service's endpoint with a hostname is also
+			// <hostname>.<svc>.<ns>.svc, as CoreDNS answers it. For a pod's
+			// endpoint the pod runner publishes that name as the pod starts
+			// (podRun.fqdns); here come the endpoints no pod of this site
+			// backs, such as those druid-stretch writes for members in
+			// another cluster.
+			if ep.Hostname != nil && headless[name] && (ep.TargetRef == nil || ep.TargetRef.Kind != "Pod") {
+				want[*ep.Hostname+"."+name] = append(want[*ep.Hostname+"."+name], ips...)
+			}
+		}
+	}
+	return want
 }

@@ -1,10 +1,13 @@
 package podhost
 
 import (
+	"net"
 	"testing"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
 
@@ -72,4 +75,44 @@ func TestCredentialsPreferTheContainerOverThePod(t *testing.T) {
 	uid, gid, _ = credentials(pod, corev1.Container{SecurityContext: &corev1.SecurityContext{RunAsUser: ptr.To[int64](0), RunAsGroup: ptr.To[int64](0)}})
 	g.Expect([]uint32{uid, gid}).To(Equal([]uint32{0, 0}))
 	g.Expect(home(65532)).To(Equal("/home/nonroot"))
+}
+
+// The site's DNS answers what CoreDNS answers from EndpointSlices: a
+// Service's name with its ready endpoints, and on a headless Service the
+// hostname of an endpoint no pod here backs (a member in another cluster).
+func TestServiceRecordsFollowCoreDNS(t *testing.T) {
+	g := NewWithT(t)
+	svc := func(name, clusterIP string) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shoot", Name: name}, Spec: corev1.ServiceSpec{ClusterIP: clusterIP}}
+	}
+	slice := func(svc string, eps ...discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
+		return &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "shoot", Name: svc + "-x", Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
+			Endpoints:  eps,
+		}
+	}
+	pod := &corev1.ObjectReference{Kind: "Pod", Name: "etcd-main-3"}
+	got := serviceRecords(
+		[]*corev1.Service{svc("etcd-main-peer", corev1.ClusterIPNone), svc("etcd-main-client", "10.0.0.1")},
+		[]*discoveryv1.EndpointSlice{
+			slice("etcd-main-peer",
+				discoveryv1.Endpoint{Addresses: []string{"10.1.0.3"}, Hostname: ptr.To("etcd-main-3"), TargetRef: pod},
+				discoveryv1.Endpoint{Addresses: []string{"10.2.0.7"}, Hostname: ptr.To("etcd-main-0"), Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}},
+				discoveryv1.Endpoint{Addresses: []string{"10.2.0.8"}, Hostname: ptr.To("etcd-main-1"), Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(false)}},
+			),
+			slice("etcd-main-client", discoveryv1.Endpoint{Addresses: []string{"10.1.0.3"}, Hostname: ptr.To("not-headless")}),
+			slice("no-such-service", discoveryv1.Endpoint{Addresses: []string{"10.9.9.9"}, Hostname: ptr.To("orphan")}),
+		}, "cluster.local")
+	ips := func(s ...string) []net.IP {
+		var out []net.IP
+		for _, a := range s {
+			out = append(out, net.ParseIP(a))
+		}
+		return out
+	}
+	g.Expect(got).To(Equal(map[string][]net.IP{
+		"etcd-main-peer.shoot.svc.cluster.local":             ips("10.1.0.3", "10.2.0.7"),
+		"etcd-main-0.etcd-main-peer.shoot.svc.cluster.local": ips("10.2.0.7"),
+		"etcd-main-client.shoot.svc.cluster.local":           ips("10.1.0.3"),
+	}))
 }

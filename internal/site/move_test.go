@@ -125,6 +125,10 @@ func TestLiveMoveBetweenRealSites(t *testing.T) {
 	for _, p := range etcdPods(t, b, dst) {
 		log := containerLogs(t, b, p, "backup-restore")
 		g.Expect(log).NotTo(ContainSubstring("Attempting to promote member"), "backup-restore of %s promoted", p.Name)
+		// A's members still advertise their in-cluster names; B's
+		// controller publishes them in B (an EndpointSlice on the peer
+		// Service), so no joining member waits out etcd's 30 s resolution.
+		g.Expect(containerLogs(t, b, p, "etcd")).NotTo(ContainSubstring("failed to resolve URL Host"), "%s joined without waiting on a peer name B's DNS did not know", p.Name)
 	}
 
 	// B's backup-restore takes a full snapshot of the moved cluster into

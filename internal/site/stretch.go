@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -114,6 +115,11 @@ func (s *Site) startDruidStretch(ctx context.Context) error {
 	wo.SidecarPort, wo.EtcdMaxLearners = sidecarPort, mo.Reconciler.MaxLearners
 	mo.Resolver = membership.DNSResolver{SidecarPort: sidecarPort, SidecarScheme: "http"}
 	mo.Reconciler.Membership.DialContext = s.DialContext
+	// The site's DNS, as the controller's pod would ask its cluster's.
+	dns := net.JoinHostPort(s.Network.DNSServer().String(), "53")
+	mo.Reconciler.LookupHost = (&net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return s.Network.DialContext(ctx, network, dns)
+	}}).LookupHost
 
 	ca, err := pki.NewCA("druid-stretch-site-webhook-ca")
 	if err != nil {

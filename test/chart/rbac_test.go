@@ -313,6 +313,9 @@ func TestRBACMatrix(t *testing.T) {
 		// leases everywhere (the member lease bridge).
 		{res{"coordination.k8s.io", "leases", "", f.releaseNS}, []string{"get", "list", "watch", "create", "update", "patch"}},
 		{res{"coordination.k8s.io", "leases", "", f.etcdNS}, []string{"get", "list", "watch", "create", "patch"}},
+		// The slice that publishes external members' in-cluster peer names.
+		{res{"discovery.k8s.io", "endpointslices", "", f.etcdNS}, []string{"get", "list", "watch", "create", "update", "delete"}},
+		{res{"", "endpoints", "", f.etcdNS}, nil},
 		{res{"", "secrets", "", f.etcdNS}, nil},
 		{res{"", "secrets", "", f.releaseNS}, nil},
 		{res{"", "pods", "", f.etcdNS}, nil},
