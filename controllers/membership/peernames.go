@@ -137,8 +137,12 @@ func (r *Reconciler) syncPeerNames(ctx context.Context, e *v1alpha1.Etcd, obs *m
 // name (under e's peer Service domain) of an observed external member, with
 // the addresses its spec's peer hosts resolve to here. A slice holds one
 // address family: IPv4 when any address is, else IPv6. unresolved names the
-// members none of whose hosts resolved.
+// members none of whose hosts resolved. Without an observation (nil) there
+// are none.
 func (r *Reconciler) peerNameEndpoints(ctx context.Context, e *v1alpha1.Etcd, obs *membership.Observation) (eps []discoveryv1.Endpoint, family discoveryv1.AddressType, unresolved []string) {
+	if obs == nil {
+		return nil, "", nil
+	}
 	domain := members.PeerServiceDomain(e)
 	byHost := map[string][]net.IP{}
 	for _, ext := range e.Spec.ExternalMembers {

@@ -89,6 +89,15 @@ func TestPeerNamesFollowTheExternalMembers(t *testing.T) {
 	e.Spec.ExternalMembers = nil
 	r.syncPeerNames(ctx, e, obs)
 	g.Expect(apierrors.IsNotFound(c.Get(ctx, key, slice))).To(BeTrue(), "the slice is deleted")
+
+	// A source scaled to zero after its move is reconciled without an
+	// observation: its slice goes too.
+	e.Spec.ExternalMembers = []v1alpha1.ExternalMember{external("etcd-main-0")}
+	r.syncPeerNames(ctx, e, obs)
+	g.Expect(c.Get(ctx, key, slice)).To(Succeed())
+	e.Spec.ExternalMembers, e.Spec.Replicas = nil, 0
+	r.syncPeerNames(ctx, e, nil)
+	g.Expect(apierrors.IsNotFound(c.Get(ctx, key, slice))).To(BeTrue(), "the hibernated Etcd's slice is deleted")
 }
 
 func TestInClusterHostname(t *testing.T) {

@@ -229,7 +229,10 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 	}
 	if members.Hibernated(e) {
 		// The pods are going away (members.PodWindow is empty): asking
-		// their sidecars would only report an unreachable cluster.
+		// their sidecars would only report an unreachable cluster. A
+		// hibernated Etcd lists no external member: its slice of their peer
+		// names goes (the source after a move).
+		r.syncPeerNames(ctx, e, nil)
 		s.scaledToZero()
 		return ctrl.Result{RequeueAfter: r.opts.ConvergedInterval}, nil
 	}

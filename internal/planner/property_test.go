@@ -64,6 +64,10 @@ type config struct {
 	// departing counts the departing voters per side; staying the voters in
 	// Add or Keep, which may take over leadership.
 	departing, staying map[string]int
+	// settledWaits counts the Waits planned in it while every voter had
+	// been healthy for MinHealthyFor and a leader was there: nothing etcd
+	// or the rules ask to wait for.
+	settledWaits int
 }
 
 func TestPropertyRandomClusters(t *testing.T) {
@@ -228,8 +232,11 @@ func (s *sim) play() int {
 		obs := s.observe()
 		st := Next(obs, s.want, s.policy)
 		s.ruleSeen[st.Rule]++
-		if st.Kind != Wait && st.Kind != Done {
-			c := &s.configs[len(s.configs)-1]
+		c := &s.configs[len(s.configs)-1]
+		switch {
+		case st.Kind == Wait && s.settled():
+			c.settledWaits++
+		case st.Kind != Wait && st.Kind != Done:
 			c.steps = append(c.steps, st.Kind)
 		}
 		s.steps = append(s.steps, Describe(obs.Members)+"  =>  "+st.String())
@@ -421,6 +428,17 @@ func (s *sim) tick() {
 	}
 }
 
+// settled reports whether there is a leader and every voter has been
+// healthy for MinHealthyFor.
+func (s *sim) settled() bool {
+	for _, m := range s.voters() {
+		if !m.Healthy || m.HealthyFor < s.policy.MinHealthyFor {
+			return false
+		}
+	}
+	return s.leader() != nil
+}
+
 // canFail reports whether m may go down without the model itself breaking quorum.
 func (s *sim) canFail(m *simMember) bool {
 	if m.Learner {
@@ -490,6 +508,11 @@ func (s *sim) checkMajorityMoves() {
 		}
 		if s.configs[to].holder != s.targetHolder || s.configs[from+1].downRemoved || s.configs[from+1].departing[s.configs[from].holder] == 0 {
 			return // not a move toward the target's majority, or no removal could end this tie
+		}
+		// The tie is not held: with every voter settled, the removal that
+		// ends it is the next step, whatever the learners are doing.
+		if w := s.configs[from+1].settledWaits; w > 0 {
+			s.fail("rule 6: %s, holding the tie for %d step(s) with every voter settled", name, w)
 		}
 		for _, k := range s.configs[from+1].steps {
 			if k != Remove && k != MoveLeader {
@@ -573,12 +596,13 @@ func (s *sim) addMember(name, side string, urls []string) *simMember {
 	return m
 }
 
-// addLearner adds a learner that is unstarted (no name, down) for a step or
-// two, then catches up; the first learner of a name is sometimes stuck.
+// addLearner adds a learner that is unstarted (no name, down) for one to
+// six steps, then catches up; learners added side by side so get ready in
+// any order. The first learner of a name is sometimes stuck.
 func (s *sim) addLearner(name, side string, urls []string) {
 	m := s.addMember(name, side, urls)
 	m.Name, m.Healthy, m.Learner = "", false, true
-	m.startIn, m.catchUpIn = 1+s.rng.Intn(2), 1+s.rng.Intn(3)
+	m.startIn, m.catchUpIn = 1+s.rng.Intn(6), 1+s.rng.Intn(3)
 	if _, tried := s.stuckOK[name]; !tried {
 		s.stuckOK[name] = true
 		m.stuck = s.rng.Intn(10) == 0
