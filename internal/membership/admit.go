@@ -38,9 +38,10 @@ type Joiner struct {
 
 // Admit admits every joiner whose member obs shows as a learner that has not
 // started yet and whose sidecar waits for an admission, or holds one to a
-// membership that has changed since. It returns the members admitted. A sidecar that is not etcd-wrapper's server (no
-// admission to give: the member starts on its own) or does not answer yet
-// is skipped; the next reconcile asks again.
+// membership that has changed since. It returns the members admitted. A
+// sidecar that is not etcd-wrapper's server (no admission to give: the
+// member starts on its own) or does not answer yet is skipped; the next
+// reconcile asks again.
 func (c *Cluster) Admit(ctx context.Context, obs *Observation, joiners []Joiner) (admitted []string, err error) {
 	var errs []error
 	for _, j := range joiners {
