@@ -192,15 +192,22 @@ func (s *Server) prepareRemovalAfterPromotion(ctx context.Context, v *view, lear
 		return nil, &Error{StatusCode: http.StatusConflict, Reason: ReasonIsLeader,
 			Message: fmt.Sprintf("member %q (%s) is the leader; move leadership to another voter first (POST /v1/leader)", name, target.api.ID)}
 	}
-	// The voters after both changes: the promoted learner (healthy, it was
-	// checked) in, the target out.
+	// The voters after both changes: the promoted learner in, the target
+	// out.
 	var others []*memberView
 	for _, m := range v.voters() {
 		if m != target {
 			others = append(others, m)
 		}
 	}
-	if healthy := countHealthy(others) + 1; healthy < quorum(len(others)+1) {
+	// etcd counts only started members for the removal
+	// (IsReadyToRemoveVotingMember): a learner promoted before it
+	// published itself is not one yet.
+	healthy := countHealthy(others)
+	if learner.api.Healthy {
+		healthy++
+	}
+	if healthy < quorum(len(others)+1) {
 		return nil, &Error{StatusCode: http.StatusPreconditionFailed, Reason: ReasonQuorumAtRisk,
 			Message: fmt.Sprintf("after promoting %q and removing %q, %d of the %d voters left would be healthy, fewer than a quorum of %d",
 				learner.pb.Name, name, healthy, len(others)+1, quorum(len(others)+1))}
@@ -241,26 +248,46 @@ func (s *Server) finishRemoval(ctx context.Context, p *removal) (Member, *Error)
 	return Member{}, etcdError("removing the member", err)
 }
 
-// learnerReady is the promotion rule: the learner answers, has been healthy
-// for MinLearnerHealthy without interruption (etcd's strict reconfiguration
-// check counts members connected for 5 s, and a voter promoted sooner blocks
-// the next removal), and is at most MaxLearnerLag entries behind the leader.
+// learnerReady is the promotion rule. etcd's strict reconfiguration check
+// counts members connected for 5 s, and a voter promoted sooner blocks the
+// next removal, so the learner must have been connected (as this sidecar's
+// member's transport saw it) or healthy for MinLearnerHealthy without
+// interruption. A learner that answers must also be at most MaxLearnerLag
+// entries behind the leader. One that does not answer yet (it has not
+// published itself: after a snapshot etcd retries the publish only after
+// its request timeout) cannot be asked how far it got; it must have been
+// connected that long, and the leader's own check (its raft progress of the
+// learner at 90 % of its log) decides, refusing with ErrLearnerNotReady
+// otherwise.
 func (s *Server) learnerReady(m *memberView) *Error {
 	notReady := func(retry time.Duration, format string, args ...any) *Error {
 		return &Error{StatusCode: http.StatusConflict, Reason: ReasonLearnerNotReady, RetryAfter: max(retry, time.Second),
-			Message: fmt.Sprintf("learner %q (%s) is not ready: ", m.pb.Name, m.api.ID) + fmt.Sprintf(format, args...)}
+			Message: fmt.Sprintf("learner %s is not ready: ", memberLabel(m)) + fmt.Sprintf(format, args...)}
 	}
+	seconds := func(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
+	connectedFor := seconds(m.api.ConnectedForSeconds)
 	if !m.api.Healthy {
-		return notReady(s.cfg.MinLearnerHealthy, "%s", m.api.Error)
+		if connectedFor < s.cfg.MinLearnerHealthy {
+			return notReady(s.cfg.MinLearnerHealthy-connectedFor, "it does not answer (%s), and this sidecar's member has been connected to it for %s, less than the %s required",
+				m.api.Error, connectedFor.Round(time.Millisecond), s.cfg.MinLearnerHealthy)
+		}
+		return nil
 	}
 	if m.api.BehindLeader > s.cfg.MaxLearnerLag {
 		return notReady(time.Second, "%d entries behind the leader (at most %d allowed)", m.api.BehindLeader, s.cfg.MaxLearnerLag)
 	}
-	healthyFor := time.Duration(m.api.HealthyForSeconds * float64(time.Second))
-	if healthyFor < s.cfg.MinLearnerHealthy {
-		return notReady(s.cfg.MinLearnerHealthy-healthyFor, "healthy for %s, less than the %s required", healthyFor.Round(time.Millisecond), s.cfg.MinLearnerHealthy)
+	settled := max(seconds(m.api.HealthyForSeconds), connectedFor)
+	if settled < s.cfg.MinLearnerHealthy {
+		return notReady(s.cfg.MinLearnerHealthy-settled, "healthy or connected for %s, less than the %s required", settled.Round(time.Millisecond), s.cfg.MinLearnerHealthy)
 	}
 	return nil
+}
+
+func memberLabel(m *memberView) string {
+	if m.pb.Name == "" {
+		return fmt.Sprintf("%s (unstarted)", m.api.ID)
+	}
+	return fmt.Sprintf("%q (%s)", m.pb.Name, m.api.ID)
 }
 
 // remove answers DELETE /v1/members/{name}.

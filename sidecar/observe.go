@@ -39,6 +39,9 @@ type view struct {
 	step *mvccpb.KeyValue
 	// lockStatus is the lock with its remaining lease time, when asked for.
 	lockStatus *LockStatus
+	// transportOf and transportError say whose transport the members'
+	// ConnectedForSeconds describe (MemberList.TransportOf).
+	transportOf, transportError string
 }
 
 type memberView struct {
@@ -108,6 +111,9 @@ func (s *Server) pollHealth(ctx context.Context) {
 		case <-t.C:
 		}
 		pctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+		// The transport first: the observation reports it, and a learner
+		// is watched from its first poll on.
+		s.scrapeTransport(pctx)
 		if _, err := s.observe(pctx, observeOptions{health: true}); err != nil && ctx.Err() == nil {
 			s.log.V(1).Info("background health poll failed", "error", err.Error())
 		}
@@ -364,19 +370,28 @@ func (s *Server) pollMembers(ctx context.Context, v *view, removing map[uint64]b
 		if leaderIndex > a.RaftIndex {
 			a.BehindLeader = leaderIndex - a.RaftIndex
 		}
-		if !a.Healthy {
+		var healthyFor time.Duration
+		if a.Healthy {
+			s.lastHealthy[m.pb.ID] = now
+			since, ok := s.healthySince[m.pb.ID]
+			if !ok {
+				since = now
+				s.healthySince[m.pb.ID] = now
+			}
+			healthyFor = now.Sub(since)
+		} else {
 			delete(s.healthySince, m.pb.ID)
 			delete(s.lastHealthy, m.pb.ID)
-			continue
 		}
-		s.lastHealthy[m.pb.ID] = now
-		since, ok := s.healthySince[m.pb.ID]
-		if !ok {
-			since = now
-			s.healthySince[m.pb.ID] = now
+		a.HealthyForSeconds = healthyFor.Seconds()
+		if !removing[m.pb.ID] {
+			a.ConnectedForSeconds = s.connectedForLocked(m.pb.ID, healthyFor, now).Seconds()
 		}
-		a.HealthyForSeconds = now.Sub(since).Seconds()
 	}
+	if s.transport.of != 0 && s.transport.of == s.localID {
+		v.transportOf = formatID(s.transport.of)
+	}
+	v.transportError = s.transport.failed
 }
 
 // leaderOf trusts a member that reports itself as leader; failing that, the
@@ -517,12 +532,14 @@ func (s *Server) listMembers(r *http.Request) (int, any, *Error) {
 		return 0, nil, etcdError("reading the retirement records", retiredErr)
 	}
 	return http.StatusOK, MemberList{
-		Retired:     retired,
-		ClusterID:   formatID(v.clusterID),
-		LeaderID:    formatID(v.leaderID),
-		Fingerprint: v.fingerprint(),
-		Members:     v.apiMembers(),
-		Lock:        v.lockStatus,
-		Step:        parseStep(v.step),
+		Retired:        retired,
+		ClusterID:      formatID(v.clusterID),
+		LeaderID:       formatID(v.leaderID),
+		Fingerprint:    v.fingerprint(),
+		Members:        v.apiMembers(),
+		TransportOf:    v.transportOf,
+		TransportError: v.transportError,
+		Lock:           v.lockStatus,
+		Step:           parseStep(v.step),
 	}, nil
 }

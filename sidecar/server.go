@@ -205,6 +205,10 @@ type Server struct {
 	removalsSent  map[uint64]time.Time // member ID -> until when it stays unpolled
 	tombstones    tombstoneLease
 	releaseHold   func() // ends the client gate's current hold
+	// transport is the local member's raft transport as its metrics
+	// showed it (transport.go), read with metricsClient.
+	transport     transportView
+	metricsClient *http.Client
 	// fenceHooks run around the fence's transaction; tests set them
 	// (export_test.go) to change the lock between a check and the fence.
 	fenceHooks struct{ before, after func() }
@@ -257,6 +261,7 @@ func New(cfg Config) (*Server, error) {
 		healthySince:  map[uint64]time.Time{},
 		lastHealthy:   map[uint64]time.Time{},
 		removalsSent:  map[uint64]time.Time{},
+		metricsClient: newMetricsClient(&cfg),
 		peerEndpoints: append([]string(nil), cfg.Endpoints[1:]...),
 		inFlight:      make(chan struct{}, cfg.Limits.MaxInFlight),
 	}

@@ -106,11 +106,17 @@ const (
 // MemberList is the answer of GET /v1/members: etcd's membership as seen
 // through this sidecar, with each member's health as polled by it.
 type MemberList struct {
-	ClusterID   string      `json:"clusterID"`
-	LeaderID    string      `json:"leaderID"`
-	Fingerprint string      `json:"fingerprint"`
-	Members     []Member    `json:"members"`
-	Lock        *LockStatus `json:"lock,omitempty"`
+	ClusterID   string   `json:"clusterID"`
+	LeaderID    string   `json:"leaderID"`
+	Fingerprint string   `json:"fingerprint"`
+	Members     []Member `json:"members"`
+	// TransportOf is the hex ID of the member whose raft transport the
+	// members' ConnectedForSeconds describe: this sidecar's own. Empty
+	// while the sidecar has not learned its member's ID or cannot read its
+	// metrics (TransportError says why).
+	TransportOf    string      `json:"transportOf,omitempty"`
+	TransportError string      `json:"transportError,omitempty"`
+	Lock           *LockStatus `json:"lock,omitempty"`
 	// Step is the record of the latest membership change sent through any
 	// sidecar of the cluster (fence.go); nil before the first.
 	Step *StepRecord `json:"step,omitempty"`
@@ -139,6 +145,14 @@ type Member struct {
 	// HealthyForSeconds is how long this sidecar has seen the member
 	// healthy without interruption.
 	HealthyForSeconds float64 `json:"healthyForSeconds"`
+	// ConnectedForSeconds is how long the raft transport of this
+	// sidecar's own member (MemberList.TransportOf) has had an active
+	// connection to the member, as its etcd_network_active_peers gauge
+	// showed it to the sidecar's polls; for the own member, how long it
+	// has been healthy. It is the time etcd's strict reconfiguration check
+	// counts on that member, and a learner has it before it serves
+	// clients. 0 when not known.
+	ConnectedForSeconds float64 `json:"connectedForSeconds"`
 }
 
 // LockStatus names the membership lock holder, the token of the process

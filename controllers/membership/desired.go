@@ -96,6 +96,9 @@ func (r *Reconciler) reach(e *v1alpha1.Etcd) ([]membership.Endpoint, membership.
 			if m.Healthy && m.Votes() {
 				hint.Healthy = append(hint.Healthy, m.Name)
 			}
+			if m.Role == v1alpha1.MemberRoleLearner {
+				hint.Learners = append(hint.Learners, m.Name)
+			}
 			if o, ok := members.Ordinal(e, m.Name); ok && !members.LocalOrdinals(e).Contains(o) {
 				hint.Departing = append(hint.Departing, m.Name)
 			}

@@ -244,6 +244,12 @@ type Hint struct {
 	// Departing are members on their way out: their sidecars are asked
 	// last, and a removal is never sent through them.
 	Departing []string
+	// Learners are members last seen as learners: their sidecars are
+	// asked last, even after voters' that failed or were slow lately,
+	// since a learner's sidecar cannot tell how long the voters'
+	// transports have had a learner connected (the evidence a promotion
+	// before the learner serves clients needs).
+	Learners []string
 }
 
 // Observation is the cluster as one sidecar reported it.
@@ -280,7 +286,7 @@ func (o *Observation) LockedBy(holder, token string) bool {
 
 // Observe asks the sidecars in the order of the hint (healthy members
 // first, then the given order, departing members and those that failed
-// recently last) and returns the first answer. A sidecar that has not
+// recently later, learners last) and returns the first answer. A sidecar that has not
 // answered within ObserveStagger gets company: the next one is asked too, and
 // whichever answers first wins, so one hanging sidecar (a pod that is not
 // serving yet) delays an observation by the stagger, not by a timeout. A
@@ -386,6 +392,9 @@ func (c *Cluster) order(endpoints []Endpoint, hint Hint) []Endpoint {
 		}
 		if slices.Contains(hint.Departing, e.Member) {
 			r += 2
+		}
+		if slices.Contains(hint.Learners, e.Member) {
+			r += 8 // after a voter's sidecar that was slow lately, too
 		}
 		if !slices.Contains(hint.Healthy, e.Member) {
 			r++

@@ -46,6 +46,12 @@ func TestObserveFallsBackAndPrefers(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(obs.Via.Member).To(Equal("obs-2"))
 	g.Expect(obs.Failures).To(BeEmpty())
+
+	// A learner's sidecar goes after the others: it cannot tell how long
+	// the voters have had a learner connected.
+	obs, err = c.Observe(ctx, tc.endpoints(), membership.Hint{Learners: []string{"obs-0"}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(obs.Via.Member).To(Equal("obs-1"))
 }
 
 // TestObserveNamesEverySidecarWhenNoneAnswers checks the error of an

@@ -135,11 +135,23 @@ func projectPromotion(ms []planner.Member, s planner.Step) []planner.Member {
 
 // Input turns an observation into the planner's input. A learner counts as
 // caught up when it answers and is at most MaxLearnerLag entries behind the
-// leader; its NoProgressFor comes from progress.
+// leader; its NoProgressFor comes from progress. One that has not published
+// itself is Unstarted: the planner then goes by how long the sidecar's
+// member has had it connected, and etcd's leader checks its log.
 func (c *Cluster) Input(obs *Observation, t Target, progress *Progress) planner.Observed {
 	sides := map[string]string{}
 	for _, w := range t.Add {
 		sides[w.Name] = w.Side
+	}
+	// ConnectedFor is the view of the answering sidecar's own member, and
+	// that member takes the step (Execute sends it there): it is evidence
+	// only when that member votes. A learner's sidecar (its member serves
+	// no membership call) sends the step to a voter, whose view it lacks.
+	transportVotes := false
+	for _, m := range obs.List.Members {
+		if obs.List.TransportOf != "" && strings.EqualFold(m.ID, obs.List.TransportOf) && !m.IsLearner {
+			transportVotes = true
+		}
 	}
 	var in planner.Observed
 	for _, m := range obs.List.Members {
@@ -158,6 +170,12 @@ func (c *Cluster) Input(obs *Observation, t Target, progress *Progress) planner.
 			Problem:    m.Error,
 			CaughtUp:   m.Healthy && (!m.IsLearner || m.BehindLeader <= c.cfg.MaxLearnerLag),
 			HealthyFor: time.Duration(m.HealthyForSeconds * float64(time.Second)),
+			// Not by its name: the controller names the learner its last
+			// step added before etcd does (nameUnstartedLearner).
+			Unstarted: len(m.ClientURLs) == 0,
+		}
+		if transportVotes {
+			pm.ConnectedFor = time.Duration(m.ConnectedForSeconds * float64(time.Second))
 		}
 		if m.IsLearner {
 			pm.NoProgressFor = progress.NoProgressFor(m.ID, obs.At)

@@ -17,7 +17,8 @@ import (
 var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 
 func voter(id, name string, leader bool) sidecar.Member {
-	return sidecar.Member{ID: id, Name: name, PeerURLs: []string{"https://" + name + ":2380"}, IsLeader: leader, Healthy: true, HealthyForSeconds: 60}
+	return sidecar.Member{ID: id, Name: name, PeerURLs: []string{"https://" + name + ":2380"}, ClientURLs: []string{"https://" + name + ":2379"},
+		IsLeader: leader, Healthy: true, HealthyForSeconds: 60}
 }
 
 func observation(at time.Time, ms ...sidecar.Member) *membership.Observation {
@@ -161,5 +162,38 @@ func TestTie(t *testing.T) {
 		{"three sides, none above half", []planner.Member{m("a", false), m("b", false), m("c", false)}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) { NewWithT(t).Expect(membership.Tie(c.members)).To(Equal(c.tie)) })
+	}
+}
+
+// TestInputTrustsOnlyAVotersTransport: the time a learner has been
+// connected counts when the answering sidecar's member votes (it takes the
+// step); a learner's own sidecar has no such view, and an unstarted
+// learner is marked so.
+func TestInputTrustsOnlyAVotersTransport(t *testing.T) {
+	g := NewWithT(t)
+	c, err := membership.New(membership.Config{Holder: "input"})
+	g.Expect(err).NotTo(HaveOccurred())
+	// Named as the controller names the learner its last step added.
+	learner := sidecar.Member{ID: "b0", Name: "b-0", PeerURLs: []string{"https://b-0:2380"}, IsLearner: true, Error: "not started", ConnectedForSeconds: 7}
+	a0 := voter("a0", "a-0", true)
+	a0.ConnectedForSeconds = 60
+	target := membership.Target{Add: want("b-0"), Keep: []string{"a-0"}}
+
+	for _, tc := range []struct {
+		name         string
+		transportOf  string
+		connectedFor time.Duration
+	}{
+		{"a voter's view", "a0", 7 * time.Second},
+		{"a learner's view", "b0", 0},
+		{"no view", "", 0},
+	} {
+		obs := observation(t0, a0, learner)
+		obs.List.TransportOf = tc.transportOf
+		in := c.Input(obs, target, membership.NewProgress(nil))
+		g.Expect(in.Members).To(HaveLen(2))
+		g.Expect(in.Members[1].Unstarted).To(BeTrue(), tc.name)
+		g.Expect(in.Members[1].ConnectedFor).To(Equal(tc.connectedFor), tc.name)
+		g.Expect(in.Members[0].Unstarted).To(BeFalse(), tc.name)
 	}
 }

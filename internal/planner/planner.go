@@ -38,6 +38,17 @@ type Member struct {
 	// HealthyFor is how long the member has been healthy without a break;
 	// compared with Policy.MinHealthyFor.
 	HealthyFor time.Duration
+	// ConnectedFor is how long the raft transport of the member that
+	// takes the next change has had the member connected without a break;
+	// compared with Policy.MinHealthyFor like HealthyFor, whichever is
+	// longer. etcd's strict reconfiguration check counts exactly this, and
+	// a learner has it before it serves clients. 0 when unknown.
+	ConnectedFor time.Duration
+	// Unstarted means etcd knows no name or client URL of the member: it
+	// has not published itself yet, so it cannot answer a poll (Healthy is
+	// false), though its raft may be connected and caught up. A learner
+	// after a snapshot stays so until etcd retries its publish.
+	Unstarted bool
 	// NoProgressFor is, for a learner, how long its raft index has not advanced
 	// (for an unstarted learner: how long ago it was added); 0 while advancing.
 	NoProgressFor time.Duration
@@ -261,6 +272,9 @@ func (v *view) healthGate(p Policy) (Step, bool) {
 			continue
 		}
 		if m.role != departing || m.Leader {
+			if m.Unstarted {
+				return waitStep(RuleHealthyCluster, "WaitingForHealthyCluster: voter %s%s does not serve clients yet (etcd has not applied its publish)", m.label(), m.roleNote()), true
+			}
 			if m.Problem != "" {
 				return waitStep(RuleHealthyCluster, "WaitingForHealthyCluster: voter %s%s is unhealthy: %s", m.label(), m.roleNote(), m.Problem), true
 			}
@@ -309,11 +323,26 @@ func (v *view) learnerStep(p Policy) (Step, bool) {
 // counts as a voter still to come.
 func (v *view) parallelLearners(ours []*member, p Policy) Step {
 	inTie := v.goal != "" && holder(v.voterCounts()) == ""
+	var held Step
 	if w := v.nextAdd(); w != nil && len(v.learners) < p.MaxLearners && !inTie {
 		// Rule 6: in a tie only the removal that ends it comes next. A
 		// conflicting peer URL holds only this add; the learners under way
 		// go on.
-		if s := v.addLearner(w, p); s.Kind == AddLearner {
+		if l := starting(ours); l != nil {
+			// Rule 2: a joining etcd asks every member for its version
+			// before it starts its raft, and one still doing the same
+			// accepts the connection but answers only once it has started:
+			// two members starting at once each wait out the other's
+			// request timeout (7-15 s measured), and the one configured
+			// before the other was added fails its start once.
+			held = waitStep(RuleOneLearner, "WaitingForLearner: %s has not started its etcd yet; %s joins once it has (two members starting at once wait on each other)", l.label(), w.Name)
+			if l.NoProgressFor < startingHold {
+				// The learners the target needs join first, so that they
+				// catch up side by side; a promotion waits the moment
+				// this takes, unless the start is overdue.
+				return held
+			}
+		} else if s := v.addLearner(w, p); s.Kind == AddLearner {
 			return s
 		}
 	}
@@ -335,6 +364,9 @@ func (v *view) parallelLearners(ours []*member, p Policy) Step {
 	// another learner is ready: waiting for one would hold the tie for as
 	// long as that learner takes.
 	if ready == nil && !inTie {
+		if held.Kind == Wait {
+			return held
+		}
 		return first
 	}
 	if rm := v.nextRemoval(); rm != nil && v.removeFirst(rm, true, len(ours)) {
@@ -346,6 +378,24 @@ func (v *view) parallelLearners(ours []*member, p Policy) Step {
 	return v.promote(ready)
 }
 
+// startingHold is how long a learner's start holds the promotions of the
+// learners already running: a member's etcd starts within seconds of its
+// add (its pod, its admission, its bootstrap); one that takes longer is not
+// about to, and the others go on without waiting for it.
+const startingHold = 30 * time.Second
+
+// starting is the first learner whose etcd has not started its raft yet, as
+// far as the caller saw: it does not serve clients and no transport has it
+// connected.
+func starting(learners []*member) *member {
+	for _, l := range learners {
+		if l.Unstarted && !l.Healthy && l.ConnectedFor == 0 {
+			return l
+		}
+	}
+	return nil
+}
+
 // learnerState tells whether our learner l can be promoted; when it
 // cannot, the step is its wait or, for a stuck learner, its removal.
 func (v *view) learnerState(l *member, p Policy) (Step, bool) {
@@ -354,28 +404,52 @@ func (v *view) learnerState(l *member, p Policy) (Step, bool) {
 		// Rule 8: a learner that never catches up holds the learner slot for
 		// good; remove it and let the caller report it and try again.
 		return l.step(Remove, RuleStuckLearner, fmt.Sprintf("learner %s made no progress for %s (limit %s)", l.label(), l.NoProgressFor, p.LearnerProgressTimeout)), false
+	case !l.Healthy && l.ConnectedFor >= p.MinHealthyFor:
+		// Rule 3: a learner that does not answer polls yet (it has not
+		// published itself, or its client port is not reachable yet) can
+		// still be judged by the leader: etcd refuses the promotion of a
+		// learner whose log is behind (ErrLearnerNotReady), and the
+		// transport shows how long it has been connected. Waiting for the
+		// publish instead costs etcd's request timeout after a snapshot.
+	case !l.Healthy && l.Unstarted:
+		return waitStep(RuleReadyLearner, "WaitingForLearner: %s does not serve clients yet; connected for %s of %s", l.label(), l.ConnectedFor, p.MinHealthyFor), false
 	case !l.Healthy:
 		return waitStep(RuleReadyLearner, "WaitingForLearner: %s is not answering yet", l.label()), false
 	case !l.CaughtUp:
 		return waitStep(RuleReadyLearner, "WaitingForLearner: %s is catching up with the leader", l.label()), false
-	case l.HealthyFor < p.MinHealthyFor:
+	case settledFor(l) < p.MinHealthyFor:
 		// Rule 3: etcd's strict reconfiguration check counts a member only
 		// after 5 s connected; a voter promoted sooner blocks the next removal
 		// for up to 5 s, prolonging the n+1 (and any tie) by as much.
-		return waitStep(RuleReadyLearner, "WaitingForLearner: %s healthy for %s of %s", l.label(), l.HealthyFor, p.MinHealthyFor), false
+		return waitStep(RuleReadyLearner, "WaitingForLearner: %s healthy or connected for %s of %s", l.label(), settledFor(l), p.MinHealthyFor), false
 	}
 	return Step{}, true
 }
+
+// settledFor is how long etcd's strict reconfiguration check has counted m
+// as connected, as far as the caller saw: connected to the transport of
+// the member that takes the change, or healthy in the caller's polls.
+func settledFor(m *member) time.Duration { return max(m.HealthyFor, m.ConnectedFor) }
 
 // promote promotes the ready learner l, moving leadership first when the
 // promotion makes a tie (rule 6).
 func (v *view) promote(l *member) Step {
 	after := v.voterCounts()
 	after[l.Side]++
+	if !l.Healthy && v.goal != "" && holder(after) == "" {
+		// Rule 6: the removal that ends the tie follows the promotion at
+		// once only when the cluster is healthy after it; a voter that
+		// does not serve clients yet holds every change (rule 1), and etcd
+		// does not count it as started for the removal either.
+		return waitStep(RuleInterleave, "WaitingForLearner: promoting %s makes a tie, and the removal that ends it waits until %s serves clients", l.label(), l.label())
+	}
 	if s, move := v.leaderBeforeTie(after); move {
 		return s
 	}
-	return l.step(Promote, RuleReadyLearner, fmt.Sprintf("learner %s is caught up and healthy for %s", l.label(), l.HealthyFor))
+	if !l.Healthy {
+		return l.step(Promote, RuleReadyLearner, fmt.Sprintf("learner %s is connected for %s; it does not answer polls yet, and etcd checks that its log is caught up", l.label(), l.ConnectedFor))
+	}
+	return l.step(Promote, RuleReadyLearner, fmt.Sprintf("learner %s is caught up and healthy or connected for %s", l.label(), settledFor(l)))
 }
 
 // change picks the next add or removal. The cluster is healthy and holds no
@@ -425,7 +499,7 @@ func (v *view) removeVoter(e *member, p Policy, rule, why string) Step {
 	for _, m := range v.voters {
 		if m != e {
 			left++
-			if m.Healthy && m.HealthyFor >= p.MinHealthyFor {
+			if m.Healthy && settledFor(m) >= p.MinHealthyFor {
 				healthy++
 			}
 		}
@@ -436,7 +510,7 @@ func (v *view) removeVoter(e *member, p Policy, rule, why string) Step {
 		return waitStep(RuleQuorum, "WaitingForQuorum: %s is the last voter", e.label())
 	}
 	if healthy < quorum(left) {
-		return waitStep(RuleQuorum, "WaitingForQuorum: removing %s would leave %d of %d voters healthy for %s, below a quorum of %d", e.label(), healthy, left, p.MinHealthyFor, quorum(left))
+		return waitStep(RuleQuorum, "WaitingForQuorum: removing %s would leave %d of %d voters healthy and connected for %s, below a quorum of %d", e.label(), healthy, left, p.MinHealthyFor, quorum(left))
 	}
 	if rule != RuleHealthyCluster && len(v.keptAbsent) > 0 && left < v.size {
 		// Rule 10: a removal never takes the voters below what the target

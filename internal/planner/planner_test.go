@@ -23,8 +23,14 @@ func learner(name, side string) Member {
 
 // unstarted is a learner that etcd knows only by its peer URLs.
 func unstarted(name, side string, addedAgo time.Duration) Member {
-	return Member{ID: "id-" + name, PeerURLs: urlsOf(name), Side: side, Learner: true, NoProgressFor: addedAgo}
+	return Member{ID: "id-" + name, PeerURLs: urlsOf(name), Side: side, Learner: true, Unstarted: true, NoProgressFor: addedAgo}
 }
+
+// connected is m as the transport of the member taking the change has had
+// it connected for d.
+func connected(m Member, d time.Duration) Member { m.ConnectedFor = d; return m }
+
+func promoted(m Member) Member { m.Learner, m.NoProgressFor = false, 0; return m }
 
 func lead(m Member) Member  { m.Leader = true; return m }
 func down(m Member) Member  { m.Healthy, m.HealthyFor = false, 0; return m }
@@ -95,6 +101,10 @@ func TestRule1HealthyClusterFirst(t *testing.T) {
 			expect: expect{kind: Remove, member: "a-1", rule: RuleHealthyCluster}},
 		{name: "a departing leader that is down is not removed", obs: obs(lead(down(voter("a-0", "a"))), voter("a-1", "a"), voter("a-2", "a")), want: moveAB,
 			expect: expect{kind: Wait, rule: RuleHealthyCluster, reason: "voter a-0 is not answering"}},
+		{name: "a voter promoted before it published itself holds every change until it serves clients",
+			obs:    obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a"), promoted(connected(unstarted("b-0", "b", 0), time.Minute)), learner("b-1", "b")),
+			want:   Desired{Add: []Want{want("b-0", "b"), want("b-1", "b")}, Keep: []string{"a-0", "a-1", "a-2"}},
+			expect: expect{kind: Wait, rule: RuleHealthyCluster, reason: "does not serve clients yet (etcd has not applied its publish)"}},
 		{name: "a learner that is down does not hold removals", obs: obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a"), voter("b-0", "b"), down(learner("b-1", "b"))),
 			want:   Desired{Add: []Want{want("b-0", "b"), want("b-1", "b")}, Keep: []string{"a-0", "a-1"}, Remove: []string{"a-2"}},
 			expect: expect{kind: Wait, rule: RuleReadyLearner, reason: "WaitingForLearner: b-1 is not answering"}},
@@ -129,14 +139,20 @@ func TestRule2ParallelLearners(t *testing.T) {
 	runCases(t, []ruleCase{
 		{name: "the first add", obs: with(), want: moveAB, policy: three,
 			expect: expect{kind: AddLearner, member: "b-0"}},
-		{name: "a second while the first starts", obs: with(unstarted("b-0", "b", time.Second)), want: moveAB, policy: three,
+		{name: "a second waits until the first's etcd runs", obs: with(unstarted("b-0", "b", time.Second)), want: moveAB, policy: three,
+			expect: expect{kind: Wait, rule: RuleOneLearner, reason: "WaitingForLearner: b-0 has not started its etcd yet; b-1 joins once it has"}},
+		{name: "a second while the first catches up, connected", obs: with(connected(unstarted("b-0", "b", time.Second), time.Second)), want: moveAB, policy: three,
 			expect: expect{kind: AddLearner, member: "b-1"}},
-		{name: "a third while two catch up", obs: with(learner("b-0", "b"), unstarted("b-1", "b", time.Second)), want: moveAB, policy: three,
+		{name: "a third while two catch up", obs: with(learner("b-0", "b"), connected(unstarted("b-1", "b", time.Second), time.Second)), want: moveAB, policy: three,
 			expect: expect{kind: AddLearner, member: "b-2"}},
+		{name: "a ready learner waits a moment for the next add, held by a starting one", obs: with(learner("b-0", "b"), unstarted("b-1", "b", time.Second)), want: moveAB, policy: three,
+			expect: expect{kind: Wait, rule: RuleOneLearner, reason: "b-1 has not started its etcd yet; b-2 joins once it has"}},
+		{name: "but not for a start that is overdue", obs: with(learner("b-0", "b"), unstarted("b-1", "b", 31*time.Second)), want: moveAB, policy: three,
+			expect: expect{kind: Promote, member: "b-0"}},
 		{name: "the limit reached, the first ready one is promoted", obs: with(learner("b-0", "b"), unstarted("b-1", "b", time.Second), unstarted("b-2", "b", time.Second)), want: moveAB, policy: three,
 			expect: expect{kind: Promote, member: "b-0"}},
 		{name: "none ready: wait for the first", obs: with(unstarted("b-0", "b", time.Second), unstarted("b-1", "b", time.Second), unstarted("b-2", "b", time.Second)), want: moveAB, policy: three,
-			expect: expect{kind: Wait, rule: RuleReadyLearner, reason: "WaitingForLearner: b-0 is not answering yet"}},
+			expect: expect{kind: Wait, rule: RuleReadyLearner, reason: "WaitingForLearner: b-0 does not serve clients yet"}},
 		{name: "a later learner ready first is promoted first", obs: with(fresh(learner("b-0", "b")), learner("b-1", "b"), unstarted("b-2", "b", time.Second)), want: moveAB, policy: three,
 			expect: expect{kind: Promote, member: "b-1"}},
 		{name: "two allowed: the third waits", obs: with(unstarted("b-0", "b", time.Second), unstarted("b-1", "b", time.Second)), want: moveAB, policy: two,
@@ -173,11 +189,21 @@ func TestRule3PromoteReadyLearner(t *testing.T) {
 	ready.HealthyFor = 5 * time.Second
 	runCases(t, []ruleCase{
 		{name: "unstarted, matched by peer URL", obs: with(unstarted("b-0", "b", 10*time.Second)), want: moveAB,
+			expect: expect{kind: Wait, rule: RuleReadyLearner, reason: "WaitingForLearner: b-0 does not serve clients yet; connected for 0s of 5s"}},
+		{name: "unstarted, connected for less than 5 s", obs: with(connected(unstarted("b-0", "b", 10*time.Second), 4*time.Second)), want: moveAB,
+			expect: expect{kind: Wait, rule: RuleReadyLearner, reason: "WaitingForLearner: b-0 does not serve clients yet; connected for 4s of 5s"}},
+		{name: "unstarted and connected for 5 s: etcd judges its log", obs: with(connected(unstarted("b-0", "b", 10*time.Second), 5*time.Second)), want: moveAB,
+			expect: expect{kind: Promote, member: "b-0", rule: RuleReadyLearner, reason: "it does not answer polls yet, and etcd checks that its log is caught up"}},
+		{name: "started, not answering polls yet, connected for 5 s: etcd judges its log", obs: with(connected(down(learner("b-0", "b")), 5*time.Second)), want: moveAB,
+			expect: expect{kind: Promote, member: "b-0", reason: "it does not answer polls yet, and etcd checks that its log is caught up"}},
+		{name: "started, not answering, connected for less", obs: with(connected(down(learner("b-0", "b")), 4*time.Second)), want: moveAB,
 			expect: expect{kind: Wait, rule: RuleReadyLearner, reason: "WaitingForLearner: b-0 is not answering yet"}},
+		{name: "healthy for 3 s, connected for 5 s", obs: with(connected(young, 5*time.Second)), want: moveAB,
+			expect: expect{kind: Promote, member: "b-0", reason: "caught up and healthy or connected for 5s"}},
 		{name: "catching up", obs: with(notCaughtUp), want: moveAB,
 			expect: expect{kind: Wait, rule: RuleReadyLearner, reason: "WaitingForLearner: b-0 is catching up"}},
 		{name: "healthy for less than 5 s", obs: with(young), want: moveAB,
-			expect: expect{kind: Wait, rule: RuleReadyLearner, reason: "WaitingForLearner: b-0 healthy for 3s of 5s"}},
+			expect: expect{kind: Wait, rule: RuleReadyLearner, reason: "WaitingForLearner: b-0 healthy or connected for 3s of 5s"}},
 		{name: "caught up and healthy for 5 s", obs: with(ready), want: moveAB,
 			expect: expect{kind: Promote, member: "b-0", rule: RuleReadyLearner}},
 		{name: "a shorter minimum from the policy", obs: with(young), want: moveAB, policy: Policy{MinHealthyFor: 2 * time.Second},
@@ -195,7 +221,7 @@ func TestRule4KeepHealthyQuorum(t *testing.T) {
 	runCases(t, []ruleCase{
 		{name: "two of three down: removing one leaves one healthy of two",
 			obs: obs(lead(voter("a-0", "a")), down(voter("a-1", "a")), down(voter("a-2", "a"))), want: moveAB,
-			expect: expect{kind: Wait, rule: RuleQuorum, reason: "removing a-1 would leave 1 of 2 voters healthy for 5s, below a quorum of 2"}},
+			expect: expect{kind: Wait, rule: RuleQuorum, reason: "removing a-1 would leave 1 of 2 voters healthy and connected for 5s, below a quorum of 2"}},
 		{name: "two of five down: removing one leaves three healthy of four",
 			obs:    obs(lead(voter("a-0", "a")), down(voter("a-1", "a")), down(voter("a-2", "a")), voter("a-3", "a"), voter("a-4", "a")),
 			want:   Desired{Add: []Want{want("a-5", "a")}, Keep: []string{"a-0", "a-3", "a-4"}, Remove: []string{"a-1", "a-2"}},
@@ -205,7 +231,15 @@ func TestRule4KeepHealthyQuorum(t *testing.T) {
 		{name: "voters back for less than 5 s do not count yet, as in etcd's strict reconfiguration check",
 			obs:    obs(lead(voter("a-0", "a")), fresh(voter("a-1", "a")), voter("a-2", "a"), fresh(voter("b-0", "b"))),
 			want:   Desired{Add: []Want{want("b-0", "b")}, Keep: []string{"a-0", "a-1"}, Remove: []string{"a-2"}},
-			expect: expect{kind: Wait, rule: RuleQuorum, reason: "removing a-2 would leave 1 of 3 voters healthy for 5s, below a quorum of 2"}},
+			expect: expect{kind: Wait, rule: RuleQuorum, reason: "removing a-2 would leave 1 of 3 voters healthy and connected for 5s, below a quorum of 2"}},
+		{name: "voters back for less than 5 s but connected for longer count",
+			obs:    obs(lead(voter("a-0", "a")), connected(fresh(voter("a-1", "a")), 6*time.Second), voter("a-2", "a"), fresh(voter("b-0", "b"))),
+			want:   Desired{Add: []Want{want("b-0", "b")}, Keep: []string{"a-0", "a-1"}, Remove: []string{"a-2"}},
+			expect: expect{kind: Remove, member: "a-2"}},
+		{name: "a voter that does not serve clients yet does not count, however long connected",
+			obs:    obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a"), voter("a-3", "a"), connected(down(voter("b-0", "b")), time.Minute)),
+			want:   Desired{Add: []Want{want("b-0", "b")}, Keep: []string{"a-0"}, Remove: []string{"a-1", "a-2", "a-3"}},
+			expect: expect{kind: Wait, rule: RuleHealthyCluster}},
 		{name: "one of them does not stop it",
 			obs:    obs(lead(voter("a-0", "a")), fresh(voter("a-1", "a")), voter("a-2", "a"), voter("b-0", "b")),
 			want:   Desired{Add: []Want{want("b-0", "b")}, Keep: []string{"a-0", "a-1"}, Remove: []string{"a-2"}},
@@ -291,6 +325,19 @@ func sideMove(from, to int) (Observed, Desired) {
 		d.Add = append(d.Add, want(fmt.Sprintf("b-%d", i), "b"))
 	}
 	return o, d
+}
+
+func TestRule6TieNeedsAStartedLearner(t *testing.T) {
+	base := []Member{voter("a-0", "a"), voter("a-1", "a"), voter("a-2", "a"), lead(voter("b-0", "b")), voter("b-1", "b")}
+	with := func(extra Member) Observed { return obs(append(slices.Clone(base), extra)...) }
+	runCases(t, []ruleCase{
+		{name: "an unstarted learner whose promotion makes a tie waits until it serves clients",
+			obs: with(connected(unstarted("b-2", "b", 20*time.Second), time.Minute)), want: moveAB,
+			expect: expect{kind: Wait, rule: RuleInterleave, reason: "WaitingForLearner: promoting b-2 makes a tie, and the removal that ends it waits until b-2 serves clients"}},
+		{name: "once it does, it is promoted into the tie",
+			obs: with(connected(fresh(learner("b-2", "b")), time.Minute)), want: moveAB,
+			expect: expect{kind: Promote, member: "b-2", rule: RuleReadyLearner}},
+	})
 }
 
 func TestRule6Interleave(t *testing.T) {

@@ -24,8 +24,9 @@ var simPolicy = Policy{MinHealthyFor: 5 * time.Second, LearnerProgressTimeout: 2
 type simMember struct {
 	Member
 	name      string // the name it will have once started (Name is empty until then)
-	startIn   int    // steps until a new learner answers
-	catchUpIn int    // steps after that until it is caught up
+	startIn   int    // steps until a new learner publishes itself and answers
+	catchUpIn int    // steps until its log is caught up, counted from its add
+	logReady  bool   // its log is caught up: etcd would promote it, started or not
 	stuck     bool   // never catches up
 	downFor   int    // steps of transient unhealthiness left
 	dead      bool   // never answers again
@@ -194,12 +195,16 @@ func newScenario(t *testing.T, rng *rand.Rand) *sim {
 	}
 	for _, m := range s.members {
 		m.HealthyFor = time.Duration(rng.Intn(30)) * time.Second
+		m.ConnectedFor = m.HealthyFor + time.Duration(rng.Intn(3))*time.Second
 		switch {
 		case m.Leader:
 		case slices.Contains(s.want.Remove, m.name) && !m.Learner && rng.Intn(8) == 0 && s.canFail(m):
 			m.Healthy, m.dead = false, true
 		case rng.Intn(6) == 0 && s.canFail(m):
 			m.Healthy, m.downFor = false, 1+rng.Intn(3)
+		}
+		if !m.Healthy {
+			m.HealthyFor, m.ConnectedFor = 0, 0
 		}
 	}
 	s.twoSides = len(s.sidesUsed()) <= 2
@@ -304,7 +309,21 @@ func (s *sim) apply(st Step) {
 			s.fail("rule 2: %d learners, more than etcd's --max-learners %d", n, s.policy.MaxLearners)
 		}
 	case Promote:
-		if !target.Learner || !target.Healthy || !target.CaughtUp || target.HealthyFor < s.policy.MinHealthyFor {
+		if target.Unstarted {
+			// etcd's leader judges a learner that does not answer yet by its
+			// log, and refuses it until that is caught up.
+			if !target.Learner || target.ConnectedFor < s.policy.MinHealthyFor {
+				s.fail("rule 3: promoted unstarted %s that was not connected long enough (%+v)", target.name, target.Member)
+			}
+			after := s.sideCounts()
+			after[target.Side]++
+			if s.targetHolder != "" && holder(s.sideCounts()) != "" && holder(after) == "" {
+				s.fail("rule 6: promoted unstarted %s into a tie; the removal that ends it cannot follow", target.name)
+			}
+			if !target.logReady {
+				return // ErrLearnerNotReady: nothing changes
+			}
+		} else if !target.Learner || !target.Healthy || !target.CaughtUp || settledFor(&member{Member: target.Member}) < s.policy.MinHealthyFor {
 			s.fail("rule 3: promoted %s that was not ready (%+v)", target.name, target.Member)
 		}
 		target.Learner = false
@@ -329,7 +348,8 @@ func (s *sim) apply(st Step) {
 			// connected for 5 s must form a quorum, or etcd refuses the removal.
 			settled := 0
 			for _, m := range s.voters() {
-				if m.Healthy && m.HealthyFor >= 5*time.Second {
+				// etcd counts started members connected for 5 s.
+				if m.Healthy && m.ConnectedFor >= 5*time.Second {
 					settled++
 				}
 			}
@@ -363,7 +383,9 @@ func (s *sim) checkHealthy(st Step) {
 func (s *sim) checkAfter(st Step) {
 	voters, healthy := s.voters(), 0
 	for _, m := range voters {
-		if m.Healthy {
+		// A voter promoted before it published itself commits with the
+		// others: its raft is connected and its log was caught up.
+		if m.Healthy || (m.Unstarted && m.ConnectedFor > 0 && m.logReady) {
 			healthy++
 		}
 	}
@@ -383,17 +405,27 @@ func (s *sim) tick() {
 		case m.downFor > 0:
 			m.downFor--
 			if m.downFor == 0 {
-				m.Healthy, m.HealthyFor = true, 0
+				m.Healthy, m.HealthyFor, m.ConnectedFor = true, 0, 0
+				if m.Unstarted {
+					m.Healthy = false // it comes back connected, still to publish itself
+				}
 			}
-		case m.Learner && m.startIn > 0:
-			m.startIn--
-			if m.startIn == 0 && !m.stuck {
-				m.Name, m.Healthy = m.name, true
+		default:
+			if m.Learner && m.catchUpIn > 0 && !m.stuck {
+				m.catchUpIn--
+				m.logReady = m.catchUpIn == 0
 			}
-		case m.Learner && m.catchUpIn > 0 && m.Healthy:
-			m.catchUpIn--
-			m.CaughtUp = m.catchUpIn == 0
+			if m.Unstarted && m.startIn > 0 {
+				m.startIn--
+				if m.startIn == 0 && !m.stuck {
+					m.Name, m.Healthy, m.Unstarted = m.name, true, false
+				}
+			}
 		}
+		if !m.dead && m.downFor == 0 {
+			m.ConnectedFor += time.Second
+		}
+		m.CaughtUp = m.Learner && m.Healthy && m.logReady
 		if m.Healthy {
 			m.HealthyFor += time.Second
 		}
@@ -410,7 +442,7 @@ func (s *sim) tick() {
 	if !m.Healthy || !s.canFail(m) {
 		return
 	}
-	m.Healthy, m.downFor = false, 1+s.rng.Intn(3)
+	m.Healthy, m.downFor, m.ConnectedFor = false, 1+s.rng.Intn(3), 0
 	if m.Leader {
 		var others []*simMember
 		for _, v := range s.voters() {
@@ -432,7 +464,7 @@ func (s *sim) tick() {
 // healthy for MinHealthyFor.
 func (s *sim) settled() bool {
 	for _, m := range s.voters() {
-		if !m.Healthy || m.HealthyFor < s.policy.MinHealthyFor {
+		if !m.Healthy || max(m.HealthyFor, m.ConnectedFor) < s.policy.MinHealthyFor {
 			return false
 		}
 	}
@@ -596,13 +628,16 @@ func (s *sim) addMember(name, side string, urls []string) *simMember {
 	return m
 }
 
-// addLearner adds a learner that is unstarted (no name, down) for one to
-// six steps, then catches up; learners added side by side so get ready in
-// any order. The first learner of a name is sometimes stuck.
+// addLearner adds a learner whose raft connects at once and whose log is
+// caught up after one to eight steps, while it is unstarted (no name, not
+// answering) for one to twelve: etcd publishes a member only after its
+// snapshot, and retries a lost publish after its request timeout. Learners
+// added side by side so get ready in any order. The first learner of a
+// name is sometimes stuck: its log never catches up and it never publishes.
 func (s *sim) addLearner(name, side string, urls []string) {
 	m := s.addMember(name, side, urls)
-	m.Name, m.Healthy, m.Learner = "", false, true
-	m.startIn, m.catchUpIn = 1+s.rng.Intn(6), 1+s.rng.Intn(3)
+	m.Name, m.Healthy, m.Learner, m.Unstarted = "", false, true, true
+	m.startIn, m.catchUpIn = 1+s.rng.Intn(12), 1+s.rng.Intn(8)
 	if _, tried := s.stuckOK[name]; !tried {
 		s.stuckOK[name] = true
 		m.stuck = s.rng.Intn(10) == 0
@@ -665,4 +700,13 @@ func (s *sim) fail(format string, args ...any) {
 		steps = append(append(slices.Clip(steps[:30]), "..."), steps[len(steps)-40:]...)
 	}
 	s.t.Fatalf("%s\n%s\nsteps:\n  %s", fmt.Sprintf(format, args...), s.desc, strings.Join(steps, "\n  "))
+}
+
+// sideCounts counts the voters per side.
+func (s *sim) sideCounts() map[string]int {
+	counts := map[string]int{}
+	for _, m := range s.voters() {
+		counts[m.Side]++
+	}
+	return counts
 }

@@ -1,0 +1,90 @@
+package sidecar_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/druid-stretch/druid-stretch/sidecar"
+)
+
+// TestConnectedForFollowsTheTransport reads, through one member's sidecar,
+// how long that member's raft transport has had each peer connected: it
+// grows while the peer runs, drops to 0 once the peer is stopped (etcd
+// deactivates it), and starts again from 0 when the peer is back.
+func TestConnectedForFollowsTheTransport(t *testing.T) {
+	tc := startCluster(t, 3, clusterOptions{})
+	g := NewWithT(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	via, peer := tc.Members[0], tc.Members[2]
+	c := tc.client(via)
+	ids := map[string]string{}
+	for _, m := range tc.MemberList(g) {
+		ids[m.Name] = fmt.Sprintf("%x", m.ID)
+	}
+
+	connected := func(g Gomega, name string) float64 {
+		l, err := c.Members(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(l.TransportError).To(BeEmpty())
+		g.Expect(l.TransportOf).To(Equal(ids[via.Name]), "the view is that of the sidecar's own member")
+		m := memberByName(l, name)
+		g.Expect(m).NotTo(BeNil())
+		return m.ConnectedForSeconds
+	}
+	var before float64
+	g.Eventually(func(g Gomega) {
+		before = connected(g, peer.Name)
+		g.Expect(before).To(BeNumerically(">", 1))
+		g.Expect(connected(g, tc.Members[1].Name)).To(BeNumerically(">", 1))
+	}).WithTimeout(30 * time.Second).WithPolling(250 * time.Millisecond).Should(Succeed())
+
+	g.Expect(peer.Stop(ctx)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(connected(g, peer.Name)).To(BeZero())
+	}).WithTimeout(30 * time.Second).WithPolling(250 * time.Millisecond).Should(Succeed())
+	g.Expect(connected(g, tc.Members[1].Name)).To(BeNumerically(">", before), "the other peer stays connected")
+
+	g.Expect(peer.Restart(ctx)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		back := connected(g, peer.Name)
+		g.Expect(back).To(BeNumerically(">", 0))
+		g.Expect(back).To(BeNumerically("<", before), "counted from the reconnection, not from the first connection")
+	}).WithTimeout(30 * time.Second).WithPolling(250 * time.Millisecond).Should(Succeed())
+}
+
+// TestParseTransport reads etcd's transport metrics for the local member
+// only: whether each peer is active, and how often it was disconnected.
+func TestParseTransport(t *testing.T) {
+	g := NewWithT(t)
+	const text = `# HELP etcd_network_active_peers The current number of active peer connections.
+# TYPE etcd_network_active_peers gauge
+etcd_network_active_peers{Local="8e9e05c52164694d",Remote="91bc3c398fb3c146"} 1
+etcd_network_active_peers{Local="8e9e05c52164694d",Remote="fd422379fda50e48"} 0
+etcd_network_active_peers{Local="91bc3c398fb3c146",Remote="a1"} 1
+# HELP etcd_network_disconnected_peers_total The total number of disconnected peers.
+# TYPE etcd_network_disconnected_peers_total counter
+etcd_network_disconnected_peers_total{Local="8e9e05c52164694d",Remote="91bc3c398fb3c146"} 2
+etcd_network_disconnected_peers_total{Local="8e9e05c52164694d",Remote="fd422379fda50e48"} 1
+# HELP etcd_server_has_leader Whether or not a leader exists. 1 is existence, 0 is not.
+# TYPE etcd_server_has_leader gauge
+etcd_server_has_leader 1
+`
+	got, err := sidecar.ParseTransport(text, 0x8e9e05c52164694d)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got).To(Equal(map[uint64]sidecar.PeerState{
+		0x91bc3c398fb3c146: {Active: true, Disconnects: 2},
+		0xfd422379fda50e48: {Active: false, Disconnects: 1},
+	}))
+
+	got, err = sidecar.ParseTransport("etcd_server_has_leader 1\n", 0x8e9e05c52164694d)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got).To(BeEmpty(), "no peer was ever active: etcd has not registered the series")
+
+	_, err = sidecar.ParseTransport("etcd_network_active_peers{Local=\n", 1)
+	g.Expect(err).To(MatchError(ContainSubstring("parsing the local member's metrics")))
+}
