@@ -101,10 +101,11 @@ type Config struct {
 	// Limits bound what one caller can make the sidecar hold: request
 	// sizes, requests in flight and the HTTP server's timeouts.
 	Limits Limits
-	// MinLearnerHealthy is how long a learner must have been healthy
-	// without interruption before it is promoted (default 5 s: etcd's
-	// strict reconfiguration check counts members connected for 5 s, and a
-	// voter promoted sooner blocks the next removal).
+	// MinLearnerHealthy is how long a learner must have been connected to
+	// the local member's raft transport, or healthy, without interruption
+	// before it is promoted (default 5 s: etcd's strict reconfiguration
+	// check counts members connected for 5 s, and a voter promoted sooner
+	// blocks the next removal).
 	MinLearnerHealthy time.Duration
 	// MaxLearnerLag is how many raft entries a learner may be behind the
 	// leader and still count as caught up (default 1000). etcd's own check

@@ -50,9 +50,10 @@ type Options struct {
 	// before it is removed again (default 5 m); a learner removed so waits
 	// as long before it is added again.
 	LearnerProgressTimeout time.Duration
-	// MinLearnerHealthy is how long a learner must be healthy before it is
-	// promoted (default 5 s: etcd's strict reconfiguration check counts a
-	// member after 5 s connected).
+	// MinLearnerHealthy is how long a learner must be connected (to the
+	// raft transport of the voter whose sidecar answered) or healthy
+	// before it is promoted (default 5 s: etcd's strict reconfiguration
+	// check counts a member after 5 s connected).
 	MinLearnerHealthy time.Duration
 	// MaxLearners is how many learners the planner lets catch up at once
 	// (default 1). Set it to the etcd members' --max-learners (etcd's

@@ -97,7 +97,7 @@ peerURLs, group}], groups {group: [members]}.`,
 	f.StringVar(&cfg.Holder, "holder", rebalance.DefaultHolder, "name of this run in the cluster's membership lock and retirement records")
 	f.BoolVar(&cfg.DryRun, "dry-run", false, "print the next step only; change nothing")
 	f.DurationVar(&cfg.Policy.LearnerProgressTimeout, "learner-progress-timeout", 5*time.Minute, "remove a learner again that made no progress (was not started) for this long")
-	f.DurationVar(&cfg.Policy.MinHealthyFor, "min-learner-healthy", 5*time.Second, "how long a learner must be healthy before it is promoted")
+	f.DurationVar(&cfg.Policy.MinHealthyFor, "min-learner-healthy", 5*time.Second, "how long a learner must be connected (to the raft transport of the voter whose sidecar answers) or healthy before it is promoted")
 	f.DurationVar(&cfg.Interval, "interval", time.Second, "pause between observations while waiting")
 	return cmd
 }
