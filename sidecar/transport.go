@@ -37,8 +37,8 @@ type peerState struct {
 // transportView is what the local member's raft transport reported at the
 // latest scrape: since when each peer has been active without a break, as
 // far as this sidecar saw (a peer seen active at the first scrape counts
-// from then; a scrape that failed keeps the previous view, and one that
-// shows a peer inactive, or disconnected since the scrape before, starts it
+// from then; a scrape that shows a peer inactive, or disconnected since the
+// scrape before, starts it over, and one that failed starts every peer
 // over).
 type transportView struct {
 	of          uint64               // the local member the view belongs to
@@ -76,7 +76,11 @@ func (s *Server) scrapeTransport(ctx context.Context) {
 		if s.transport.failed != err.Error() && ctx.Err() == nil {
 			s.log.Info("cannot read the local member's raft transport; promotions wait for the learner's health instead", "error", err.Error())
 		}
+		// Forget the view: what happened to the connections meanwhile is
+		// unknown (etcd may even have restarted, its counters with it), so
+		// every peer counts again from the next scrape that works.
 		s.transport.failed = err.Error()
+		clear(s.transport.since)
 		return
 	}
 	t := &s.transport

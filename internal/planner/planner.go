@@ -44,10 +44,11 @@ type Member struct {
 	// longer. etcd's strict reconfiguration check counts exactly this, and
 	// a learner has it before it serves clients. 0 when unknown.
 	ConnectedFor time.Duration
-	// Unstarted means etcd knows no name or client URL of the member: it
-	// has not published itself yet, so it cannot answer a poll (Healthy is
-	// false), though its raft may be connected and caught up. A learner
-	// after a snapshot stays so until etcd retries its publish.
+	// Unstarted means etcd knows no client URL of the member: it has not
+	// published itself yet (its name comes with the publish too, though
+	// the caller may have filled it in), so it cannot answer a poll
+	// (Healthy is false), while its raft may be connected and caught up.
+	// A learner after a snapshot stays so until etcd retries its publish.
 	Unstarted bool
 	// NoProgressFor is, for a learner, how long its raft index has not advanced
 	// (for an unstarted learner: how long ago it was added); 0 while advancing.
