@@ -322,6 +322,9 @@ func (s *Server) Close() error {
 		errs = append(errs, c.client.Close())
 		delete(s.memberConns, id)
 	}
+	// The poll has stopped, so no metrics read is in flight: the idle
+	// connection to the member's /metrics is the last one left.
+	s.metricsClient.CloseIdleConnections()
 	return ignoreCanceled(errors.Join(errs...))
 }
 
