@@ -236,9 +236,14 @@ func TestWebhookRouting(t *testing.T) {
 	// server may admit one write twice, since a PATCH is first tried on the
 	// object of its watch cache, and when that lags behind (the status just
 	// written), the update conflicts and is retried, admission included.
+	// A lagging cache can also show the webhook an old object from before
+	// the previous step (still extended, where the stored one no longer
+	// is), so each step starts only once the cache holds the Etcd as
+	// stored.
 	seen := map[string][]admissionCall{}
 	recorded := map[string]int{}
 	for _, s := range steps {
+		g.Expect(etcdCached(ctx, ns, s.name)).To(Succeed(), s.what)
 		g.Expect(s.do()).To(Succeed(), s.what)
 		// Admission is synchronous: the call, if any, was made before the
 		// request returned.
@@ -246,6 +251,33 @@ func TestWebhookRouting(t *testing.T) {
 		seen[s.name] = append(seen[s.name], slices.Compact(slices.Clone(calls[recorded[s.name]:]))...)
 		recorded[s.name] = len(calls)
 		g.Expect(seen[s.name]).To(Equal(s.want), s.what)
+	}
+}
+
+// etcdCached waits until the API server's watch cache, which a PATCH reads
+// its old object from first, holds the Etcd at the resource version stored
+// in etcd; an Etcd that does not exist needs no wait.
+func etcdCached(ctx context.Context, namespace, name string) error {
+	key := client.ObjectKey{Namespace: namespace, Name: name}
+	stored := &v1alpha1.Etcd{}
+	if err := admin.Get(ctx, key, stored); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	fromCache := &client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: "0"}}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	for {
+		cached := &v1alpha1.Etcd{}
+		err := admin.Get(ctx, key, cached, fromCache)
+		if err == nil && cached.ResourceVersion == stored.ResourceVersion {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the watch cache does not hold Etcd %s at resource version %s (last read: %q, %v)",
+				key, stored.ResourceVersion, cached.ResourceVersion, err)
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }
 
