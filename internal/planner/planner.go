@@ -269,7 +269,7 @@ func (v *view) healthGate(p Policy) (Step, bool) {
 	}
 	var down *member
 	for _, m := range v.voters {
-		if m.Healthy {
+		if m.Healthy || connectedUnstarted(m, p) {
 			continue
 		}
 		if m.role != departing || m.Leader {
@@ -293,6 +293,16 @@ func (v *view) healthGate(p Policy) (Step, bool) {
 	return v.removeVoter(down, p, RuleHealthyCluster, fmt.Sprintf("departing voter %s is down; removing it heals the cluster", down.label())), true
 }
 
+// connectedUnstarted tells whether m has not published itself yet (it
+// cannot answer a poll) but has been connected to the transport of the
+// member taking the change for MinHealthyFor: its raft runs and votes, and
+// etcd promoted it only with its log caught up. Such a voter holds no
+// change (rule 1), yet counts for no removal's quorum (rule 4), since etcd
+// counts only started members there.
+func connectedUnstarted(m *member, p Policy) bool {
+	return !m.Healthy && m.Unstarted && m.ConnectedFor >= p.MinHealthyFor
+}
+
 // learnerStep promotes, waits for or removes the learners we own.
 func (v *view) learnerStep(p Policy) (Step, bool) {
 	var ours []*member
@@ -313,7 +323,7 @@ func (v *view) learnerStep(p Policy) (Step, bool) {
 	if s, ready := v.learnerState(l, p); !ready {
 		return s, true
 	}
-	return v.promote(l), true
+	return v.promote(l, p), true
 }
 
 // parallelLearners decides while several learners may catch up at once
@@ -376,7 +386,7 @@ func (v *view) parallelLearners(ours []*member, p Policy) Step {
 	if ready == nil {
 		return first
 	}
-	return v.promote(ready)
+	return v.promote(ready, p)
 }
 
 // startingHold is how long a learner's start holds the promotions of the
@@ -434,15 +444,18 @@ func settledFor(m *member) time.Duration { return max(m.HealthyFor, m.ConnectedF
 
 // promote promotes the ready learner l, moving leadership first when the
 // promotion makes a tie (rule 6).
-func (v *view) promote(l *member) Step {
+func (v *view) promote(l *member, p Policy) Step {
 	after := v.voterCounts()
 	after[l.Side]++
-	if !l.Healthy && v.goal != "" && holder(after) == "" {
-		// Rule 6: the removal that ends the tie follows the promotion at
-		// once only when the cluster is healthy after it; a voter that
-		// does not serve clients yet holds every change (rule 1), and etcd
-		// does not count it as started for the removal either.
-		return waitStep(RuleInterleave, "WaitingForLearner: promoting %s makes a tie, and the removal that ends it waits until %s serves clients", l.label(), l.label())
+	if s, wait := v.unstartedBeforeTie(after, "promoting "+l.label()); wait {
+		return s
+	}
+	if !l.Healthy && v.goal != "" && holder(after) == "" && !v.tieEndsAtOnce(l, after, p) {
+		// Rule 6: a learner that does not serve clients yet is promoted
+		// into a tie only when the removal that ends the tie can follow at
+		// once; etcd does not count it as started for that removal, so
+		// the voters that stay must make the quorum without it.
+		return waitStep(RuleInterleave, "WaitingForLearner: promoting %s makes a tie, and the removal that ends it would need %s to serve clients", l.label(), l.label())
 	}
 	if s, move := v.leaderBeforeTie(after); move {
 		return s
@@ -451,6 +464,41 @@ func (v *view) promote(l *member) Step {
 		return l.step(Promote, RuleReadyLearner, fmt.Sprintf("learner %s is connected for %s; it does not answer polls yet, and etcd checks that its log is caught up", l.label(), l.ConnectedFor))
 	}
 	return l.step(Promote, RuleReadyLearner, fmt.Sprintf("learner %s is caught up and healthy or connected for %s", l.label(), settledFor(l)))
+}
+
+// unstartedBeforeTie holds the change that makes a tie (what) while a
+// voter does not serve clients yet (rule 6): leadership moves before the
+// tie only to a voter that answers, and the removal that ends the tie
+// needs the voters that stay started; with every voter answering, both
+// follow at once, as the tie needs.
+func (v *view) unstartedBeforeTie(after map[string]int, what string) (Step, bool) {
+	if v.goal == "" || holder(v.voterCounts()) == "" || holder(after) != "" {
+		return Step{}, false
+	}
+	for _, m := range v.voters {
+		if m.Unstarted && !m.Healthy {
+			return waitStep(RuleInterleave, "WaitingForHealthyCluster: %s makes a tie, which waits until voter %s serves clients", what, m.label()), true
+		}
+	}
+	return Step{}, false
+}
+
+// tieEndsAtOnce tells whether, once l is promoted into a tie, the next
+// step is the change that ends it, planned on the membership as it will be
+// (leadership moved first, as rule 6 does before the promotion).
+func (v *view) tieEndsAtOnce(l *member, after map[string]int, p Policy) bool {
+	leader := v.leader.ID
+	if s, move := v.leaderBeforeTie(after); move {
+		leader = s.ID
+	}
+	obs := Observed{Members: make([]Member, 0, len(v.members))}
+	for _, m := range v.members {
+		pm := m.Member
+		pm.Learner = pm.Learner && m != l
+		pm.Leader = pm.ID == leader
+		obs.Members = append(obs.Members, pm)
+	}
+	return Next(obs, v.want, p).Kind == Remove
 }
 
 // change picks the next add or removal. The cluster is healthy and holds no
@@ -531,6 +579,9 @@ func (v *view) removeVoter(e *member, p Policy, rule, why string) Step {
 			return waitStep(RuleLeaderLast, "NoLeaderSuccessor: leader %s is departing and no healthy member that stays can take over", e.label())
 		}
 		return to.step(MoveLeader, RuleLeaderLast, fmt.Sprintf("leader %s is departing; %s takes over first", e.label(), to.label()))
+	}
+	if s, wait := v.unstartedBeforeTie(after, "removing "+e.label()); wait {
+		return s
 	}
 	if s, move := v.leaderBeforeTie(after); move {
 		return s

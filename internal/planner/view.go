@@ -36,10 +36,12 @@ type view struct {
 	// goal is the side that holds the majority once the target is reached;
 	// when no side will, the side that holds it now, if any.
 	goal string
+	// want is the desired membership the view was sorted out against.
+	want Desired
 }
 
 func newView(obs Observed, want Desired) (*view, Step, bool) {
-	v := &view{}
+	v := &view{want: want}
 	roles := map[string]role{}
 	for _, n := range want.Keep {
 		roles[n] = kept
