@@ -487,15 +487,19 @@ func (v *view) unstartedBeforeTie(after map[string]int, what string) (Step, bool
 // step is the change that ends it, planned on the membership as it will be
 // (leadership moved first, as rule 6 does before the promotion).
 func (v *view) tieEndsAtOnce(l *member, after map[string]int, p Policy) bool {
-	leader := v.leader.ID
+	leader := v.leader
 	if s, move := v.leaderBeforeTie(after); move {
-		leader = s.ID
+		for _, m := range v.members {
+			if m.ID == s.ID && m.name == s.Member {
+				leader = m
+			}
+		}
 	}
 	obs := Observed{Members: make([]Member, 0, len(v.members))}
 	for _, m := range v.members {
 		pm := m.Member
 		pm.Learner = pm.Learner && m != l
-		pm.Leader = pm.ID == leader
+		pm.Leader = m == leader
 		obs.Members = append(obs.Members, pm)
 	}
 	return Next(obs, v.want, p).Kind == Remove

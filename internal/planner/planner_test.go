@@ -331,13 +331,17 @@ func sideMove(from, to int) (Observed, Desired) {
 	return o, d
 }
 
-func TestRule6TieNeedsAStartedLearner(t *testing.T) {
+func TestRule6TieWithAnUnstartedLearner(t *testing.T) {
 	base := []Member{voter("a-0", "a"), voter("a-1", "a"), voter("a-2", "a"), lead(voter("b-0", "b")), voter("b-1", "b")}
 	with := func(extra Member) Observed { return obs(append(slices.Clone(base), extra)...) }
 	runCases(t, []ruleCase{
 		{name: "an unstarted learner is promoted into a tie that the next removal ends without it",
 			obs: with(connected(unstarted("b-2", "b", 20*time.Second), time.Minute)), want: moveAB,
 			expect: expect{kind: Promote, member: "b-2", rule: RuleReadyLearner, reason: "does not answer polls yet"}},
+		{name: "with the leader on the side that loses the majority, it moves first, then the unstarted learner is promoted",
+			obs: obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a"), voter("b-0", "b"), voter("b-1", "b"),
+				connected(unstarted("b-2", "b", 20*time.Second), time.Minute)), want: moveAB,
+			expect: expect{kind: MoveLeader, member: "b-0", rule: RuleInterleave}},
 		{name: "a started learner is promoted into the tie too",
 			obs: with(connected(fresh(learner("b-2", "b")), time.Minute)), want: moveAB,
 			expect: expect{kind: Promote, member: "b-2", rule: RuleReadyLearner}},
