@@ -58,7 +58,10 @@ type CallOptions struct {
 // certificate that mutating calls need; nil for plain http.
 func NewClient(baseURL string, tlsConfig *tls.Config, opts ...ClientOption) *Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.TLSClientConfig = tlsConfig
+	// A copy per transport: HTTP/2's setup adds its protocol to the
+	// config's NextProtos, and clients made from one config in parallel
+	// would write it at once.
+	tr.TLSClientConfig = tlsConfig.Clone()
 	c := &Client{base: strings.TrimRight(baseURL, "/"), http: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
 	for _, o := range opts {
 		o(c)

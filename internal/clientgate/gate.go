@@ -124,8 +124,10 @@ func New(o Options) (*Gate, error) {
 	}
 	h1.SetHTTP1(true)
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
-	grpcTransport := &http.Transport{Protocols: &h2, TLSClientConfig: o.BackendTLS, DialContext: dialer.DialContext}
-	httpTransport := &http.Transport{Protocols: &h1, TLSClientConfig: o.BackendTLS, DialContext: dialer.DialContext}
+	// A config copy per transport: a transport's HTTP/2 setup writes the
+	// protocols it offers into its config.
+	grpcTransport := &http.Transport{Protocols: &h2, TLSClientConfig: o.BackendTLS.Clone(), DialContext: dialer.DialContext}
+	httpTransport := &http.Transport{Protocols: &h1, TLSClientConfig: o.BackendTLS.Clone(), DialContext: dialer.DialContext}
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(o.Backend)
