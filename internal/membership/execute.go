@@ -154,8 +154,23 @@ func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []End
 		}
 		return Result{}, true
 	}
+	// The member to remove serves no client by the time it goes.
+	// A learner serves no client's data calls: nothing to drain.
+	// (A learner that never started has no name yet: look it up by ID.)
+	// The drain and the retirement record go to two sidecars at once, so
+	// the removal waits for the longer of the two calls, not their sum
+	// (each a round trip across sites in a move). A member drained whose
+	// removal then does not follow is departing anyway: its clients went
+	// to the others, and the removal is planned again.
+	drained := make(chan error, 1)
+	if m := obs.Member(cmp.Or(removal.ID, removal.Member)); removal.Kind == planner.Remove && (m == nil || !m.IsLearner) {
+		go func() { drained <- c.drainClients(ctx, endpoints, removal.Member) }()
+	} else {
+		drained <- nil
+	}
 	if plan.Retiring {
 		if r, ok := retire(plan.Step.Member); !ok {
+			<-drained
 			return r
 		}
 	}
@@ -165,15 +180,10 @@ func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []End
 			then = nil // the promotion alone; the removal is planned again
 		}
 	}
-	// The member to remove serves no client by the time it goes.
-	// A learner serves no client's data calls: nothing to drain.
-	// (A learner that never started has no name yet: look it up by ID.)
-	if m := obs.Member(cmp.Or(removal.ID, removal.Member)); removal.Kind == planner.Remove && (m == nil || !m.IsLearner) {
-		if err := c.drainClients(ctx, endpoints, removal.Member); err != nil {
-			res.Outcome, res.Reason, res.RetryAfter, res.Err = Retry, ReasonDrainFailed, time.Second, err
-			c.cfg.Logger.Info("membership step postponed", "step", string(plan.Step.Kind), "member", stepTarget(plan.Step), "reason", ReasonDrainFailed, "error", err.Error())
-			return res
-		}
+	if err := <-drained; err != nil && (plan.Step.Kind == planner.Remove || then != nil) {
+		res.Outcome, res.Reason, res.RetryAfter, res.Err = Retry, ReasonDrainFailed, time.Second, err
+		c.cfg.Logger.Info("membership step postponed", "step", string(plan.Step.Kind), "member", stepTarget(plan.Step), "reason", ReasonDrainFailed, "error", err.Error())
+		return res
 	}
 	if c.cfg.OnStep != nil {
 		c.cfg.OnStep(plan.Step, nil)

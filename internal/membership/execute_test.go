@@ -143,6 +143,7 @@ func TestExecuteOutcomes(t *testing.T) {
 		name       string
 		step       planner.Step
 		fault      func(w http.ResponseWriter, r *http.Request) bool
+		faultAt    int // the member whose sidecar fault answers for
 		setup      func(g Gomega, c *membership.Cluster)
 		mutateObs  func(o *membership.Observation)
 		via        string
@@ -183,6 +184,15 @@ func TestExecuteOutcomes(t *testing.T) {
 				}
 				return false
 			}},
+		{name: "a drain the departing member's sidecar refuses: retry, nothing removed", step: remove, faultAt: 2,
+			outcome: membership.Retry, reason: membership.ReasonDrainFailed, retryAfter: time.Second,
+			fault: func(w http.ResponseWriter, r *http.Request) bool {
+				if r.URL.Path == "/v1/clients/drain" {
+					answer(w, 503, `{"reason":"EtcdUnavailable","message":"injected"}`)
+					return true
+				}
+				return false
+			}},
 		{name: "a stale plan: the real sidecar refuses, retry", step: remove, outcome: membership.Retry, reason: sidecar.ReasonMembershipChanged,
 			mutateObs: func(o *membership.Observation) { o.List.Fingerprint = "0123456789abcdef" }},
 		{name: "the lock held by another: retry when it may expire", step: remove, outcome: membership.Retry, reason: sidecar.ReasonLockHeld, retryAfter: time.Second,
@@ -203,7 +213,7 @@ func TestExecuteOutcomes(t *testing.T) {
 			_, err := admin.AcquireLock(ctx, holder, cl.Token(), 2*time.Minute)
 			g.Expect(err).NotTo(HaveOccurred())
 			t.Cleanup(func() {
-				tc.fault(tc.Members[0], nil)
+				tc.fault(tc.Members[c.faultAt], nil)
 				_ = admin.ReleaseLock(context.Background(), holder, cl.Token())
 				_ = admin.ReleaseLock(context.Background(), "someone-else", "")
 			})
@@ -219,7 +229,7 @@ func TestExecuteOutcomes(t *testing.T) {
 			if c.via == "dead" {
 				obs.Via = membership.Endpoint{Member: "x-0", URL: deadURL(t)}
 			}
-			tc.fault(tc.Members[0], c.fault)
+			tc.fault(tc.Members[c.faultAt], c.fault)
 			res := cl.Execute(ctx, obs, tc.endpoints(), membership.Plan{Step: c.step})
 			g.Expect(res.Outcome).To(Equal(c.outcome), "%v", res.Err)
 			g.Expect(res.Reason).To(Equal(c.reason))
