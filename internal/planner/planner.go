@@ -466,13 +466,19 @@ func (v *view) promote(l *member, p Policy) Step {
 	return l.step(Promote, RuleReadyLearner, fmt.Sprintf("learner %s is caught up and healthy or connected for %s", l.label(), settledFor(l)))
 }
 
+// makesTie tells whether a change leading to the voter counts after makes
+// a tie during a move: a side holds the majority now and none does after.
+func (v *view) makesTie(after map[string]int) bool {
+	return v.goal != "" && holder(v.voterCounts()) != "" && holder(after) == ""
+}
+
 // unstartedBeforeTie holds the change that makes a tie (what) while a
 // voter does not serve clients yet (rule 6): leadership moves before the
 // tie only to a voter that answers, and the removal that ends the tie
 // needs the voters that stay started; with every voter answering, both
 // follow at once, as the tie needs.
 func (v *view) unstartedBeforeTie(after map[string]int, what string) (Step, bool) {
-	if v.goal == "" || holder(v.voterCounts()) == "" || holder(after) != "" {
+	if !v.makesTie(after) {
 		return Step{}, false
 	}
 	for _, m := range v.voters {
@@ -612,7 +618,7 @@ func (v *view) removeVoter(e *member, p Policy, rule, why string) Step {
 // When the incoming side has no voter yet (a one-member cluster moving), the
 // leader moves when its own removal ends the tie.
 func (v *view) leaderBeforeTie(after map[string]int) (Step, bool) {
-	if v.goal == "" || holder(v.voterCounts()) == "" || holder(after) != "" {
+	if !v.makesTie(after) {
 		return Step{}, false
 	}
 	if v.leader.Side == v.goal && v.leader.role != departing {

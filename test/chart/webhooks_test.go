@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -264,21 +265,17 @@ func etcdCached(ctx context.Context, namespace, name string) error {
 		return client.IgnoreNotFound(err)
 	}
 	fromCache := &client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: "0"}}
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	for {
-		cached := &v1alpha1.Etcd{}
-		err := admin.Get(ctx, key, cached, fromCache)
-		if err == nil && cached.ResourceVersion == stored.ResourceVersion {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("the watch cache does not hold Etcd %s at resource version %s (last read: %q, %v)",
-				key, stored.ResourceVersion, cached.ResourceVersion, err)
-		case <-time.After(20 * time.Millisecond):
-		}
+	cached := &v1alpha1.Etcd{}
+	var lastErr error
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 15*time.Second, true, func(ctx context.Context) (bool, error) {
+		lastErr = admin.Get(ctx, key, cached, fromCache)
+		return lastErr == nil && cached.ResourceVersion == stored.ResourceVersion, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the watch cache does not hold Etcd %s at resource version %s (last read: %q, %v): %w",
+			key, stored.ResourceVersion, cached.ResourceVersion, lastErr, err)
 	}
+	return nil
 }
 
 func patchEtcd(ctx context.Context, namespace, name, mergePatch string) error {
