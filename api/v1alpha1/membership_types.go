@@ -251,6 +251,12 @@ const (
 	// ReasonWaitingForHealthyCluster means the next step waits until every voter
 	// is healthy again (one change in flight at a time).
 	ReasonWaitingForHealthyCluster = "WaitingForHealthyCluster"
+	// ReasonWaitingForMemberStart means the next step waits until a voter
+	// serves clients: a learner promoted before etcd applied its publish
+	// (it runs and votes, but answers no client yet), or a member whose
+	// etcd is starting. It comes within seconds, so the controller polls
+	// again at its progress interval.
+	ReasonWaitingForMemberStart = "WaitingForMemberStart"
 	// ReasonWaitingForLock means another controller holds the cluster's
 	// membership lock.
 	ReasonWaitingForLock = "WaitingForLock"

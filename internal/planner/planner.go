@@ -273,8 +273,12 @@ func (v *view) healthGate(p Policy) (Step, bool) {
 			continue
 		}
 		if m.role != departing || m.Leader {
+			if m.Unstarted && m.ConnectedFor > 0 {
+				// Its raft runs: the publish follows within seconds.
+				return waitStep(RuleHealthyCluster, "WaitingForMemberStart: voter %s%s does not serve clients yet (etcd has not applied its publish)", m.label(), m.roleNote()), true
+			}
 			if m.Unstarted {
-				return waitStep(RuleHealthyCluster, "WaitingForHealthyCluster: voter %s%s does not serve clients yet (etcd has not applied its publish)", m.label(), m.roleNote()), true
+				return waitStep(RuleHealthyCluster, "WaitingForHealthyCluster: voter %s%s does not serve clients yet, and no member has it connected", m.label(), m.roleNote()), true
 			}
 			if m.Problem != "" {
 				return waitStep(RuleHealthyCluster, "WaitingForHealthyCluster: voter %s%s is unhealthy: %s", m.label(), m.roleNote(), m.Problem), true
@@ -483,7 +487,7 @@ func (v *view) unstartedBeforeTie(after map[string]int, what string) (Step, bool
 	}
 	for _, m := range v.voters {
 		if m.Unstarted && !m.Healthy {
-			return waitStep(RuleInterleave, "WaitingForHealthyCluster: %s makes a tie, which waits until voter %s serves clients", what, m.label()), true
+			return waitStep(RuleInterleave, "WaitingForMemberStart: %s makes a tie, which waits until voter %s serves clients", what, m.label()), true
 		}
 	}
 	return Step{}, false
@@ -545,8 +549,12 @@ func (v *view) removeFirst(rm *member, adding bool, inFlight int) bool {
 			removeNext = false
 		}
 	}
-	if removeNext && adding && rm.Leader && v.successor(rm, v.countsWithout(rm)) == nil {
-		removeNext = false // rule 5: nobody could take over from the leader yet; a new member will
+	if removeNext && adding && rm.Leader && v.successor(rm, v.countsWithout(rm)) == nil && v.startingSuccessor(rm) == nil {
+		// Rule 5: nobody could take over from the leader yet; a new member
+		// will. A voter that stays and is still starting will sooner, and
+		// promoting more learners meanwhile would only add voters (n+2,
+		// n+3, ...) none of whom serves clients either.
+		removeNext = false
 	}
 	return removeNext
 }
@@ -585,6 +593,9 @@ func (v *view) removeVoter(e *member, p Policy, rule, why string) Step {
 		// Rule 5: removing the leader leaves the cluster leaderless for an
 		// election (1.5-2.4 s measured); MoveLeader first costs 0.1 s.
 		to := v.successor(e, after)
+		if s := v.startingSuccessor(e); to == nil && s != nil {
+			return waitStep(RuleLeaderLast, "WaitingForMemberStart: leader %s is departing; %s takes over once it serves clients", e.label(), s.label())
+		}
 		if to == nil {
 			return waitStep(RuleLeaderLast, "NoLeaderSuccessor: leader %s is departing and no healthy member that stays can take over", e.label())
 		}

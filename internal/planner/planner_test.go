@@ -269,6 +269,22 @@ func TestRule5NeverRemoveLeader(t *testing.T) {
 			obs:    obs(lead(voter("a-0", "a")), voter("x-0", "a"), voter("x-1", "a")),
 			want:   Desired{Remove: []string{"a-0"}},
 			expect: expect{kind: Wait, rule: RuleLeaderLast, reason: "NoLeaderSuccessor: leader a-0 is departing"}},
+		// Found by TestPropertyRandomClusters: the only voter that stays was
+		// promoted before its publish. Promoting the next learners would
+		// not give the leader a successor either, only more voters (6 where
+		// the target has 3); the removal waits for the publish instead.
+		{name: "the only voter that stays is still starting: the leader's removal waits for it, no further promotion",
+			obs: obs(lead(voter("a-0", "a")), voter("b-0", "b"), voter("b-1", "b"), connected(promoted(unstarted("b-2", "b", 0)), 6*time.Second),
+				connected(unstarted("a-1", "a", 8*time.Second), 6*time.Second), connected(unstarted("b-3", "b", 8*time.Second), 8*time.Second)),
+			want:   Desired{Add: []Want{want("b-2", "b"), want("b-3", "b"), want("a-1", "a")}, Remove: []string{"b-0", "a-0", "b-1"}},
+			policy: Policy{MaxLearners: 3},
+			expect: expect{kind: Wait, rule: RuleLeaderLast, reason: "WaitingForMemberStart: leader a-0 is departing; b-2 takes over once it serves clients"}},
+		{name: "once it serves clients, it takes over",
+			obs: obs(lead(voter("a-0", "a")), voter("b-0", "b"), voter("b-1", "b"), voter("b-2", "b"),
+				connected(unstarted("a-1", "a", 8*time.Second), 6*time.Second), connected(unstarted("b-3", "b", 8*time.Second), 8*time.Second)),
+			want:   Desired{Add: []Want{want("b-2", "b"), want("b-3", "b"), want("a-1", "a")}, Remove: []string{"b-0", "a-0", "b-1"}},
+			policy: Policy{MaxLearners: 3},
+			expect: expect{kind: MoveLeader, member: "b-2", rule: RuleLeaderLast}},
 	})
 }
 

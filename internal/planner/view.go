@@ -173,6 +173,18 @@ func (v *view) successor(exclude *member, after map[string]int) *member {
 	return best
 }
 
+// startingSuccessor is a voter that stays and does not serve clients yet
+// (a learner promoted before its publish): it cannot take leadership now,
+// but will once its etcd has published itself, within seconds.
+func (v *view) startingSuccessor(exclude *member) *member {
+	for _, m := range v.voters {
+		if m != exclude && m.Unstarted && !m.Healthy && (m.role == owned || m.role == kept) {
+			return m
+		}
+	}
+	return nil
+}
+
 func (v *view) departingVoters() int {
 	n := 0
 	for _, m := range v.voters {
