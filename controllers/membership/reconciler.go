@@ -326,7 +326,11 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 		if err := r.cluster.RenewLock(ctx, obs); err != nil {
 			logf.FromContext(ctx).Info("renewing the membership lock failed", "error", err.Error())
 		}
-		if word == v1alpha1.ReasonWaitingForLearner || word == reasonOutcomeUncertain || word == membership.ReasonChangeInFlight {
+		switch word {
+		case v1alpha1.ReasonWaitingForLearner, v1alpha1.ReasonWaitingForMemberStart, reasonOutcomeUncertain, membership.ReasonChangeInFlight:
+			// Progress comes within seconds, by itself: poll for it at the
+			// progress interval, not with the failure backoff, and do not
+			// call the Etcd degraded meanwhile.
 			s.reconfiguring(word, plan.Step.Reason)
 			return ctrl.Result{RequeueAfter: r.opts.ProgressInterval}, nil
 		}
@@ -377,6 +381,14 @@ func (r *Reconciler) execute(ctx context.Context, s *scope, key types.Namespaced
 			then := *plan.ThenRemove
 			r.metrics.Steps.WithLabelValues(string(then.Kind), string(res.Outcome)).Inc()
 			r.event(s.etcd, corev1.EventTypeNormal, stepEventReason(then.Kind), string(then.Kind), "%s %s right after the promotion, %.3f s later: %s (through %s)", then.Kind, stepLabel(then), res.Gap.Seconds(), then.Reason, res.Via)
+		}
+		if step.Kind == planner.MoveLeader && res.Changed {
+			// A transfer is made for the change right behind it (rule 5's
+			// removal of the old leader, rule 6's change that makes the
+			// tie), and etcd has already settled it when MoveLeader
+			// answers: plan that change now, not after the progress
+			// interval.
+			return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 		}
 		return ctrl.Result{RequeueAfter: r.opts.ProgressInterval}, nil
 	case membership.Retry:

@@ -72,17 +72,54 @@ func (c *Cluster) drainClients(ctx context.Context, endpoints []Endpoint, member
 // leader spares its clients the round trips of the transfer's answer and
 // of the release, across sites two of them. A gate that cannot be held is
 // logged and left: the transfer goes on, as etcd alone would do it.
-func (c *Cluster) holdClients(ctx context.Context, endpoints []Endpoint, transferee string) (release func()) {
+//
+// The gates of the members for which holdLast is true (the transferee's
+// side) are held only once the others hold: their clients are the ones
+// the transfer serves first, and holding them while the holds of the other
+// side travel (a round trip across sites) would only lengthen their stall.
+func (c *Cluster) holdClients(ctx context.Context, endpoints []Endpoint, transferee string, holdLast func(Endpoint) bool) (release func()) {
+	c.warmConnections(ctx, endpoints)
+	var first, last []Endpoint
+	for _, e := range endpoints {
+		switch {
+		case e.URL == "":
+		case holdLast(e):
+			last = append(last, e)
+		default:
+			first = append(first, e)
+		}
+	}
+	held := c.hold(ctx, first, transferee)
+	held = append(held, c.hold(ctx, last, transferee)...)
+	return func() {
+		var wg sync.WaitGroup
+		for _, cl := range held {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// Not the step's context: a hold must end even when the
+				// reconcile that took it was cancelled (it also ends by
+				// itself after leaderTransferHold).
+				callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.CallTimeout)
+				defer cancel()
+				if err := cl.ReleaseClients(callCtx, sidecar.CallOptions{LockHolder: c.cfg.Holder}); err != nil {
+					c.cfg.Logger.Info("could not release a member's clients after the leader transfer; the hold ends by itself", "error", err.Error())
+				}
+			}()
+		}
+		wg.Wait()
+	}
+}
+
+// hold holds the gates of endpoints at once and returns the clients of
+// those that hold.
+func (c *Cluster) hold(ctx context.Context, endpoints []Endpoint, transferee string) []*sidecar.Client {
 	var (
 		mu   sync.Mutex
 		held []*sidecar.Client
 		wg   sync.WaitGroup
 	)
-	c.warmConnections(ctx, endpoints)
 	for _, e := range endpoints {
-		if e.URL == "" {
-			continue
-		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -103,24 +140,7 @@ func (c *Cluster) holdClients(ctx context.Context, endpoints []Endpoint, transfe
 		}()
 	}
 	wg.Wait()
-	return func() {
-		var wg sync.WaitGroup
-		for _, cl := range held {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				// Not the step's context: a hold must end even when the
-				// reconcile that took it was cancelled (it also ends by
-				// itself after leaderTransferHold).
-				callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.CallTimeout)
-				defer cancel()
-				if err := cl.ReleaseClients(callCtx, sidecar.CallOptions{LockHolder: c.cfg.Holder}); err != nil {
-					c.cfg.Logger.Info("could not release a member's clients after the leader transfer; the hold ends by itself", "error", err.Error())
-				}
-			}()
-		}
-		wg.Wait()
-	}
+	return held
 }
 
 // warmConnections makes sure a connection to every sidecar is open before

@@ -5,9 +5,14 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
+
+	"github.com/druid-stretch/druid-stretch/internal/planner"
 )
 
 // A removal waits for the member's clients to be drained only when its
@@ -47,4 +52,56 @@ func TestDrainBeforeRemoval(t *testing.T) {
 			g.Expect(err).NotTo(HaveOccurred(), tc.name)
 		}
 	}
+}
+
+// The gates of the transferee's side are held only once the other side's
+// have answered: their clients are served first after the transfer, and
+// each hold stalls its clients from the moment it arrives.
+func TestHoldTheTransfereeSideLast(t *testing.T) {
+	g := NewWithT(t)
+	c, err := New(Config{Holder: "test"})
+	g.Expect(err).NotTo(HaveOccurred())
+	var (
+		mu     sync.Mutex
+		events []string
+	)
+	note := func(e string) {
+		mu.Lock()
+		defer mu.Unlock()
+		events = append(events, e)
+	}
+	gate := func(name string, delay time.Duration) string {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			if r.URL.Path == "/v1/clients/hold" {
+				note(r.Method + " " + name)
+				if r.Method == http.MethodPost {
+					// A hold answers once the calls in flight at its
+					// gate are answered: here, after delay.
+					time.Sleep(delay)
+					note("held " + name)
+				}
+				_, _ = w.Write([]byte(`{"ready":true,"inFlight":0}`))
+				return
+			}
+			_, _ = w.Write([]byte(`{}`))
+		}))
+		t.Cleanup(s.Close)
+		return s.URL
+	}
+	in := planner.Observed{Members: []planner.Member{
+		{ID: "a0", Name: "m-0", Side: "a"}, {ID: "a1", Name: "m-1", Side: "a"}, {ID: "b3", Name: "m-3", Side: "b"},
+	}}
+	endpoints := []Endpoint{{Member: "m-3", URL: gate("m-3", 0)}, {Member: "m-0", URL: gate("m-0", 100*time.Millisecond)}, {Member: "m-1", URL: gate("m-1", 0)}}
+
+	release := c.holdClients(context.Background(), endpoints, "b3", onSideOf(in, "b3"))
+	mu.Lock()
+	held := slices.Clone(events)
+	mu.Unlock()
+	release()
+
+	g.Expect(held).To(HaveLen(6))
+	g.Expect(held[4:]).To(Equal([]string{"POST m-3", "held m-3"}), "the transferee's side is held last, after %v", held[:4])
+	g.Expect(held[:4]).To(ContainElements("POST m-0", "held m-0", "POST m-1", "held m-1"))
+	g.Expect(events[6:]).To(ConsistOf("DELETE m-0", "DELETE m-1", "DELETE m-3"), "release ends every hold")
 }

@@ -209,7 +209,7 @@ func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []End
 		if m := obs.Member(cmp.Or(plan.Step.ID, plan.Step.Member)); m != nil {
 			transferee = m.ID
 		}
-		release := c.holdClients(ctx, endpoints, transferee)
+		release := c.holdClients(ctx, endpoints, transferee, onSideOf(plan.Input, plan.Step.ID))
 		defer release()
 	}
 	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
@@ -262,6 +262,25 @@ func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []End
 	}
 	c.cfg.Logger.Info("membership step executed", "step", string(plan.Step.Kind), "member", stepTarget(plan.Step), "via", via.String(), "changed", out.Changed, "reason", plan.Step.Reason)
 	return res
+}
+
+// onSideOf tells whether an endpoint's member is on the side of the member
+// with ID id, in the planner's view.
+func onSideOf(in planner.Observed, id string) func(Endpoint) bool {
+	side := ""
+	for _, m := range in.Members {
+		if m.ID == id {
+			side = m.Side
+		}
+	}
+	return func(e Endpoint) bool {
+		for _, m := range in.Members {
+			if side != "" && m.Name != "" && m.Name == e.Member {
+				return m.Side == side
+			}
+		}
+		return false
+	}
 }
 
 // via picks the sidecar for a step: for a leader transfer the leader's
