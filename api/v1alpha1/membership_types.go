@@ -255,7 +255,8 @@ const (
 	// serves clients: a learner promoted before etcd applied its publish
 	// (it runs and votes, but answers no client yet), or a member whose
 	// etcd is starting. It comes within seconds, so the controller polls
-	// again at its progress interval.
+	// again at its progress interval; a voter connected for a minute
+	// without serving clients is reported as WaitingForHealthyCluster.
 	ReasonWaitingForMemberStart = "WaitingForMemberStart"
 	// ReasonWaitingForLock means another controller holds the cluster's
 	// membership lock.

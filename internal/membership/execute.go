@@ -267,19 +267,19 @@ func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []End
 // onSideOf tells whether an endpoint's member is on the side of the member
 // with ID id, in the planner's view.
 func onSideOf(in planner.Observed, id string) func(Endpoint) bool {
+	sides := map[string]string{} // member name -> side
 	side := ""
 	for _, m := range in.Members {
+		if m.Name != "" {
+			sides[m.Name] = m.Side
+		}
 		if m.ID == id {
 			side = m.Side
 		}
 	}
 	return func(e Endpoint) bool {
-		for _, m := range in.Members {
-			if side != "" && m.Name != "" && m.Name == e.Member {
-				return m.Side == side
-			}
-		}
-		return false
+		s, ok := sides[e.Member]
+		return ok && side != "" && s == side
 	}
 }
 

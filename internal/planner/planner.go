@@ -275,7 +275,7 @@ func (v *view) healthGate(p Policy) (Step, bool) {
 		if m.role != departing || m.Leader {
 			if m.Unstarted && m.ConnectedFor > 0 {
 				// Its raft runs: the publish follows within seconds.
-				return waitStep(RuleHealthyCluster, "WaitingForMemberStart: voter %s%s does not serve clients yet (etcd has not applied its publish)", m.label(), m.roleNote()), true
+				return waitStep(RuleHealthyCluster, "%s: voter %s%s does not serve clients yet (etcd has not applied its publish; connected for %s)", startWord(m), m.label(), m.roleNote(), m.ConnectedFor), true
 			}
 			if m.Unstarted {
 				return waitStep(RuleHealthyCluster, "WaitingForHealthyCluster: voter %s%s does not serve clients yet, and no member has it connected", m.label(), m.roleNote()), true
@@ -305,6 +305,21 @@ func (v *view) healthGate(p Policy) (Step, bool) {
 // counts only started members there.
 func connectedUnstarted(m *member, p Policy) bool {
 	return !m.Healthy && m.Unstarted && m.ConnectedFor >= p.MinHealthyFor
+}
+
+// publishOverdue is how long a voter may run without serving clients
+// before its wait is a problem to report rather than a start to wait for:
+// etcd publishes a member within its request timeout after a snapshot
+// (5 s plus two election timeouts), retrying until it has.
+const publishOverdue = time.Minute
+
+// startWord is the wait word for a change held by m, a voter that does not
+// serve clients yet: its start while that is recent, its health after.
+func startWord(m *member) string {
+	if m.ConnectedFor >= publishOverdue {
+		return "WaitingForHealthyCluster"
+	}
+	return "WaitingForMemberStart"
 }
 
 // learnerStep promotes, waits for or removes the learners we own.
@@ -487,7 +502,7 @@ func (v *view) unstartedBeforeTie(after map[string]int, what string) (Step, bool
 	}
 	for _, m := range v.voters {
 		if m.Unstarted && !m.Healthy {
-			return waitStep(RuleInterleave, "WaitingForMemberStart: %s makes a tie, which waits until voter %s serves clients", what, m.label()), true
+			return waitStep(RuleInterleave, "%s: %s makes a tie, which waits until voter %s serves clients (connected for %s)", startWord(m), what, m.label(), m.ConnectedFor), true
 		}
 	}
 	return Step{}, false
@@ -594,7 +609,7 @@ func (v *view) removeVoter(e *member, p Policy, rule, why string) Step {
 		// election (1.5-2.4 s measured); MoveLeader first costs 0.1 s.
 		to := v.successor(e, after)
 		if s := v.startingSuccessor(e); to == nil && s != nil {
-			return waitStep(RuleLeaderLast, "WaitingForMemberStart: leader %s is departing; %s takes over once it serves clients", e.label(), s.label())
+			return waitStep(RuleLeaderLast, "%s: leader %s is departing; %s takes over once it serves clients (connected for %s)", startWord(s), e.label(), s.label(), s.ConnectedFor)
 		}
 		if to == nil {
 			return waitStep(RuleLeaderLast, "NoLeaderSuccessor: leader %s is departing and no healthy member that stays can take over", e.label())
