@@ -608,10 +608,10 @@ func (v *view) removeVoter(e *member, p Policy, rule, why string) Step {
 		// Rule 5: removing the leader leaves the cluster leaderless for an
 		// election (1.5-2.4 s measured); MoveLeader first costs 0.1 s.
 		to := v.successor(e, after)
-		if s := v.startingSuccessor(e); to == nil && s != nil {
-			return waitStep(RuleLeaderLast, "%s: leader %s is departing; %s takes over once it serves clients (connected for %s)", startWord(s), e.label(), s.label(), s.ConnectedFor)
-		}
 		if to == nil {
+			if s := v.startingSuccessor(e); s != nil {
+				return waitStep(RuleLeaderLast, "%s: leader %s is departing; %s takes over once it serves clients (connected for %s)", startWord(s), e.label(), s.label(), s.ConnectedFor)
+			}
 			return waitStep(RuleLeaderLast, "NoLeaderSuccessor: leader %s is departing and no healthy member that stays can take over", e.label())
 		}
 		return to.step(MoveLeader, RuleLeaderLast, fmt.Sprintf("leader %s is departing; %s takes over first", e.label(), to.label()))

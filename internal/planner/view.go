@@ -163,7 +163,7 @@ func (v *view) successor(exclude *member, after map[string]int) *member {
 		return []int{boolRank(m.Side == v.goal && v.goal != ""), boolRank(m.Side == next && next != "")}
 	}
 	for _, m := range v.voters {
-		if m == exclude || !m.Healthy || (m.role != owned && m.role != kept) {
+		if m == exclude || !m.Healthy || !m.stays() {
 			continue
 		}
 		if best == nil || slices.Compare(rank(m), rank(best)) < 0 {
@@ -178,7 +178,7 @@ func (v *view) successor(exclude *member, after map[string]int) *member {
 // but will once its etcd has published itself, within seconds.
 func (v *view) startingSuccessor(exclude *member) *member {
 	for _, m := range v.voters {
-		if m != exclude && m.Unstarted && !m.Healthy && (m.role == owned || m.role == kept) {
+		if m != exclude && m.Unstarted && !m.Healthy && m.stays() {
 			return m
 		}
 	}
@@ -235,6 +235,10 @@ func holder(counts map[string]int) string {
 	}
 	return ""
 }
+
+// stays tells whether m is a member of ours that the target keeps: only
+// such a member may take leadership (rule 7 leaves unmanaged ones alone).
+func (m *member) stays() bool { return m.role == owned || m.role == kept }
 
 func (m *member) step(kind StepKind, rule, reason string) Step {
 	return Step{Kind: kind, Member: m.name, ID: m.ID, PeerURLs: slices.Clone(m.PeerURLs), Rule: rule, Reason: reason}
