@@ -76,9 +76,9 @@ func (s *Server) drainClients(r *http.Request) (int, any, *Error) {
 	return http.StatusOK, ClientGateStatus{Ready: g.Ready(), InFlight: g.InFlight()}, nil
 }
 
-// holdClients makes the local member's new calls wait (see
-// clientgate.Gate.Hold) and answers once the calls forwarded before have
-// been answered. The hold ends at DELETE /v1/clients/hold or by itself.
+// holdClients makes the local member's new reads and proposals wait (see
+// clientgate.Gate.Hold) and answers once the proposals forwarded before
+// have been answered. The hold ends at DELETE /v1/clients/hold or by itself.
 func (s *Server) holdClients(r *http.Request) (int, any, *Error) {
 	g := s.cfg.ClientGate
 	if g == nil {

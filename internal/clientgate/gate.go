@@ -20,11 +20,16 @@
 //     request. etcd itself cannot do this when it serves TLS: its graceful
 //     stop applies only to plain listeners.
 //   - Hold makes new data calls (KV, lease grants) wait, and returns once
-//     the data calls already forwarded have finished: with every member's
-//     gate held, no proposal is in flight toward the old leader during a
-//     leader transfer, so none is dropped. A hold ends at Release or after its maximum duration,
-//     whichever comes first, so a controller that dies mid-transfer stalls
-//     clients for that long at most.
+//     the proposals already forwarded (writes, compactions, lease grants
+//     and revokes) have finished: with every member's gate held, no
+//     proposal is in flight toward the old leader during a leader
+//     transfer, so none is dropped. Reads in flight are not waited for:
+//     etcd does not drop them, it answers a read whose read index the
+//     transfer interrupted with "leader changed" (gRPC Unavailable), which
+//     etcd's client retries for reads; waiting for them would only delay
+//     the transfer by a read's round trip. A hold ends at Release or after
+//     its maximum duration, whichever comes first, so a controller that
+//     dies mid-transfer stalls clients for that long at most.
 package clientgate
 
 import (
@@ -68,8 +73,8 @@ type Gate struct {
 	mu        sync.Mutex
 	changed   chan struct{} // closed and replaced on every state change
 	inFlight  int           // unary calls forwarded and not yet answered
-	dataCalls int           // of them, calls a hold holds (see heldCall)
-	heldTill  time.Time     // new data calls wait until then, or Release
+	proposals int           // of them, proposals (see callKind)
+	heldTill  time.Time     // new reads and proposals wait until then, or Release
 	hold      uint64        // the current hold, so a stale Release is a no-op
 	draining  bool
 	// streamsEnded refuses new streaming calls: a stream opened after the
@@ -91,14 +96,39 @@ var streamingMethods = map[string]bool{
 	"/v3electionpb.Election/Observe":     true,
 }
 
-// heldCall tells the calls a hold makes wait: the clients' data path, the
-// calls that become raft proposals or read indexes (KV, lease grant and
-// revoke). Cluster and Maintenance calls pass, so that the membership
-// controller's own calls (status polls, the leader transfer itself) go
-// through a held gate.
-func heldCall(method string) bool {
-	return strings.HasPrefix(method, "/etcdserverpb.KV/") ||
-		method == "/etcdserverpb.Lease/LeaseGrant" || method == "/etcdserverpb.Lease/LeaseRevoke"
+// callKind sorts the unary calls by what a hold does with them.
+type callKind int
+
+const (
+	// passCall passes a held gate: Cluster and Maintenance calls, so that
+	// the membership controller's own calls (status polls, the leader
+	// transfer itself) go through.
+	passCall callKind = iota
+	// readCall waits while a hold is in force; one in flight when the hold
+	// begins is not waited for (see the package comment).
+	readCall
+	// proposalCall waits while a hold is in force, and a hold returns only
+	// once none is in flight: these become raft proposals, which the old
+	// leader of a transfer drops.
+	proposalCall
+)
+
+// kindOf tells a unary call's kind from its gRPC method. A KV Txn counts
+// as a proposal even when none of its branches writes (etcd serves such a
+// Txn through a read index): telling them apart would mean decoding it,
+// and kube-apiserver's Txns write.
+func kindOf(r *http.Request) callKind {
+	if !isGRPC(r) {
+		return passCall
+	}
+	switch m := r.URL.Path; {
+	case m == "/etcdserverpb.KV/Range":
+		return readCall
+	case strings.HasPrefix(m, "/etcdserverpb.KV/"),
+		m == "/etcdserverpb.Lease/LeaseGrant", m == "/etcdserverpb.Lease/LeaseRevoke":
+		return proposalCall
+	}
+	return passCall
 }
 
 // New builds a gate; Serve runs it on a listener.
@@ -241,8 +271,8 @@ func (g *Gate) Drain(ctx context.Context) error {
 	return g.waitIdle(ctx, false)
 }
 
-// Hold makes new data calls (see heldCall) wait for at most max, and
-// returns once the data calls already forwarded have been answered (or
+// Hold makes new reads and proposals (see callKind) wait for at most max,
+// and returns once the proposals already forwarded have been answered (or
 // with ctx's error, the hold still in force until its end). Release ends
 // the hold early.
 func (g *Gate) Hold(ctx context.Context, max time.Duration) (release func(), err error) {
@@ -271,14 +301,14 @@ func (g *Gate) Hold(ctx context.Context, max time.Duration) (release func(), err
 	return release, g.waitIdle(ctx, true)
 }
 
-// waitIdle waits until no unary call is in flight, or, with dataOnly, no
-// data call.
-func (g *Gate) waitIdle(ctx context.Context, dataOnly bool) error {
+// waitIdle waits until no unary call is in flight, or, with
+// proposalsOnly, no proposal.
+func (g *Gate) waitIdle(ctx context.Context, proposalsOnly bool) error {
 	for {
 		g.mu.Lock()
 		n, changed := g.inFlight, g.changed
-		if dataOnly {
-			n = g.dataCalls
+		if proposalsOnly {
+			n = g.proposals
 		}
 		g.mu.Unlock()
 		if n == 0 {
@@ -335,24 +365,24 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.proxy.ServeHTTP(w, r.WithContext(ctx))
 		return
 	}
-	data := isGRPC(r) && heldCall(r.URL.Path)
-	if err := g.enter(r.Context(), data); err != nil {
+	kind := kindOf(r)
+	if err := g.enter(r.Context(), kind); err != nil {
 		g.proxyError(w, r, err)
 		return
 	}
-	defer g.leave(data)
+	defer g.leave(kind)
 	g.proxy.ServeHTTP(w, r)
 }
 
-// enter counts the call in flight; a data call first waits while a hold
-// is in force.
-func (g *Gate) enter(ctx context.Context, data bool) error {
+// enter counts the call in flight; a read or a proposal first waits while
+// a hold is in force.
+func (g *Gate) enter(ctx context.Context, kind callKind) error {
 	for {
 		g.mu.Lock()
-		if !data || time.Until(g.heldTill) <= 0 {
+		if kind == passCall || time.Until(g.heldTill) <= 0 {
 			g.inFlight++
-			if data {
-				g.dataCalls++
+			if kind == proposalCall {
+				g.proposals++
 			}
 			g.mu.Unlock()
 			return nil
@@ -367,11 +397,11 @@ func (g *Gate) enter(ctx context.Context, data bool) error {
 	}
 }
 
-func (g *Gate) leave(data bool) {
+func (g *Gate) leave(kind callKind) {
 	g.mu.Lock()
 	g.inFlight--
-	if data {
-		g.dataCalls--
+	if kind == proposalCall {
+		g.proposals--
 	}
 	g.notifyLocked()
 	g.mu.Unlock()

@@ -103,7 +103,8 @@ func direct(t testing.TB, m *localetcd.Member) *clientv3.Client {
 
 // writers put keys through cli until stopped, a few at a time, each write
 // with a 10 s timeout and no retry of our own; they report every failed
-// write and the slowest one.
+// write and the slowest one. Readers (startReaders) do the same with
+// linearizable reads.
 type writers struct {
 	stop    chan struct{}
 	wg      sync.WaitGroup
@@ -114,6 +115,21 @@ type writers struct {
 }
 
 func startWriters(cli *clientv3.Client, n int) *writers {
+	return startLoad(n, func(ctx context.Context, i, seq int) error {
+		_, err := cli.Put(ctx, fmt.Sprintf("/gate/%d", i), fmt.Sprint(seq))
+		return err
+	})
+}
+
+func startReaders(cli *clientv3.Client, n int) *writers {
+	return startLoad(n, func(ctx context.Context, i, _ int) error {
+		_, err := cli.Get(ctx, fmt.Sprintf("/gate/%d", i))
+		return err
+	})
+}
+
+// startLoad runs op from n goroutines until finish.
+func startLoad(n int, op func(ctx context.Context, i, seq int) error) *writers {
 	w := &writers{stop: make(chan struct{})}
 	for i := range n {
 		w.wg.Add(1)
@@ -127,7 +143,7 @@ func startWriters(cli *clientv3.Client, n int) *writers {
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				start := time.Now()
-				_, err := cli.Put(ctx, fmt.Sprintf("/gate/%d", i), fmt.Sprint(seq))
+				err := op(ctx, i, seq)
 				took := time.Since(start)
 				cancel()
 				w.mu.Lock()
@@ -266,14 +282,17 @@ func TestDrainedMemberIsRemovedWithoutAFailedWrite(t *testing.T) {
 
 // With every member's gate held, a leader transfer drops no proposal: the
 // writes that would have been forwarded to the old leader wait at the
-// gates instead, and none fails or hangs.
+// gates instead, and none fails or hangs. The reads beside them, which a
+// hold does not wait for, fail neither.
 func TestHoldAroundLeaderTransferFailsNoWrite(t *testing.T) {
 	g := NewWithT(t)
 	c := startGated(t)
 	names := []string{"m-0", "m-1", "m-2"}
 	cli := c.client(t, names...)
 	w := startWriters(cli, 6)
+	r := startReaders(cli, 6)
 	w.grows(g, 200)
+	r.grows(g, 200)
 
 	for round := range 3 {
 		leader := leaderName(t, c)
@@ -294,16 +313,21 @@ func TestHoldAroundLeaderTransferFailsNoWrite(t *testing.T) {
 		cancel()
 		g.Expect(leaderName(t, c)).To(Equal(target))
 		w.grows(g, 100)
+		r.grows(g, 100)
 	}
 	writes, failed, slowest := w.finish()
 	t.Logf("%d writes, slowest %s, failed: %v", writes, slowest, failed)
 	g.Expect(failed).To(BeEmpty(), "no write failed across three leader transfers")
 	g.Expect(slowest).To(BeNumerically("<", 3*time.Second), "no write waited out a timeout")
+	reads, failed, slowest := r.finish()
+	t.Logf("%d reads, slowest %s, failed: %v", reads, slowest, failed)
+	g.Expect(failed).To(BeEmpty(), "no read failed across three leader transfers")
+	g.Expect(slowest).To(BeNumerically("<", 3*time.Second), "no read waited out a timeout")
 }
 
 // A hold ends by itself after its maximum, so a controller that dies in
 // the middle of a transfer stalls clients for that long at most; it holds
-// data calls only.
+// reads and proposals only.
 func TestHoldEndsByItself(t *testing.T) {
 	g := NewWithT(t)
 	c := startGated(t)
@@ -313,7 +337,7 @@ func TestHoldEndsByItself(t *testing.T) {
 	_, err := c.gates["m-0"].Hold(ctx, 500*time.Millisecond)
 	g.Expect(err).NotTo(HaveOccurred())
 	// The controller's own calls pass a held gate: the leader transfer
-	// and the status polls around it are not data calls.
+	// and the status polls around it are neither reads nor proposals.
 	start := time.Now()
 	_, err = cli.Status(ctx, c.addrs["m-0"])
 	g.Expect(err).NotTo(HaveOccurred())
