@@ -1,0 +1,160 @@
+package clientgate_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/druid-stretch/druid-stretch/internal/clientgate"
+)
+
+// stalledBackend answers every gRPC call only once its release channel
+// is closed, and reports each call as it arrives: it stands in for an
+// etcd member whose answers are slow (a read index across a WAN link), so
+// that a call is in flight at the gate for as long as the test wants.
+type stalledBackend struct {
+	arrived chan string
+	release chan struct{}
+}
+
+func (b *stalledBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b.arrived <- r.URL.Path
+	<-b.release
+	w.Header().Set("Content-Type", "application/grpc")
+	w.Header().Set(http.TrailerPrefix+"Grpc-Status", "0")
+	w.WriteHeader(http.StatusOK)
+}
+
+// startStalled runs a gate in front of a stalledBackend and returns the
+// gate, its URL and the backend; everything ends with the test.
+func startStalled(t *testing.T) (*clientgate.Gate, string, *stalledBackend) {
+	t.Helper()
+	b := &stalledBackend{arrived: make(chan string, 16), release: make(chan struct{})}
+	var h2c http.Protocols
+	h2c.SetUnencryptedHTTP2(true)
+	backend := &http.Server{Handler: b, Protocols: &h2c, ReadHeaderTimeout: 5 * time.Second}
+	bl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = backend.Serve(bl) }()
+	burl, err := url.Parse("http://" + bl.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate, err := clientgate.New(clientgate.Options{Backend: burl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- gate.Serve(gl) }()
+	t.Cleanup(func() {
+		select {
+		case <-b.release:
+		default:
+			close(b.release)
+		}
+		_ = gate.Close()
+		if err := <-served; err != nil {
+			t.Errorf("gate: %v", err)
+		}
+		_ = backend.Close()
+	})
+	return gate, "http://" + gl.Addr().String(), b
+}
+
+// call sends one gRPC-framed call (an empty message) for method through
+// the gate and reports its error, or nil once it was answered.
+func call(gateURL, method string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		var h2c http.Protocols
+		h2c.SetUnencryptedHTTP2(true)
+		c := &http.Client{Transport: &http.Transport{Protocols: &h2c}, Timeout: 10 * time.Second}
+		req, err := http.NewRequest(http.MethodPost, gateURL+method, strings.NewReader("\x00\x00\x00\x00\x00"))
+		if err != nil {
+			done <- err
+			return
+		}
+		req.Header.Set("Content-Type", "application/grpc")
+		resp, err := c.Do(req)
+		if err == nil {
+			err = resp.Body.Close()
+		}
+		done <- err
+	}()
+	return done
+}
+
+// returned reports whether done has delivered within a short wait.
+func returned(done <-chan error, within time.Duration) bool {
+	select {
+	case err := <-done:
+		return err == nil
+	case <-time.After(within):
+		return false
+	}
+}
+
+// A hold waits for the proposals in flight, not for the reads: etcd
+// drops the former at a leader transfer and answers the latter with a
+// retryable "leader changed". New reads and proposals both wait out the
+// hold.
+func TestHoldWaitsForProposalsNotReads(t *testing.T) {
+	g := NewWithT(t)
+	gate, addr, backend := startStalled(t)
+
+	read := call(addr, "/etcdserverpb.KV/Range")
+	g.Eventually(backend.arrived).Should(Receive(Equal("/etcdserverpb.KV/Range")))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	release, err := gate.Hold(ctx, 5*time.Second)
+	g.Expect(err).NotTo(HaveOccurred(), "the hold returned with a read still in flight")
+	g.Expect(gate.InFlight()).To(Equal(1), "the read is still in flight")
+
+	// A read and a proposal sent during the hold wait at the gate.
+	heldRead := call(addr, "/etcdserverpb.KV/Range")
+	heldWrite := call(addr, "/etcdserverpb.KV/Txn")
+	g.Consistently(backend.arrived).WithTimeout(300 * time.Millisecond).ShouldNot(Receive())
+	release()
+	g.Eventually(backend.arrived).Should(Receive())
+	g.Eventually(backend.arrived).Should(Receive())
+	close(backend.release)
+	for _, done := range []<-chan error{read, heldRead, heldWrite} {
+		g.Expect(returned(done, 5*time.Second)).To(BeTrue())
+	}
+}
+
+// A hold returns only once the proposal in flight at its start has been
+// answered: that proposal could be the one the old leader drops.
+func TestHoldWaitsForAProposalInFlight(t *testing.T) {
+	g := NewWithT(t)
+	gate, addr, backend := startStalled(t)
+
+	write := call(addr, "/etcdserverpb.KV/Txn")
+	g.Eventually(backend.arrived).Should(Receive(Equal("/etcdserverpb.KV/Txn")))
+	held := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		release, err := gate.Hold(ctx, 5*time.Second)
+		if err == nil {
+			release()
+		}
+		held <- err
+	}()
+	g.Consistently(held).WithTimeout(300*time.Millisecond).ShouldNot(Receive(), "the hold returned with a proposal in flight")
+	close(backend.release)
+	g.Eventually(held).WithTimeout(5 * time.Second).Should(Receive(BeNil()))
+	g.Expect(returned(write, 5*time.Second)).To(BeTrue())
+}
