@@ -136,6 +136,22 @@ func TestRetireExternals(t *testing.T) {
 	for _, m := range st.Members {
 		g.Expect(m.Origin).To(Equal(v1alpha1.MemberOriginLocal))
 	}
+	// The leader stays on the externals' side until the removal that ends
+	// the tie, then moves at once: the tie's promote-then-remove call and
+	// the transfer right after it go to the same sidecar, the leader's,
+	// where each commits without crossing to another member first.
+	var tieVia, transferVia []string
+	for _, c := range calls {
+		switch {
+		case c.Kind == "Remove" && strings.Contains(c.Path, "thenRemove="):
+			tieVia = append(tieVia, c.Pod)
+		case c.Kind == "MoveLeader" && c.Changed:
+			transferVia = append(transferVia, c.Pod)
+		}
+	}
+	g.Expect(tieVia).To(HaveLen(1), "one promotion made the tie and removed right after it")
+	g.Expect(transferVia).To(Equal(tieVia), "the transfer follows the tie, through the same (the leader's) sidecar")
+	g.Expect(names("ext", 0, 1, 2)).To(ContainElement(tieVia[0]), "the leader was still on the externals' side at the tie")
 	n, sum := histogram(g, "druid_stretch_membership_tie_duration_seconds")
 	g.Expect(n-ties).To(BeNumerically("==", 1), "a move of the majority between two sides passes through one tie")
 	g.Expect(sum - tieSum).To(BeNumerically("<", 10))

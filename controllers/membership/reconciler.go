@@ -382,12 +382,15 @@ func (r *Reconciler) execute(ctx context.Context, s *scope, key types.Namespaced
 			r.metrics.Steps.WithLabelValues(string(then.Kind), string(res.Outcome)).Inc()
 			r.event(s.etcd, corev1.EventTypeNormal, stepEventReason(then.Kind), string(then.Kind), "%s %s right after the promotion, %.3f s later: %s (through %s)", then.Kind, stepLabel(then), res.Gap.Seconds(), then.Reason, res.Via)
 		}
-		if step.Kind == planner.MoveLeader && res.Changed {
+		if (step.Kind == planner.MoveLeader && res.Changed) || res.ThenRemoved {
 			// A transfer is made for the change right behind it (rule 5's
-			// removal of the old leader, rule 6's change that makes the
-			// tie), and etcd has already settled it when MoveLeader
-			// answers: plan that change now, not after the progress
-			// interval.
+			// removal of the old leader, rule 6's change that makes a tie
+			// only the leader's removal could end), and etcd has already
+			// settled it when MoveLeader answers: plan that change now,
+			// not after the progress interval. The same after the removal
+			// that ended a tie: the leader may sit on the side that lost
+			// the majority, where a cut between the sides costs the other
+			// side an election, until the transfer planned next.
 			return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 		}
 		return ctrl.Result{RequeueAfter: r.opts.ProgressInterval}, nil

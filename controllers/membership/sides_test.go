@@ -12,7 +12,7 @@ import (
 
 // TestSidesOfAnOrdinalMove: in a move of the pod window the members of the
 // old ordinals are a side of their own, so the planner sees the one tie
-// between the two ranges (and moves leadership before it); they stay
+// between the two ranges (and moves leadership right after it); they stay
 // local by origin.
 func TestSidesOfAnOrdinalMove(t *testing.T) {
 	g := NewWithT(t)

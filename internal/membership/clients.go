@@ -124,7 +124,10 @@ func (c *Cluster) hold(ctx context.Context, endpoints []Endpoint, transferee str
 		go func() {
 			defer wg.Done()
 			cl := c.client(e.URL)
-			callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+			// A gate that has not answered by the time the hold would have
+			// ended by itself is of no use to the transfer, which waits
+			// for this answer.
+			callCtx, cancel := context.WithTimeout(ctx, min(c.cfg.CallTimeout, leaderTransferHold))
 			defer cancel()
 			_, err := cl.HoldClients(callCtx, sidecar.ClientHold{Seconds: leaderTransferHold.Seconds(), UntilLeader: transferee},
 				sidecar.CallOptions{LockHolder: c.cfg.Holder})

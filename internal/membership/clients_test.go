@@ -13,6 +13,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
 // A removal waits for the member's clients to be drained only when its
@@ -104,4 +105,61 @@ func TestHoldTheTransfereeSideLast(t *testing.T) {
 	g.Expect(held[4:]).To(Equal([]string{"POST m-3", "held m-3"}), "the transferee's side is held last, after %v", held[:4])
 	g.Expect(held[:4]).To(ContainElements("POST m-0", "held m-0", "POST m-1", "held m-1"))
 	g.Expect(events[6:]).To(ConsistOf("DELETE m-0", "DELETE m-1", "DELETE m-3"), "release ends every hold")
+}
+
+// Only the gates of the cluster's members are held: the sidecar of a pod
+// whose etcd is not a member yet has no clients, and one still starting
+// may take the connection and answer nothing, which held the transfer
+// back for a TLS handshake timeout (10 s) in an end-to-end run.
+func TestOnlyMembersGatesAreHeld(t *testing.T) {
+	g := NewWithT(t)
+	c, err := New(Config{Holder: "test"})
+	g.Expect(err).NotTo(HaveOccurred())
+	var (
+		mu     sync.Mutex
+		called []string
+	)
+	gate := func(name string) string {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			called = append(called, r.Method+" "+r.URL.Path+" "+name)
+			mu.Unlock()
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"ready":true,"inFlight":0}`))
+		}))
+		t.Cleanup(s.Close)
+		return s.URL
+	}
+	obs := &Observation{List: &sidecar.MemberList{Members: []sidecar.Member{{ID: "a0", Name: "m-0"}, {ID: "b3", Name: "m-3"}}}}
+	endpoints := []Endpoint{{Member: "m-0", URL: gate("m-0")}, {Member: "m-3", URL: gate("m-3")}, {Member: "m-5", URL: gate("m-5")}}
+
+	release := c.holdClients(context.Background(), members(obs, endpoints), "b3", func(e Endpoint) bool { return e.Member == "m-3" })
+	release()
+
+	mu.Lock()
+	defer mu.Unlock()
+	g.Expect(called).To(ContainElements("POST /v1/clients/hold m-0", "POST /v1/clients/hold m-3", "DELETE /v1/clients/hold m-0", "DELETE /v1/clients/hold m-3"))
+	g.Expect(called).NotTo(ContainElement(HaveSuffix(" m-5")), "the sidecar of a pod that is no member is not called")
+}
+
+// A sidecar that only answered an observation later than another (one
+// across sites always does) is asked after the others for a while, like
+// a failed one, but a step that belongs at the leader's sidecar still
+// goes there; a call that failed keeps it from steps.
+func TestOvertakenIsNotAnError(t *testing.T) {
+	g := NewWithT(t)
+	c, err := New(Config{Holder: "test"})
+	g.Expect(err).NotTo(HaveOccurred())
+	far, broken := Endpoint{Member: "a-0", URL: "https://a-0"}, Endpoint{Member: "a-1", URL: "https://a-1"}
+
+	c.noteOvertaken(far)
+	g.Expect(c.failedRecently(far)).To(BeTrue(), "asked after the others")
+	g.Expect(c.erredRecently(far)).To(BeFalse(), "no call to it failed")
+
+	c.noteFailure(broken, true)
+	c.noteOvertaken(broken)
+	g.Expect(c.erredRecently(broken)).To(BeTrue(), "an error stays one when the sidecar is also overtaken")
+
+	c.noteFailure(far, false)
+	g.Expect(c.failedRecently(far)).To(BeFalse(), "an answer clears it")
 }

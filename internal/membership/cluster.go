@@ -165,6 +165,10 @@ type Cluster struct {
 	mu       sync.Mutex
 	clients  map[string]*sidecar.Client
 	failedAt map[string]time.Time
+	// overtaken are the sidecars in failedAt whose failure was only to
+	// answer an observation later than another: a sidecar across sites
+	// always is, and that says nothing against sending it a step.
+	overtaken map[string]bool
 	// fenced is set once a sidecar refused this Cluster's token as stale:
 	// a newer process of the holder took the lock over, and this Cluster
 	// changes nothing more.
@@ -193,7 +197,7 @@ func New(cfg Config) (*Cluster, error) {
 	// The start time first: a newer process's token sorts after an older
 	// one's, and only a newer process takes its holder's lock over.
 	token := fmt.Sprintf("%016x%s", time.Now().UnixNano(), hex.EncodeToString(random))
-	return &Cluster{cfg: cfg, token: token, clients: map[string]*sidecar.Client{}, failedAt: map[string]time.Time{}}, nil
+	return &Cluster{cfg: cfg, token: token, clients: map[string]*sidecar.Client{}, failedAt: map[string]time.Time{}, overtaken: map[string]bool{}}, nil
 }
 
 // Holder is the name this Cluster uses in the lock and retirement records.
@@ -222,11 +226,34 @@ func (c *Cluster) client(url string) *sidecar.Client {
 func (c *Cluster) noteFailure(e Endpoint, failed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	delete(c.overtaken, e.URL)
 	if failed {
 		c.failedAt[e.URL] = time.Now()
 	} else {
 		delete(c.failedAt, e.URL)
 	}
+}
+
+// noteOvertaken notes a sidecar that answered an observation later than
+// another: asked after the others for FailureMemory, like a failed one,
+// but not refused a step (see erredRecently).
+func (c *Cluster) noteOvertaken(e Endpoint) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if at, failed := c.failedAt[e.URL]; failed && !c.overtaken[e.URL] && time.Since(at) < c.cfg.FailureMemory {
+		return // an error stays one until it is forgotten
+	}
+	c.failedAt[e.URL] = time.Now()
+	c.overtaken[e.URL] = true
+}
+
+// erredRecently tells whether a call to e's sidecar failed within
+// FailureMemory, other than by being overtaken.
+func (c *Cluster) erredRecently(e Endpoint) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, ok := c.failedAt[e.URL]
+	return ok && !c.overtaken[e.URL] && time.Since(at) < c.cfg.FailureMemory
 }
 
 func (c *Cluster) failedRecently(e Endpoint) bool {
@@ -331,7 +358,7 @@ func (c *Cluster) Observe(ctx context.Context, endpoints []Endpoint, hint Hint) 
 				c.noteFailure(order[a.i], false)
 				for i := range launched {
 					if _, done := failed[i]; !done && i != a.i {
-						c.noteFailure(order[i], true) // overtaken: slow
+						c.noteOvertaken(order[i])
 					}
 				}
 				obs := &Observation{List: a.list, Via: order[a.i], At: time.Now()}

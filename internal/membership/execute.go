@@ -117,7 +117,7 @@ func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []End
 	if plan.ThenRemove != nil {
 		removal = *plan.ThenRemove // the same call removes this member
 	}
-	via, ok := c.via(obs, endpoints, removal)
+	via, ok := c.via(obs, endpoints, removal, plan.Step.Kind == planner.MoveLeader || plan.ThenRemove != nil)
 	if !ok {
 		res.Outcome, res.Reason, res.RetryAfter, res.SidecarFailed = Retry, ReasonNoSidecar, time.Second, true
 		res.Err = fmt.Errorf("no sidecar other than that of %s answers, and a %s is never sent through the member it removes", stepTarget(plan.Step), plan.Step.Kind)
@@ -209,7 +209,7 @@ func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []End
 		if m := obs.Member(cmp.Or(plan.Step.ID, plan.Step.Member)); m != nil {
 			transferee = m.ID
 		}
-		release := c.holdClients(ctx, endpoints, transferee, onSideOf(plan.Input, plan.Step.ID))
+		release := c.holdClients(ctx, members(obs, endpoints), transferee, onSideOf(plan.Input, plan.Step.ID))
 		defer release()
 	}
 	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
@@ -283,23 +283,28 @@ func onSideOf(in planner.Observed, id string) func(Endpoint) bool {
 	}
 }
 
-// via picks the sidecar for a step: for a leader transfer the leader's
-// own, else the one that answered the observation unless it belongs to the
-// member the step removes, else the first other endpoint whose member was a
-// healthy voter, else any other.
-func (c *Cluster) via(obs *Observation, endpoints []Endpoint, s planner.Step) (Endpoint, bool) {
-	if s.Kind == planner.MoveLeader {
-		// Only the leader serves MoveLeader: through its own sidecar the
-		// call and the checks before it (the lock, the member list) stay
-		// on the leader's host instead of crossing to it. At 180 ms RTT
-		// the transfer call took 1.1 s through the transferee's sidecar,
-		// 0.4 s through the leader's, all of it inside the clients' hold.
-		for _, e := range endpoints {
-			if m := obs.Member(e.Member); e.URL != "" && m != nil && m.IsLeader && m.Healthy && !c.failedRecently(e) {
-				return e, true
-			}
+// members are the endpoints whose member is in the observed cluster: the
+// sidecar of a pod whose etcd is not a member yet has no clients to hold,
+// and one still starting may accept a connection and answer nothing
+// (measured: a TLS handshake timing out after 10 s, all of it before the
+// transfer).
+func members(obs *Observation, endpoints []Endpoint) []Endpoint {
+	var out []Endpoint
+	for _, e := range endpoints {
+		if obs.Member(e.Member) != nil {
+			out = append(out, e)
 		}
 	}
+	return out
+}
+
+// via picks the sidecar for a step (s, or the removal of a promotion
+// that makes a tie): with atLeader (a leader transfer, a tie) the
+// leader's own unless the step removes the leader, else the one that
+// answered the observation unless it belongs to the member the step
+// removes, else the first other endpoint whose member was a healthy voter,
+// else any other.
+func (c *Cluster) via(obs *Observation, endpoints []Endpoint, s planner.Step, atLeader bool) (Endpoint, bool) {
 	excluded := func(e Endpoint) bool {
 		if s.Kind != planner.Remove {
 			return false
@@ -309,6 +314,34 @@ func (c *Cluster) via(obs *Observation, endpoints []Endpoint, s planner.Step) (E
 		}
 		m := obs.Member(e.Member)
 		return m != nil && s.ID != "" && strings.EqualFold(m.ID, s.ID)
+	}
+	if atLeader {
+		// Only the leader serves MoveLeader, and every membership change
+		// commits at the leader: through its own sidecar the call and the
+		// checks before it (the lock, the member list) stay on the
+		// leader's host instead of crossing to it, and the answer comes
+		// as soon as the leader applied the change. At 180 ms RTT the
+		// transfer call took 1.1 s through the transferee's sidecar, 0.4 s
+		// through the leader's, all of it inside the clients' hold; and a
+		// tie through a sidecar across the link from the leader lasted
+		// 0.37 s, two round trips, where at the leader it lasts one.
+		why := "no sidecar of the leader is listed"
+		for _, e := range endpoints {
+			m := obs.Member(e.Member)
+			switch {
+			case e.URL == "" || m == nil || !m.IsLeader || excluded(e):
+				continue
+			case !m.Healthy:
+				why = fmt.Sprintf("leader %s did not answer the observation's poll: %s", e.Member, m.Error)
+			case c.erredRecently(e):
+				why = fmt.Sprintf("a call to the sidecar of leader %s failed within the last %s", e.Member, c.cfg.FailureMemory)
+			default:
+				return e, true
+			}
+		}
+		// Not an error: the step goes through another sidecar, which
+		// costs round trips across sites.
+		c.cfg.Logger.Info("the step goes through a sidecar other than the leader's", "step", string(s.Kind), "member", stepTarget(s), "why", why)
 	}
 	if !excluded(obs.Via) {
 		return obs.Via, true

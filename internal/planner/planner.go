@@ -182,10 +182,13 @@ func (s Step) String() string {
 //   - no leader, or a voter that stays is down: Wait; a departing voter that is
 //     down: Remove, if a healthy quorum stays (rules 1, 4);
 //   - a learner we no longer want: Remove (rule 9);
+//   - the goal side holds the majority and the leader departs from the
+//     other: MoveLeader to the goal side (rule 6);
 //   - our learner: stuck, Remove (rule 8); not ready, Wait (rule 3); ready,
-//     Promote, after MoveLeader if the promotion makes a tie (rule 6); with
-//     Policy.MaxLearners above 1, first the further learners the target
-//     needs, and each promotion interleaved with the removals (rules 2, 6);
+//     Promote (rule 3), after MoveLeader if the tie it makes could end only
+//     with the leader's removal (rule 6); with Policy.MaxLearners above 1,
+//     first the further learners the target needs, and each promotion
+//     interleaved with the removals (rules 2, 6);
 //   - otherwise one add or one removal, interleaved (rule 6), keeping quorum
 //     (rule 4), leader last (rule 5), at most MaxLearners learners (rule 2),
 //     and never touching an unmanaged member (rule 7).
@@ -210,6 +213,9 @@ func Next(obs Observed, want Desired, p Policy) Step {
 			// slot; it has no vote, so removing it never risks quorum.
 			return l.step(Remove, RuleOwnership, fmt.Sprintf("learner %s is not wanted any more", l.label()))
 		}
+	}
+	if s, move := v.leaderToMajority(); move {
+		return s
 	}
 	if s, ok := v.learnerStep(p); ok {
 		return s
@@ -461,22 +467,22 @@ func (v *view) learnerState(l *member, p Policy) (Step, bool) {
 // the member that takes the change, or healthy in the caller's polls.
 func settledFor(m *member) time.Duration { return max(m.HealthyFor, m.ConnectedFor) }
 
-// promote promotes the ready learner l, moving leadership first when the
-// promotion makes a tie (rule 6).
+// promote promotes the ready learner l once the tie it may make can end
+// at once (rule 6).
 func (v *view) promote(l *member, p Policy) Step {
 	after := v.voterCounts()
 	after[l.Side]++
 	if s, wait := v.unstartedBeforeTie(after, "promoting "+l.label()); wait {
 		return s
 	}
-	if !l.Healthy && v.goal != "" && holder(after) == "" && !v.tieEndsAtOnce(l, after, p) {
+	if !l.Healthy && v.goal != "" && holder(after) == "" && !v.tieEndsAtOnce(l, p) {
 		// Rule 6: a learner that does not serve clients yet is promoted
 		// into a tie only when the removal that ends the tie can follow at
 		// once; etcd does not count it as started for that removal, so
 		// the voters that stay must make the quorum without it.
 		return waitStep(RuleInterleave, "WaitingForLearner: promoting %s makes a tie, and the removal that ends it would need %s to serve clients", l.label(), l.label())
 	}
-	if s, move := v.leaderBeforeTie(after); move {
+	if s, move := v.leaderBeforeTie(after, nil); move {
 		return s
 	}
 	if !l.Healthy {
@@ -492,10 +498,10 @@ func (v *view) makesTie(after map[string]int) bool {
 }
 
 // unstartedBeforeTie holds the change that makes a tie (what) while a
-// voter does not serve clients yet (rule 6): leadership moves before the
-// tie only to a voter that answers, and the removal that ends the tie
-// needs the voters that stay started; with every voter answering, both
-// follow at once, as the tie needs.
+// voter does not serve clients yet (rule 6): the removal that ends the
+// tie needs the voters that stay started, and leadership moves after it
+// only to a voter that answers; with every voter answering, both follow
+// at once, as the tie needs.
 func (v *view) unstartedBeforeTie(after map[string]int, what string) (Step, bool) {
 	if !v.makesTie(after) {
 		return Step{}, false
@@ -509,22 +515,12 @@ func (v *view) unstartedBeforeTie(after map[string]int, what string) (Step, bool
 }
 
 // tieEndsAtOnce tells whether, once l is promoted into a tie, the next
-// step is the change that ends it, planned on the membership as it will be
-// (leadership moved first, as rule 6 does before the promotion).
-func (v *view) tieEndsAtOnce(l *member, after map[string]int, p Policy) bool {
-	leader := v.leader
-	if s, move := v.leaderBeforeTie(after); move {
-		for _, m := range v.members {
-			if m.ID == s.ID && m.name == s.Member {
-				leader = m
-			}
-		}
-	}
+// step is the change that ends it, planned on the membership as it will be.
+func (v *view) tieEndsAtOnce(l *member, p Policy) bool {
 	obs := Observed{Members: make([]Member, 0, len(v.members))}
 	for _, m := range v.members {
 		pm := m.Member
 		pm.Learner = pm.Learner && m != l
-		pm.Leader = m == leader
 		obs.Members = append(obs.Members, pm)
 	}
 	return Next(obs, v.want, p).Kind == Remove
@@ -619,42 +615,75 @@ func (v *view) removeVoter(e *member, p Policy, rule, why string) Step {
 	if s, wait := v.unstartedBeforeTie(after, "removing "+e.label()); wait {
 		return s
 	}
-	if s, move := v.leaderBeforeTie(after); move {
+	if s, move := v.leaderBeforeTie(after, e); move {
 		return s
 	}
 	return e.step(Remove, rule, why)
 }
 
-// leaderBeforeTie moves leadership to the incoming majority side before the
-// change that makes a tie.
+// leaderToMajority moves leadership to the goal side as soon as that side
+// holds the majority and the leader is on the other: departing, or kept
+// there for a while (a source member a move retains for clients it could
+// not switch yet), whose commits would otherwise all cross the link.
 //
 // Rule 6 allows two moments: before the change that makes the tie, or right
-// after the removal that ends it. We move before, because then
-//   - the tie is exactly one change long and ends with a removal that the new
-//     leader commits at once; moving at the tie measured a 0.82 s tie, of which
+// after the removal that ends it. We move after, because then
+//   - the new leader's side holds the majority: its first commit of its
+//     term, which etcd needs before it serves a read, and every commit
+//     after it stay inside that side. Moved before the tie, the new leader
+//     sat in the minority and each commit crossed the link twice more: at
+//     180 ms RTT the destination's clients waited 0.74-1.08 s at the
+//     transfer instead of about one round trip;
+//   - the leader stays on the majority side until the tie: moved before it,
+//     it sat in the minority from the transfer to the tie (the drain and
+//     the promotion call, 3-4 s), a window in which a cut between the sides
+//     costs the majority side an election (1.5-2.4 s without a leader
+//     measured); moved after, that window is the controller's next round
+//     and the transfer (1-2.5 s at 180 ms RTT);
+//   - the tie stays exactly one change long: the promotion and the removal
+//     that ends it go in one call (the departing leader is removed last,
+//     rule 5), and moving at the tie measured a 0.82 s tie, of which
 //     MoveLeader across sites alone is 0.6 s;
-//   - the moment the tie ends, the leader already sits in the new majority, so
-//     commits turn local at once; moving afterwards would leave the old leader
-//     in the minority, committing across sites, until a further 0.6 s
-//     MoveLeader completes, and a cut between the sides in that window costs an
-//     election (1.5-2.4 s without a leader measured);
 //   - MoveLeader drops forwarded proposals while it runs, so it must happen once
 //     per move: the member chosen stays, and no later step has to move it again.
 //
-// When the incoming side has no voter yet (a one-member cluster moving), the
-// leader moves when its own removal ends the tie.
-func (v *view) leaderBeforeTie(after map[string]int) (Step, bool) {
-	if !v.makesTie(after) {
+// Two exceptions: when the leader is the only voter whose removal could
+// end a tie, it moves before the promotion that makes the tie
+// (leaderBeforeTie), or, with no voter on the goal side yet (a one-member
+// cluster moving), at that removal (rule 5); and while rule 10 holds the
+// leader's removal until the members the target keeps are back, so does
+// its move.
+func (v *view) leaderToMajority() (Step, bool) {
+	counts := v.voterCounts()
+	if v.goal == "" || holder(counts) != v.goal || v.leader.Side == v.goal || v.leader.role == unmanaged || len(v.keptAbsent) > 0 {
 		return Step{}, false
 	}
-	if v.leader.Side == v.goal && v.leader.role != departing {
+	to := v.successor(v.leader, counts)
+	if to == nil || to.Side != v.goal {
 		return Step{}, false
+	}
+	return to.step(MoveLeader, RuleInterleave, fmt.Sprintf("side %s holds the majority; leadership goes to %s there from %s", v.goal, to.label(), v.leader.label())), true
+}
+
+// leaderBeforeTie moves leadership to the goal side before a change (the
+// removal of removed, or a promotion) that makes a tie which only the
+// leader's own removal could end: the leader is then the last departing
+// voter on its side, and removing it at the tie would need a MoveLeader in
+// the middle of the tie (see leaderToMajority).
+func (v *view) leaderBeforeTie(after map[string]int, removed *member) (Step, bool) {
+	if !v.makesTie(after) || v.leader.Side == v.goal || v.leader.role != departing {
+		return Step{}, false
+	}
+	for _, m := range v.voters {
+		if m != v.leader && m != removed && m.role == departing && m.Side == v.leader.Side {
+			return Step{}, false // the tie ends with m's removal; the leader moves after it
+		}
 	}
 	to := v.successor(v.leader, after)
 	if to == nil || to.Side != v.goal {
 		return Step{}, false
 	}
-	return to.step(MoveLeader, RuleInterleave, fmt.Sprintf("the next change makes a tie; leadership goes to %s on side %s, which holds the majority after it", to.label(), v.goal)), true
+	return to.step(MoveLeader, RuleInterleave, fmt.Sprintf("the next change makes a tie that only the removal of leader %s could end; leadership goes to %s on side %s first", v.leader.label(), to.label(), v.goal)), true
 }
 
 // addLearner adds w as a learner if the learner slot is free.

@@ -567,8 +567,8 @@ func (s *sim) checkMajorityMoves() {
 			if k != Remove && k != MoveLeader {
 				s.fail("rule 6: %s with a %s during the tie", name, k)
 			}
-			// Leadership moves before the tie, unless the incoming side had no
-			// voter then that stays.
+			// Leadership moves before the tie or right after it, never in it,
+			// unless the incoming side had no voter then that stays.
 			if k == MoveLeader && s.configs[from].staying[s.targetHolder] > 0 && !elected {
 				s.fail("rule 6: %s moving the leader during the tie", name)
 			}
