@@ -182,8 +182,9 @@ func (s Step) String() string {
 //   - no leader, or a voter that stays is down: Wait; a departing voter that is
 //     down: Remove, if a healthy quorum stays (rules 1, 4);
 //   - a learner we no longer want: Remove (rule 9);
-//   - the goal side holds the majority and the leader departs from the
-//     other: MoveLeader to the goal side (rule 6);
+//   - the goal side holds the majority and the leader sits on the other
+//     (departing, or kept there for now): MoveLeader to the goal side
+//     (rule 6);
 //   - our learner: stuck, Remove (rule 8); not ready, Wait (rule 3); ready,
 //     Promote (rule 3), after MoveLeader if the tie it makes could end only
 //     with the leader's removal (rule 6); with Policy.MaxLearners above 1,
@@ -475,7 +476,7 @@ func (v *view) promote(l *member, p Policy) Step {
 	if s, wait := v.unstartedBeforeTie(after, "promoting "+l.label()); wait {
 		return s
 	}
-	if !l.Healthy && v.goal != "" && holder(after) == "" && !v.tieEndsAtOnce(l, p) {
+	if !l.Healthy && v.goal != "" && holder(after) == "" && !v.tieEndsAtOnce(l, after, p) {
 		// Rule 6: a learner that does not serve clients yet is promoted
 		// into a tie only when the removal that ends the tie can follow at
 		// once; etcd does not count it as started for that removal, so
@@ -515,12 +516,22 @@ func (v *view) unstartedBeforeTie(after map[string]int, what string) (Step, bool
 }
 
 // tieEndsAtOnce tells whether, once l is promoted into a tie, the next
-// step is the change that ends it, planned on the membership as it will be.
-func (v *view) tieEndsAtOnce(l *member, p Policy) bool {
+// step is the change that ends it, planned on the membership as it will be
+// (leadership moved first when leaderBeforeTie moves it).
+func (v *view) tieEndsAtOnce(l *member, after map[string]int, p Policy) bool {
+	leader := v.leader
+	if s, move := v.leaderBeforeTie(after, nil); move {
+		for _, m := range v.members {
+			if m.ID == s.ID && m.name == s.Member {
+				leader = m
+			}
+		}
+	}
 	obs := Observed{Members: make([]Member, 0, len(v.members))}
 	for _, m := range v.members {
 		pm := m.Member
 		pm.Learner = pm.Learner && m != l
+		pm.Leader = m == leader
 		obs.Members = append(obs.Members, pm)
 	}
 	return Next(obs, v.want, p).Kind == Remove
