@@ -162,13 +162,9 @@ type Cluster struct {
 	// still send.
 	token string
 
-	mu       sync.Mutex
-	clients  map[string]*sidecar.Client
-	failedAt map[string]time.Time
-	// overtaken are the sidecars in failedAt whose failure was only to
-	// answer an observation later than another: a sidecar across sites
-	// always is, and that says nothing against sending it a step.
-	overtaken map[string]bool
+	mu      sync.Mutex
+	clients map[string]*sidecar.Client
+	failed  map[string]failure // by sidecar URL
 	// fenced is set once a sidecar refused this Cluster's token as stale:
 	// a newer process of the holder took the lock over, and this Cluster
 	// changes nothing more.
@@ -197,7 +193,7 @@ func New(cfg Config) (*Cluster, error) {
 	// The start time first: a newer process's token sorts after an older
 	// one's, and only a newer process takes its holder's lock over.
 	token := fmt.Sprintf("%016x%s", time.Now().UnixNano(), hex.EncodeToString(random))
-	return &Cluster{cfg: cfg, token: token, clients: map[string]*sidecar.Client{}, failedAt: map[string]time.Time{}, overtaken: map[string]bool{}}, nil
+	return &Cluster{cfg: cfg, token: token, clients: map[string]*sidecar.Client{}, failed: map[string]failure{}}, nil
 }
 
 // Holder is the name this Cluster uses in the lock and retirement records.
@@ -223,14 +219,22 @@ func (c *Cluster) client(url string) *sidecar.Client {
 	return cl
 }
 
+// failure is a sidecar's last failure.
+type failure struct {
+	at time.Time
+	// overtaken: it only answered an observation later than another. A
+	// sidecar across sites always does, and that says nothing against
+	// sending it a step.
+	overtaken bool
+}
+
 func (c *Cluster) noteFailure(e Endpoint, failed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.overtaken, e.URL)
 	if failed {
-		c.failedAt[e.URL] = time.Now()
+		c.failed[e.URL] = failure{at: time.Now()}
 	} else {
-		delete(c.failedAt, e.URL)
+		delete(c.failed, e.URL)
 	}
 }
 
@@ -240,11 +244,16 @@ func (c *Cluster) noteFailure(e Endpoint, failed bool) {
 func (c *Cluster) noteOvertaken(e Endpoint) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if at, failed := c.failedAt[e.URL]; failed && !c.overtaken[e.URL] && time.Since(at) < c.cfg.FailureMemory {
+	if f, ok := c.recentLocked(e); ok && !f.overtaken {
 		return // an error stays one until it is forgotten
 	}
-	c.failedAt[e.URL] = time.Now()
-	c.overtaken[e.URL] = true
+	c.failed[e.URL] = failure{at: time.Now(), overtaken: true}
+}
+
+// recentLocked is e's failure within FailureMemory. c.mu must be held.
+func (c *Cluster) recentLocked(e Endpoint) (failure, bool) {
+	f, ok := c.failed[e.URL]
+	return f, ok && time.Since(f.at) < c.cfg.FailureMemory
 }
 
 // erredRecently tells whether a call to e's sidecar failed within
@@ -252,15 +261,17 @@ func (c *Cluster) noteOvertaken(e Endpoint) {
 func (c *Cluster) erredRecently(e Endpoint) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	at, ok := c.failedAt[e.URL]
-	return ok && !c.overtaken[e.URL] && time.Since(at) < c.cfg.FailureMemory
+	f, ok := c.recentLocked(e)
+	return ok && !f.overtaken
 }
 
+// failedRecently tells whether e's sidecar failed or was overtaken within
+// FailureMemory.
 func (c *Cluster) failedRecently(e Endpoint) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	at, ok := c.failedAt[e.URL]
-	return ok && time.Since(at) < c.cfg.FailureMemory
+	_, ok := c.recentLocked(e)
+	return ok
 }
 
 // Hint orders the sidecars to ask.

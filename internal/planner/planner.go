@@ -669,8 +669,8 @@ func (v *view) leaderToMajority() (Step, bool) {
 	if v.goal == "" || holder(counts) != v.goal || v.leader.Side == v.goal || v.leader.role == unmanaged || len(v.keptAbsent) > 0 {
 		return Step{}, false
 	}
-	to := v.successor(v.leader, counts)
-	if to == nil || to.Side != v.goal {
+	to := v.goalSuccessor(counts)
+	if to == nil {
 		return Step{}, false
 	}
 	return to.step(MoveLeader, RuleInterleave, fmt.Sprintf("side %s holds the majority; leadership goes to %s there from %s", v.goal, to.label(), v.leader.label())), true
@@ -690,11 +690,20 @@ func (v *view) leaderBeforeTie(after map[string]int, removed *member) (Step, boo
 			return Step{}, false // the tie ends with m's removal; the leader moves after it
 		}
 	}
-	to := v.successor(v.leader, after)
-	if to == nil || to.Side != v.goal {
+	to := v.goalSuccessor(after)
+	if to == nil {
 		return Step{}, false
 	}
 	return to.step(MoveLeader, RuleInterleave, fmt.Sprintf("the next change makes a tie that only the removal of leader %s could end; leadership goes to %s on side %s first", v.leader.label(), to.label(), v.goal)), true
+}
+
+// goalSuccessor is the leader's successor (see successor) when it is on
+// the goal side, else nil.
+func (v *view) goalSuccessor(after map[string]int) *member {
+	if to := v.successor(v.leader, after); to != nil && to.Side == v.goal {
+		return to
+	}
+	return nil
 }
 
 // addLearner adds w as a learner if the learner slot is free.
