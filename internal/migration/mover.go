@@ -469,20 +469,22 @@ func (m *Mover) wait(ctx context.Context, s move.Step, done func(src, dst *v1alp
 	t := time.NewTicker(m.o.PollInterval)
 	defer t.Stop()
 	var last string
-	var src, dst *v1alpha1.Etcd
+	// The error at the time limit explains the last pair read, not the
+	// read the deadline itself cut short (which has neither object).
+	var seenSrc, seenDst *v1alpha1.Etcd
+	read := false
+	var readErr error
 	for {
-		var (
-			p   move.MovePhase
-			err error
-		)
-		src, dst, p, err = m.Read(ctx)
+		src, dst, p, err := m.Read(ctx)
 		if err != nil && ctx.Err() == nil {
+			readErr = err
 			m.o.Logger.Info("reading the Etcd objects failed; trying again", "error", err.Error())
 		}
 		if err == nil {
 			if done(src, dst) {
 				return nil
 			}
+			seenSrc, seenDst, read = src, dst, true
 			if key := waitKey(p, src, dst); key != last {
 				last = key
 				m.emit(Event{Kind: StepWaiting, Step: s, Phase: p, At: time.Now(), Source: src, Destination: dst, Message: move.Explain(src, dst)})
@@ -490,7 +492,10 @@ func (m *Mover) wait(ctx context.Context, s move.Step, done func(src, dst *v1alp
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting in %s: %w", move.Explain(src, dst), ctx.Err())
+			if !read {
+				return fmt.Errorf("waiting for step %s: no read of the Etcd objects succeeded (last: %v): %w", s, readErr, ctx.Err())
+			}
+			return fmt.Errorf("waiting in %s: %w", move.Explain(seenSrc, seenDst), ctx.Err())
 		case <-t.C:
 		}
 	}

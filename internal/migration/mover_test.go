@@ -377,3 +377,33 @@ func (c *statusWriterBeforePatch) Patch(ctx context.Context, obj client.Object, 
 	}
 	return c.Client.Patch(ctx, obj, patch, opts...)
 }
+
+// TestTimeoutExplainsTheLastRead: the read that the step's time limit cuts
+// short has neither object; the error explains the last pair that was read
+// instead of calling the move inconsistent.
+func TestTimeoutExplainsTheLastRead(t *testing.T) {
+	g := NewWithT(t)
+	ns, _ := setup(t)
+	err := mover(t, ns, nil, func(o *migration.Options) {
+		o.Source = cutAtDeadline{Client: srcClient, within: 300 * time.Millisecond}
+	}).Move(context.Background())
+	g.Expect(err).To(MatchError(ContainSubstring("step prepare-source did not finish within 2s")))
+	g.Expect(err).To(MatchError(ContainSubstring("waiting in PreparingSource")))
+	g.Expect(err).NotTo(MatchError(ContainSubstring("there is no source Etcd")))
+}
+
+// cutAtDeadline blocks every read made in the last moments before its
+// context's deadline until that deadline passes, as an API server that is
+// slow at the wrong time would.
+type cutAtDeadline struct {
+	client.Client
+	within time.Duration
+}
+
+func (c cutAtDeadline) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < c.within {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return c.Client.Get(ctx, key, obj, opts...)
+}
