@@ -170,8 +170,9 @@ func New(o Options) (*Gate, error) {
 			return httpTransport.RoundTrip(r)
 		}),
 		// gRPC answers stream: every frame goes out as it comes.
-		FlushInterval: -1,
-		ErrorHandler:  g.proxyError,
+		FlushInterval:  -1,
+		ModifyResponse: statusToTrailers,
+		ErrorHandler:   g.proxyError,
 		// A stream the gate ended at a drain shows here as a cancelled
 		// copy: expected, so at V(1).
 		ErrorLog: log.New(logWriter{o.Log.V(1)}, "", 0),
@@ -423,6 +424,34 @@ func (g *Gate) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	http.Error(w, "druid-stretch client gate: "+err.Error(), http.StatusBadGateway)
+}
+
+// grpcStatusKeys are the fields of a gRPC status.
+var grpcStatusKeys = []string{"Grpc-Status", "Grpc-Message", "Grpc-Status-Details-Bin"}
+
+// statusToTrailers moves the status of a trailers-only gRPC answer (an
+// error without a message, such as etcd's "rpc not supported for
+// learner": one HEADERS frame that ends the stream, the status in it) into
+// trailers. The proxy flushes the headers on its own timer while it copies
+// the empty body: when the timer won, the status went out in headers that
+// did not end the stream, and gRPC clients read the answer as "server
+// closed the stream without sending trailers" (codes.Internal), which
+// etcd's client does not retry. Sent as trailers, the status arrives
+// whichever comes first.
+func statusToTrailers(res *http.Response) error {
+	if !strings.HasPrefix(res.Header.Get("Content-Type"), "application/grpc") || res.Header.Get("Grpc-Status") == "" {
+		return nil
+	}
+	if res.Trailer == nil {
+		res.Trailer = http.Header{}
+	}
+	for _, k := range grpcStatusKeys {
+		if v, ok := res.Header[k]; ok {
+			res.Trailer[k] = v
+			delete(res.Header, k)
+		}
+	}
+	return nil
 }
 
 // isGRPC tells a gRPC call from plain HTTP.
