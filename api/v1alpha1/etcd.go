@@ -30,6 +30,14 @@ func (s *EtcdSpec) GetRetainedExternalMembers() int {
 	return int(*s.RetainedExternalMembers)
 }
 
+// GetLearnerReplicas is spec.learnerReplicas, 0 when unset.
+func (s *EtcdSpec) GetLearnerReplicas() int32 {
+	if s.LearnerReplicas == nil {
+		return 0
+	}
+	return *s.LearnerReplicas
+}
+
 // ExternalMember returns the external member with the given name.
 func (s *EtcdSpec) ExternalMember(name string) (ExternalMember, bool) {
 	for _, m := range s.ExternalMembers {

@@ -57,6 +57,7 @@ type EtcdList struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.externalMembers) || self.externalMembers.all(m, m.peerURLs.all(u, u.startsWith(has(self.etcd.peerUrlTls) ? 'https://' : 'http://')))",message="peer URLs of external members must use https:// when spec.etcd.peerUrlTls is set and http:// when it is not: every member of one etcd cluster speaks the same peer protocol",fieldPath=".externalMembers"
 // +kubebuilder:validation:XValidation:rule="!has(self.externalMembers) || !has(self.etcd.additionalAdvertisePeerURLs) || self.externalMembers.all(m, m.peerURLs.all(u, self.etcd.additionalAdvertisePeerURLs.all(a, !(u in a.urls))))",message="a peer URL of an external member must not be one that a local member advertises in spec.etcd.additionalAdvertisePeerURLs: etcd identifies a member by its peer URLs",fieldPath=".externalMembers"
 // +kubebuilder:validation:XValidation:rule="!has(self.externalMembersPolicy) || self.externalMembersPolicy != 'Retire' || self.replicas > 0",message="Retire moves every vote to the local members, so spec.replicas must be at least 1",fieldPath=".externalMembersPolicy"
+// +kubebuilder:validation:XValidation:rule="!has(self.learnerReplicas) || self.learnerReplicas == 0 || self.learnerReplicas < self.replicas",message="learnerReplicas must be less than spec.replicas: at least one local member votes, the others may wait as learners",fieldPath=".learnerReplicas"
 type EtcdSpec struct {
 	druidv1alpha1.EtcdSpec `json:",inline"`
 
@@ -103,6 +104,22 @@ type EtcdSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=10
 	RetainedExternalMembers *int32 `json:"retainedExternalMembers,omitempty"`
+
+	// LearnerReplicas is how many of the local members, those of the
+	// highest ordinals, join the etcd cluster as learners and stay
+	// learners, without a vote, until it is lowered; unset means 0. A
+	// learner receives the whole log and catches up, but counts for no
+	// quorum: a live move sets it on the destination while the source's
+	// clients are switched, so that the destination's further members are
+	// caught up when the votes move over, without a vote on the
+	// destination's side that a cut between the clusters would cost. Once
+	// it is lowered they are promoted at once, in the controller's usual
+	// order. A member that votes already stays a voter (etcd cannot make
+	// a voter a learner again). The learners count against etcd's
+	// --max-learners; those that do not fit wait, and the status says so.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	LearnerReplicas *int32 `json:"learnerReplicas,omitempty"`
 }
 
 // ExternalMembersPolicy is what the controller does with the external members.

@@ -108,17 +108,26 @@ func (r *Reconciler) reach(e *v1alpha1.Etcd) ([]membership.Endpoint, membership.
 }
 
 // target is what e asks for, given what was observed: its ordinal range as
-// voters, its external members kept or retired, and its local members
-// outside the range (a move of the range) departing.
+// voters, but for the spec.learnerReplicas highest ordinals as learners
+// only (one that votes already stays a voter: etcd cannot make a voter a
+// learner again), its external members kept or retired, and its local
+// members outside the range (a move of the range) departing.
 func (r *Reconciler) target(e *v1alpha1.Etcd, obs *membership.Observation) (membership.Target, error) {
 	var t membership.Target
-	for _, o := range ordinals(members.LocalOrdinals(e)) {
+	local := ordinals(members.LocalOrdinals(e))
+	firstLearner := max(1, len(local)-int(e.Spec.GetLearnerReplicas()))
+	for i, o := range local {
 		name, pod := members.MemberName(e, o), members.PodName(e, o)
 		urls, err := r.resolver.PeerURLs(e, name, pod)
 		if err != nil {
 			return t, fmt.Errorf("resolving the peer URLs of %s: %w", name, err)
 		}
-		t.Add = append(t.Add, planner.Want{Name: name, PeerURLs: urls, Side: sideLocal})
+		w := planner.Want{Name: name, PeerURLs: urls, Side: sideLocal}
+		if i >= firstLearner && !votes(obs, name) {
+			t.Learners = append(t.Learners, w)
+		} else {
+			t.Add = append(t.Add, w)
+		}
 	}
 	retire := e.Spec.GetExternalMembersPolicy() == v1alpha1.ExternalMembersPolicyRetire
 	retained := retainedExternal(e, obs)
@@ -136,6 +145,11 @@ func (r *Reconciler) target(e *v1alpha1.Etcd, obs *membership.Observation) (memb
 	}
 	t.Side = func(name string) string { return side(e, name) }
 	return t, nil
+}
+
+// votes tells whether the member name was observed as a voter.
+func votes(obs *membership.Observation, name string) bool {
+	return slices.ContainsFunc(obs.List.Members, func(m sidecar.Member) bool { return m.Name == name && !m.IsLearner })
 }
 
 // retainedExternal names the external members that spec.retainedExternalMembers
@@ -205,7 +219,7 @@ func ownedBefore(e *v1alpha1.Etcd, name string) bool {
 // (no name yet) is matched to a local member by its peer URLs.
 func origin(e *v1alpha1.Etcd, t membership.Target, name string, peerURLs []string) v1alpha1.MemberOrigin {
 	if name == "" {
-		for _, w := range t.Add {
+		for _, w := range t.Own() {
 			for _, u := range peerURLs {
 				if slices.Contains(w.PeerURLs, u) {
 					return v1alpha1.MemberOriginLocal

@@ -131,3 +131,48 @@ func TestEtcdsLearnerLimitIsNotAFailedStep(t *testing.T) {
 		g.Expect(r).NotTo(HaveKey(v1alpha1.ReasonStepFailed))
 	}).WithTimeout(10 * time.Second).Should(Succeed())
 }
+
+// TestLearnerReplicasStayLearners scales a 1-member Etcd to 3 with
+// spec.learnerReplicas 2 (etcd and the controller at --max-learners 3):
+// the two new members join as learners and stay learners, the controller
+// converges on that and says so in the member roles, and etcd's member list
+// agrees. Lowered to 0, they are promoted, and nothing else changes;
+// raised again, the voters stay voters.
+func TestLearnerReplicasStayLearners(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t, func(o *podrunner.Options) { o.EtcdArgs = []string{"--max-learners=3"} })
+	etcd := e.newEtcd("lr", 1)
+	druidStatefulSet(g, etcd)
+	e.startController(func(o *membershipctrl.ManagerOptions) { o.Reconciler.MaxLearners = 3 })
+	converged(g, etcd, 1, 90*time.Second, names("lr", 0)...)
+
+	gen := update(g, etcd, func(x *v1alpha1.Etcd) { x.Spec.Replicas, x.Spec.LearnerReplicas = 3, ptr.To[int32](2) })
+	st := converged(g, etcd, gen, 2*time.Minute, names("lr", 0)...)
+	roles := map[string]v1alpha1.MemberRole{}
+	for _, m := range st.Members {
+		roles[m.Name] = m.Role
+	}
+	learners := names("lr", 1, 2)
+	g.Expect(roles).To(Equal(map[string]v1alpha1.MemberRole{names("lr", 0)[0]: v1alpha1.MemberRoleLeader,
+		learners[0]: v1alpha1.MemberRoleLearner, learners[1]: v1alpha1.MemberRoleLearner}))
+	cli := e.etcdClient(g, etcd, 0)
+	list, err := cli.MemberList(t.Context())
+	g.Expect(err).NotTo(HaveOccurred())
+	var inEtcd []string
+	for _, m := range list.Members {
+		if m.IsLearner {
+			inEtcd = append(inEtcd, m.Name)
+		}
+	}
+	g.Expect(inEtcd).To(ConsistOf(learners), "etcd's own member list")
+	g.Expect(count(e.calls.snapshot())).To(Equal(map[string]int{"AddLearner": 2}), "added, never promoted")
+
+	gen = update(g, etcd, func(x *v1alpha1.Etcd) { x.Spec.LearnerReplicas = nil })
+	converged(g, etcd, gen, time.Minute, names("lr", 0, 1, 2)...)
+	g.Expect(count(e.calls.snapshot())).To(Equal(map[string]int{"AddLearner": 2, "Promote": 2}))
+
+	// Raised again, it changes nothing: etcd cannot make a voter a learner.
+	gen = update(g, etcd, func(x *v1alpha1.Etcd) { x.Spec.LearnerReplicas = ptr.To[int32](2) })
+	converged(g, etcd, gen, time.Minute, names("lr", 0, 1, 2)...)
+	g.Expect(count(e.calls.snapshot())).To(Equal(map[string]int{"AddLearner": 2, "Promote": 2}))
+}

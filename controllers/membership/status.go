@@ -296,7 +296,7 @@ func pendingStep(last *v1alpha1.MembershipStep, t *membership.Target) *membershi
 	}
 	p := &membership.Pending{Step: planner.Step{Kind: plannerKind(last.Kind), Member: last.Member, ID: last.MemberID}, At: last.Time.Time}
 	if t != nil {
-		for _, w := range t.Add {
+		for _, w := range t.Own() {
 			if w.Name == last.Member {
 				p.Step.PeerURLs = w.PeerURLs
 			}

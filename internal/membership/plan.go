@@ -21,6 +21,9 @@ const ReasonChangeInFlight = sidecar.ReasonChangeInFlight
 type Target struct {
 	// Add are the members the caller owns and wants as voters.
 	Add []planner.Want
+	// Learners are members the caller owns and wants joined as learners
+	// only (planner.Desired.Learners).
+	Learners []planner.Want
 	// Keep are members that must stay but are not the caller's to change.
 	Keep []string
 	// Remove are members the caller retires: its departing members and the
@@ -30,6 +33,10 @@ type Target struct {
 	// departing or unmanaged); nil puts them on side "".
 	Side func(name string) string
 }
+
+// Own are the members the caller owns: those it wants as voters, then
+// those it wants as learners only.
+func (t Target) Own() []planner.Want { return slices.Concat(t.Add, t.Learners) }
 
 // Plan is one decision: the step, and what it was decided from.
 type Plan struct {
@@ -75,9 +82,9 @@ func IsChange(k planner.StepKind) bool {
 func (c *Cluster) Plan(obs *Observation, t Target, progress *Progress, pending *Pending, policy planner.Policy) Plan {
 	progress.Observe(obs, c.cfg.MaxLearnerLag)
 	p := Plan{Input: c.Input(obs, t, progress)}
-	p.Desired = planner.Desired{Add: t.Add, Keep: t.Keep, Remove: t.Remove}
+	p.Desired = planner.Desired{Add: t.Add, Learners: t.Learners, Keep: t.Keep, Remove: t.Remove}
 	wanted := map[string]bool{}
-	for _, w := range t.Add {
+	for _, w := range t.Own() {
 		wanted[w.Name] = true
 	}
 	for _, n := range t.Keep {
@@ -140,7 +147,7 @@ func projectPromotion(ms []planner.Member, s planner.Step) []planner.Member {
 // member has had it connected, and etcd's leader checks its log.
 func (c *Cluster) Input(obs *Observation, t Target, progress *Progress) planner.Observed {
 	sides := map[string]string{}
-	for _, w := range t.Add {
+	for _, w := range t.Own() {
 		sides[w.Name] = w.Side
 	}
 	// ConnectedFor is the view of the answering sidecar's own member, and

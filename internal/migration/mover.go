@@ -352,7 +352,20 @@ func (m *Mover) retireSource(ctx context.Context, src, _ *v1alpha1.Etcd) error {
 }
 
 // switchClients runs the caller's switch of the source site's clients.
-func (m *Mover) switchClients(ctx context.Context, _, _ *v1alpha1.Etcd) error {
+// From a joined destination it first warms it (move.WarmDestination): the
+// destination's further members join as learners and catch up while the
+// switch runs (the destination's kube-apiserver starting takes a minute at
+// 180 ms RTT), so that retire-source finds them ready instead of adding
+// them one after another. Without a vote they change no quorum, and
+// kube-apiservers do not reach them (a learner is not ready, so no client
+// Service lists it).
+func (m *Mover) switchClients(ctx context.Context, src, dst *v1alpha1.Etcd) error {
+	if move.Phase(src, dst) == move.PhaseDestinationJoined {
+		n := int32(len(src.Spec.ExternalMembers))
+		if err := m.patchAdvertised(ctx, func(e *v1alpha1.Etcd) { move.WarmDestination(e, n) }); err != nil {
+			return err
+		}
+	}
 	if err := m.o.SwitchClients(ctx); err != nil {
 		return fmt.Errorf("migration: switching the source site's clients to the destination: %w", err)
 	}

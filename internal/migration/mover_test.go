@@ -220,6 +220,18 @@ func startedMove(t *testing.T, converged bool, step func(dst *v1alpha1.Etcd), ob
 	return ns
 }
 
+// reportConverged writes what the destination's controller reports once
+// it converged on the destination's current spec: the observed members.
+func reportConverged(t *testing.T, ns string, observed ...v1alpha1.ObservedMember) {
+	t.Helper()
+	dst := get(t, dstClient, ns)
+	now := metav1.Now()
+	dst.Status.Membership = &v1alpha1.MembershipStatus{ObservedGeneration: dst.Generation, ObservedTime: &now, Members: observed,
+		Conditions: []metav1.Condition{{Type: v1alpha1.ConditionMembershipConverged, Status: metav1.ConditionTrue,
+			ObservedGeneration: dst.Generation, Reason: v1alpha1.ReasonConverged, LastTransitionTime: now}}}
+	NewWithT(t).Expect(dstClient.Status().Update(t.Context(), dst)).To(Succeed())
+}
+
 // observedMember is a healthy member as a controller reports it.
 func observedMember(id, name string, role v1alpha1.MemberRole, origin v1alpha1.MemberOrigin) v1alpha1.ObservedMember {
 	return v1alpha1.ObservedMember{ID: id, Name: name, Role: role, Origin: origin, Healthy: true}
@@ -249,24 +261,41 @@ func TestAbortRefusedOnceTheDestinationHoldsTheMajority(t *testing.T) {
 func TestSwitchClientsComesBeforeAnySourceMemberGoes(t *testing.T) {
 	g := NewWithT(t)
 	// The destination's first member joined: 3+1 voters, policy Keep.
-	ns := startedMove(t, true, func(*v1alpha1.Etcd) {},
+	joined := []v1alpha1.ObservedMember{
 		observedMember("1", "etcd-main-0", v1alpha1.MemberRoleLeader, v1alpha1.MemberOriginExternal),
 		observedMember("2", "etcd-main-1", v1alpha1.MemberRoleVoter, v1alpha1.MemberOriginExternal),
 		observedMember("3", "etcd-main-2", v1alpha1.MemberRoleVoter, v1alpha1.MemberOriginExternal),
-		observedMember("4", "etcd-main-3", v1alpha1.MemberRoleVoter, v1alpha1.MemberOriginLocal))
+		observedMember("4", "etcd-main-3", v1alpha1.MemberRoleVoter, v1alpha1.MemberOriginLocal),
+	}
+	ns := startedMove(t, true, func(*v1alpha1.Etcd) {}, joined...)
 	g.Expect(move.Phase(get(t, srcClient, ns), get(t, dstClient, ns))).To(Equal(move.PhaseDestinationJoined))
 	srcBefore, dstBefore := get(t, srcClient, ns), get(t, dstClient, ns)
 
-	moveWithFailingSwitch(t, ns, "no source member is retired while the clients are not switched")
+	moveWithFailingSwitch(t, ns, "no source member is retired while the clients are not switched", true)
+	// The destination's controller converges on the warm destination: its
+	// further members joined as learners.
+	reportConverged(t, ns, append(joined,
+		observedMember("5", "etcd-main-4", v1alpha1.MemberRoleLearner, v1alpha1.MemberOriginLocal),
+		observedMember("6", "etcd-main-5", v1alpha1.MemberRoleLearner, v1alpha1.MemberOriginLocal))...)
+	g.Expect(move.Phase(get(t, srcClient, ns), get(t, dstClient, ns))).To(Equal(move.PhaseDestinationJoined))
+	warmBefore := get(t, dstClient, ns)
 	// Nobody plays the destination's controller here: the wait for the
 	// source's retirement runs out.
 	switched, events := moveWithSwitch(t, ns, "waiting in RetiringSource")
 	g.Expect(switched).To(HaveLen(1), "the switch ran once")
-	g.Expect(switched[0]).To(Equal(dstBefore), "the switch ran before the destination was told to retire the source")
+	// The switch ran before the destination was told to retire the source,
+	// with the destination warmed (by the failed try): its further members
+	// are learners.
+	g.Expect(switched[0]).To(Equal(warmBefore))
+	g.Expect(warmBefore.Spec.GetExternalMembersPolicy()).To(Equal(v1alpha1.ExternalMembersPolicyKeep))
+	g.Expect(warmBefore.Spec.Replicas).To(BeNumerically("==", 3))
+	g.Expect(warmBefore.Spec.ExternalMembers).To(Equal(dstBefore.Spec.ExternalMembers))
+	g.Expect(warmBefore.Spec.Etcd.AdditionalAdvertisePeerURLs).To(HaveLen(3), "the learners advertise the URLs the source reaches them by")
 	retiring := get(t, dstClient, ns)
 	g.Expect(retiring.Spec.GetExternalMembersPolicy()).To(Equal(v1alpha1.ExternalMembersPolicyRetire))
 	g.Expect(retiring.Spec.Replicas).To(BeNumerically("==", 3))
 	g.Expect(retiring.Spec.RetainedExternalMembers).To(BeNil(), "no source member is held back: the clients are switched")
+	g.Expect(retiring.Spec.LearnerReplicas).To(BeNil(), "the warm learners may vote")
 	var steps []move.Step
 	for _, e := range events {
 		if e.Kind == migration.StepStarted {
@@ -292,7 +321,7 @@ func TestHeldSourceMemberIsReleasedAfterTheSwitch(t *testing.T) {
 	g.Expect(move.Phase(get(t, srcClient, ns), get(t, dstClient, ns))).To(Equal(move.PhaseSourceHeld))
 	srcBefore := get(t, srcClient, ns)
 
-	moveWithFailingSwitch(t, ns, "the held member stays while the clients are not switched")
+	moveWithFailingSwitch(t, ns, "the held member stays while the clients are not switched", false)
 	// Nobody plays the destination's controller here: the wait for the
 	// released member's removal runs out.
 	switched, events := moveWithSwitch(t, ns, "waiting in RetiringSource")
@@ -310,7 +339,7 @@ func TestHeldSourceMemberIsReleasedAfterTheSwitch(t *testing.T) {
 // moveWithFailingSwitch runs the move of ns with a switch of the clients
 // that fails, and checks that the error names it and that neither Etcd
 // changed.
-func moveWithFailingSwitch(t *testing.T, ns, unchanged string) {
+func moveWithFailingSwitch(t *testing.T, ns, unchanged string, warms bool) {
 	t.Helper()
 	g := NewWithT(t)
 	srcBefore, dstBefore := get(t, srcClient, ns), get(t, dstClient, ns)
@@ -320,7 +349,17 @@ func moveWithFailingSwitch(t *testing.T, ns, unchanged string) {
 	err := mover(t, ns, nil, failing).Move(context.Background())
 	g.Expect(err).To(MatchError(ContainSubstring("switching the source site's clients to the destination: the shoot's DNS record is not writable")))
 	g.Expect(get(t, srcClient, ns)).To(Equal(srcBefore))
-	g.Expect(get(t, dstClient, ns)).To(Equal(dstBefore), unchanged)
+	after := get(t, dstClient, ns)
+	if !warms {
+		g.Expect(after).To(Equal(dstBefore), unchanged)
+		return
+	}
+	// The warm before the switch stays: learners hold no vote, and the
+	// move run again goes on from it.
+	g.Expect(after.Spec.LearnerReplicas).To(HaveValue(BeNumerically("==", after.Spec.Replicas-1)), "the destination is warmed before the switch")
+	g.Expect(after.Spec.ExternalMembersPolicy).To(Equal(dstBefore.Spec.ExternalMembersPolicy), unchanged)
+	g.Expect(after.Spec.ExternalMembers).To(Equal(dstBefore.Spec.ExternalMembers), unchanged)
+	g.Expect(after.Spec.RetainedExternalMembers).To(Equal(dstBefore.Spec.RetainedExternalMembers), unchanged)
 }
 
 // moveWithSwitch runs the move of ns with a switch that succeeds until the

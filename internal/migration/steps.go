@@ -64,7 +64,7 @@ func Describe(s move.Step) string {
 	case move.StepJoinDestination:
 		return "creates the destination Etcd (or sets its replicas) with the source's members as external members; waits until its members joined as learners and vote"
 	case move.StepSwitchClients:
-		return "runs --switch-clients-command: the source site's clients move to the destination before any source member goes"
+		return "warms the destination (its final replicas, all but its first member as learners: spec.learnerReplicas), then runs --switch-clients-command: the source site's clients move to the destination before any source member goes, while the learners catch up"
 	case move.StepRetireSource:
 		return "sets the destination's policy to Retire; waits until the votes moved and the source's members are removed"
 	case move.StepFinish:

@@ -72,6 +72,15 @@ type Desired struct {
 	// Add are the members this caller owns and wants as voters; it adds the
 	// absent ones.
 	Add []Want
+	// Learners are members this caller owns and wants joined as learners
+	// only: it adds the absent ones once every member of Add is in (and
+	// no voter departs), never promotes them, and counts the target
+	// reached while they are learners, or absent because the learners
+	// already fill Policy.MaxLearners. A caller raises them to Add to let
+	// them vote, and they are promoted at once if ready: they have caught
+	// up beforehand. etcd cannot turn a voter back into a learner, so a
+	// voter listed here is refused.
+	Learners []Want
 	// Keep are names that must stay but are not the caller's to add or remove
 	// (external members under the Keep policy).
 	Keep []string
@@ -185,6 +194,8 @@ func (s Step) String() string {
 //   - the goal side holds the majority and the leader sits on the other
 //     (departing, or kept there for now): MoveLeader to the goal side
 //     (rule 6);
+//   - a learner we want as a learner only: stuck, Remove (rule 8); it is
+//     never promoted;
 //   - our learner: stuck, Remove (rule 8); not ready, Wait (rule 3); ready,
 //     Promote (rule 3), after MoveLeader if the tie it makes could end only
 //     with the leader's removal (rule 6); with Policy.MaxLearners above 1,
@@ -192,7 +203,8 @@ func (s Step) String() string {
 //     interleaved with the removals (rules 2, 6);
 //   - otherwise one add or one removal, interleaved (rule 6), keeping quorum
 //     (rule 4), leader last (rule 5), at most MaxLearners learners (rule 2),
-//     and never touching an unmanaged member (rule 7).
+//     and never touching an unmanaged member (rule 7); the members wanted
+//     as learners only come last, once no voter is to come or go.
 func Next(obs Observed, want Desired, p Policy) Step {
 	p = p.withDefaults()
 	if s, bad := checkDesired(want); bad {
@@ -202,8 +214,8 @@ func Next(obs Observed, want Desired, p Policy) Step {
 	if bad {
 		return s
 	}
-	if v.reached() {
-		return Step{Kind: Done, Rule: RuleTargetReached, Reason: "target reached: " + Describe(obs.Members) + v.unmanagedNote()}
+	if v.reached(p) {
+		return Step{Kind: Done, Rule: RuleTargetReached, Reason: "target reached: " + Describe(obs.Members) + v.unmanagedNote() + v.slotNote(p)}
 	}
 	if s, blocked := v.healthGate(p); blocked {
 		return s
@@ -246,6 +258,14 @@ func checkDesired(want Desired) (Step, bool) {
 			return waitStep(RuleValidTarget, "InvalidTarget: %s has no peer URLs", w.Name), true
 		}
 	}
+	for _, w := range want.Learners {
+		if s, bad := note(w.Name, "Learners"); bad {
+			return s, true
+		}
+		if len(w.PeerURLs) == 0 {
+			return waitStep(RuleValidTarget, "InvalidTarget: %s has no peer URLs", w.Name), true
+		}
+	}
 	for _, n := range want.Keep {
 		if s, bad := note(n, "Keep"); bad {
 			return s, true
@@ -259,7 +279,7 @@ func checkDesired(want Desired) (Step, bool) {
 	for _, n := range want.Retired {
 		// Rule 9: a retired name belongs to whoever retired it; re-adding it would
 		// undo a hand-over, so the whole target is refused rather than half applied.
-		if seen[n] == "Add" {
+		if seen[n] == "Add" || seen[n] == "Learners" {
 			return waitStep(RuleOwnership, "RetiredMember: %s was retired and must never be added again", n), true
 		}
 	}
@@ -333,6 +353,9 @@ func startWord(m *member) string {
 func (v *view) learnerStep(p Policy) (Step, bool) {
 	var ours []*member
 	for _, l := range v.learners {
+		if l.role == learnerOnly && stuck(l, p) {
+			return removeStuck(l, p), true
+		}
 		if l.role == owned {
 			ours = append(ours, l)
 		}
@@ -344,10 +367,17 @@ func (v *view) learnerStep(p Policy) (Step, bool) {
 		return v.parallelLearners(ours, p), true
 	}
 	// Rule 1: a learner of ours is an add still in flight; nothing else
-	// changes until it is promoted or removed.
+	// changes until it is ready.
 	l := ours[0]
 	if s, ready := v.learnerState(l, p); !ready {
 		return s, true
+	}
+	if rm := v.nextRemoval(); rm != nil && v.removeFirst(rm, true, 1) {
+		// Rule 6, as in parallelLearners: a ready learner that was added
+		// ahead of the removals (a move's destination warmed its members
+		// as learners) is a voter still to come; the removal it would
+		// otherwise overtake goes first, so the voters go n, n+1, n.
+		return v.removeVoter(rm, p, RuleInterleave, fmt.Sprintf("%s is departing", rm.label())), true
 	}
 	return v.promote(l, p), true
 }
@@ -361,22 +391,28 @@ func (v *view) learnerStep(p Policy) (Step, bool) {
 func (v *view) parallelLearners(ours []*member, p Policy) Step {
 	inTie := v.goal != "" && holder(v.voterCounts()) == ""
 	var held Step
-	if w := v.nextAdd(); w != nil && len(v.learners) < p.MaxLearners && !inTie {
+	w, onlyLearner := v.nextAdd(), false
+	if w == nil {
+		w = v.nextLearnerOnly()
+		onlyLearner = w != nil
+	}
+	if w != nil && len(v.learners) < p.MaxLearners && !inTie {
 		// Rule 6: in a tie only the removal that ends it comes next. A
 		// conflicting peer URL holds only this add; the learners under way
 		// go on.
-		if l := starting(ours); l != nil {
+		if l := starting(v.ownLearners()); l != nil {
 			// Rule 2: a joining etcd asks every member for its version
 			// before it starts its raft, and one still doing the same
 			// accepts the connection but answers only once it has started:
 			// two members starting at once each wait out the other's
 			// request timeout (7-15 s measured), and the one configured
 			// before the other was added fails its start once.
-			held = waitStep(RuleOneLearner, "WaitingForLearner: %s has not started its etcd yet; %s joins once it has (two members starting at once wait on each other)", l.label(), w.Name)
-			if l.NoProgressFor < startingHold {
+			held = startingWait(l, w)
+			if l.NoProgressFor < startingHold && !onlyLearner {
 				// The learners the target needs join first, so that they
 				// catch up side by side; a promotion waits the moment
-				// this takes, unless the start is overdue.
+				// this takes, unless the start is overdue. A learner
+				// that is to stay one holds no promotion.
 				return held
 			}
 		} else if s := v.addLearner(w, p); s.Kind == AddLearner {
@@ -437,10 +473,8 @@ func starting(learners []*member) *member {
 // cannot, the step is its wait or, for a stuck learner, its removal.
 func (v *view) learnerState(l *member, p Policy) (Step, bool) {
 	switch {
-	case !l.CaughtUp && l.NoProgressFor >= p.LearnerProgressTimeout:
-		// Rule 8: a learner that never catches up holds the learner slot for
-		// good; remove it and let the caller report it and try again.
-		return l.step(Remove, RuleStuckLearner, fmt.Sprintf("learner %s made no progress for %s (limit %s)", l.label(), l.NoProgressFor, p.LearnerProgressTimeout)), false
+	case stuck(l, p):
+		return removeStuck(l, p), false
 	case !l.Healthy && l.ConnectedFor >= p.MinHealthyFor:
 		// Rule 3: a learner that does not answer polls yet (it has not
 		// published itself, or its client port is not reachable yet) can
@@ -461,6 +495,24 @@ func (v *view) learnerState(l *member, p Policy) (Step, bool) {
 		return waitStep(RuleReadyLearner, "WaitingForLearner: %s healthy or connected for %s of %s", l.label(), settledFor(l), p.MinHealthyFor), false
 	}
 	return Step{}, true
+}
+
+// stuck tells whether learner l has not caught up and made no progress
+// for the policy's limit.
+func stuck(l *member, p Policy) bool {
+	return !l.CaughtUp && l.NoProgressFor >= p.LearnerProgressTimeout
+}
+
+// removeStuck removes the stuck learner l. Rule 8: a learner that never
+// catches up holds a learner slot for good; remove it and let the caller
+// report it and try again.
+func removeStuck(l *member, p Policy) Step {
+	return l.step(Remove, RuleStuckLearner, fmt.Sprintf("learner %s made no progress for %s (limit %s)", l.label(), l.NoProgressFor, p.LearnerProgressTimeout))
+}
+
+// startingWait is the wait of w's add while learner l starts (rule 2).
+func startingWait(l *member, w *Want) Step {
+	return waitStep(RuleOneLearner, "WaitingForLearner: %s has not started its etcd yet; %s joins once it has (two members starting at once wait on each other)", l.label(), w.Name)
 }
 
 // settledFor is how long etcd's strict reconfiguration check has counted m
@@ -542,6 +594,12 @@ func (v *view) tieEndsAtOnce(l *member, after map[string]int, p Policy) bool {
 func (v *view) change(p Policy) Step {
 	add, rm := v.nextAdd(), v.nextRemoval()
 	if add == nil && rm == nil {
+		if w := v.nextLearnerOnly(); w != nil {
+			if l := starting(v.ownLearners()); l != nil {
+				return startingWait(l, w) // rule 2, as in parallelLearners
+			}
+			return v.addLearner(w, p)
+		}
 		return waitStep(RuleTargetReached, "NothingToDo: no member to add or remove, yet the target is not reached")
 	}
 	if rm != nil && v.removeFirst(rm, add != nil, 0) {
@@ -709,6 +767,16 @@ func (v *view) goalSuccessor(after map[string]int) *member {
 // addLearner adds w as a learner if the learner slot is free.
 func (v *view) addLearner(w *Want, p Policy) Step {
 	if len(v.learners) >= p.MaxLearners {
+		if !v.isLearnerOnly(w) {
+			for _, l := range v.learners {
+				if l.role == learnerOnly {
+					// A member to vote comes before one to wait as a
+					// learner; a learner holds no vote, so its removal
+					// never risks quorum, and it joins again later.
+					return l.step(Remove, RuleOneLearner, fmt.Sprintf("learner %s, wanted as a learner only, gives its learner slot to %s, which is to vote", l.label(), w.Name))
+				}
+			}
+		}
 		// Rule 2: etcd refuses more learners than --max-learners, and two
 		// catching up at once share the leader's bandwidth.
 		l := v.learners[0]
@@ -723,8 +791,29 @@ func (v *view) addLearner(w *Want, p Policy) Step {
 			return waitStep(RuleValidTarget, "PeerURLConflict: %s%s already uses a peer URL of %s", m.label(), m.roleNote(), w.Name)
 		}
 	}
-	return Step{Kind: AddLearner, Member: w.Name, PeerURLs: slices.Clone(w.PeerURLs), Rule: RuleInterleave,
-		Reason: fmt.Sprintf("%s joins side %s as a learner", w.Name, w.Side)}
+	why := fmt.Sprintf("%s joins side %s as a learner", w.Name, w.Side)
+	if v.isLearnerOnly(w) {
+		why += ", and stays one until it is wanted as a voter"
+	}
+	return Step{Kind: AddLearner, Member: w.Name, PeerURLs: slices.Clone(w.PeerURLs), Rule: RuleInterleave, Reason: why}
+}
+
+// isLearnerOnly tells whether w is wanted as a learner only.
+func (v *view) isLearnerOnly(w *Want) bool {
+	return slices.ContainsFunc(v.want.Learners, func(x Want) bool { return x.Name == w.Name })
+}
+
+// slotNote names, at the target, the members wanted as learners that wait
+// for a learner slot.
+func (v *view) slotNote(p Policy) string {
+	if len(v.missingLearners) == 0 {
+		return ""
+	}
+	var names []string
+	for _, w := range v.missingLearners {
+		names = append(names, w.Name)
+	}
+	return fmt.Sprintf("; %s wait(s) for a learner slot (etcd's --max-learners, %d, are taken)", strings.Join(names, ", "), p.MaxLearners)
 }
 
 func isVoters(n int) string {

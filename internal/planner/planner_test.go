@@ -322,7 +322,8 @@ func ideal(t *testing.T, start Observed, want Desired) (steps []string, shapes [
 		i := slices.IndexFunc(members, func(m Member) bool { return m.ID == s.ID })
 		switch s.Kind {
 		case AddLearner:
-			side := want.Add[slices.IndexFunc(want.Add, func(w Want) bool { return w.Name == s.Member })].Side
+			own := slices.Concat(want.Add, want.Learners)
+			side := own[slices.IndexFunc(own, func(w Want) bool { return w.Name == s.Member })].Side
 			members = append(members, learner(s.Member, side))
 		case Promote:
 			members[i].Learner = false
@@ -429,6 +430,18 @@ func TestRule6Interleave(t *testing.T) {
 			g.Expect(strings.Join(shapes, " ")).To(Equal(c.shapes))
 		})
 	}
+	t.Run("a warm destination: its learner waits while the clients switch, then the move interleaves as from 3:1", func(t *testing.T) {
+		g := NewWithT(t)
+		start, _ := sideMove(3, 3)
+		steps, shapes := ideal(t, start, warmB)
+		g.Expect(strings.Join(steps, ", ")).To(Equal("AddLearner b-0, Promote b-0, AddLearner b-1"), "one learner slot: b-2 waits")
+		g.Expect(strings.Join(shapes, " ")).To(Equal("3:0 3:1"))
+		warm := obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a"), voter("b-0", "b"), learner("b-1", "b"))
+		steps, shapes = ideal(t, warm, moveAB)
+		g.Expect(strings.Join(steps, ", ")).To(Equal("Remove a-1, Promote b-1, Remove a-2, MoveLeader b-0, AddLearner b-2, Promote b-2, Remove a-0"),
+			"the warm learner does not overtake the removal: n, n+1, n")
+		g.Expect(strings.Join(shapes, " ")).To(Equal("3:1 2:1 2:2 1:2 1:3 0:3"))
+	})
 	t.Run("a tie is ended by a removal even when members are still to be added", func(t *testing.T) {
 		g := NewWithT(t)
 		s := Next(obs(voter("a-0", "a"), voter("a-1", "a"), lead(voter("b-0", "b")), voter("b-1", "b")),
@@ -552,6 +565,12 @@ func TestInvalidTarget(t *testing.T) {
 			expect: expect{kind: Wait, rule: RuleValidTarget, reason: "InvalidTarget: an empty name in Add"}},
 		{name: "a target without peer URLs", obs: start, want: Desired{Add: []Want{{Name: "b-0"}}},
 			expect: expect{kind: Wait, rule: RuleValidTarget, reason: "InvalidTarget: b-0 has no peer URLs"}},
+		{name: "a name wanted as a voter and as a learner only", obs: start, want: Desired{Add: moveAB.Add, Learners: []Want{want("b-1", "b")}, Remove: moveAB.Remove},
+			expect: expect{kind: Wait, rule: RuleValidTarget, reason: "InvalidTarget: b-1 is listed in both Add and Learners"}},
+		{name: "a learner only without peer URLs", obs: start, want: Desired{Add: moveAB.Add, Learners: []Want{{Name: "b-3"}}, Remove: moveAB.Remove},
+			expect: expect{kind: Wait, rule: RuleValidTarget, reason: "InvalidTarget: b-3 has no peer URLs"}},
+		{name: "a retired name wanted as a learner only", obs: start, want: Desired{Add: moveAB.Add, Learners: []Want{want("a-9", "a")}, Remove: moveAB.Remove, Retired: []string{"a-9"}},
+			expect: expect{kind: Wait, rule: RuleOwnership, reason: "RetiredMember: a-9 was retired"}},
 		{name: "a member whose peer URLs differ from the target's", obs: start,
 			want:   Desired{Add: []Want{{Name: "a-0", PeerURLs: urlsOf("elsewhere"), Side: "a"}}, Keep: []string{"a-1", "a-2"}},
 			expect: expect{kind: Wait, rule: RuleValidTarget, reason: "PeerURLMismatch: member a-0 has peer URLs"}},
@@ -601,4 +620,53 @@ func BenchmarkNext(b *testing.B) {
 	for b.Loop() {
 		Next(start, target, Policy{})
 	}
+}
+
+// warmB is a move's destination at the switch of the clients: b-0 votes
+// beside the source's members, b-1 and b-2 join as learners only.
+var warmB = Desired{Add: []Want{want("b-0", "b")}, Learners: []Want{want("b-1", "b"), want("b-2", "b")}, Keep: []string{"a-0", "a-1", "a-2"}}
+
+// TestLearnersOnly: members wanted as learners only are added once every
+// voter to be is in, one starting at a time, are never promoted, and count
+// as reached while they are learners or wait for a slot the learners
+// present fill.
+func TestLearnersOnly(t *testing.T) {
+	a := []Member{lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a")}
+	with := func(extra ...Member) Observed { return obs(append(slices.Clone(a), extra...)...) }
+	three := Policy{MaxLearners: 3}
+	runCases(t, []ruleCase{
+		{name: "the voter to be comes first", obs: with(), want: warmB, policy: three,
+			expect: expect{kind: AddLearner, member: "b-0", reason: "b-0 joins side b as a learner"}},
+		{name: "a learner only joins beside a starting voter to be once that one's etcd runs", obs: with(unstarted("b-0", "b", time.Second)), want: warmB, policy: three,
+			expect: expect{kind: Wait, rule: RuleOneLearner, reason: "b-0 has not started its etcd yet; b-1 joins once it has"}},
+		{name: "then it joins, and says it stays a learner", obs: with(connected(unstarted("b-0", "b", time.Second), time.Second)), want: warmB, policy: three,
+			expect: expect{kind: AddLearner, member: "b-1", reason: "b-1 joins side b as a learner, and stays one until it is wanted as a voter"}},
+		{name: "a starting learner only holds no promotion", obs: with(learner("b-0", "b"), unstarted("b-1", "b", time.Second)), want: warmB, policy: three,
+			expect: expect{kind: Promote, member: "b-0"}},
+		{name: "once the voter votes, the next learner only joins", obs: with(voter("b-0", "b"), learner("b-1", "b")), want: warmB, policy: three,
+			expect: expect{kind: AddLearner, member: "b-2"}},
+		{name: "but not while the one before starts", obs: with(voter("b-0", "b"), unstarted("b-1", "b", time.Second)), want: warmB, policy: three,
+			expect: expect{kind: Wait, rule: RuleOneLearner, reason: "b-1 has not started its etcd yet; b-2 joins once it has"}},
+		{name: "caught-up learners only are never promoted: the target is reached", obs: with(voter("b-0", "b"), learner("b-1", "b"), learner("b-2", "b")), want: warmB, policy: three,
+			expect: expect{kind: Done, rule: RuleTargetReached}},
+		{name: "with one learner slot the second waits, and the target counts as reached", obs: with(voter("b-0", "b"), learner("b-1", "b")), want: warmB,
+			expect: expect{kind: Done, rule: RuleTargetReached, reason: "b-2 wait(s) for a learner slot (etcd's --max-learners, 1, are taken)"}},
+		{name: "a learner only that never catches up is removed", obs: with(voter("b-0", "b"), stalled(learner("b-1", "b"), 6*time.Minute)), want: warmB, policy: three,
+			expect: expect{kind: Remove, member: "b-1", rule: RuleStuckLearner}},
+		{name: "a voter to be takes the slot of a learner only", obs: with(learner("b-1", "b")), want: warmB,
+			expect: expect{kind: Remove, member: "b-1", rule: RuleOneLearner, reason: "learner b-1, wanted as a learner only, gives its learner slot to b-0, which is to vote"}},
+		{name: "no learner only joins while a voter departs", obs: with(voter("b-0", "b")),
+			want:   Desired{Add: []Want{want("b-0", "b")}, Learners: []Want{want("b-1", "b")}, Keep: []string{"a-0", "a-1"}, Remove: []string{"a-2"}},
+			policy: three, expect: expect{kind: Remove, member: "a-2"}},
+		{name: "wanted as voters, the warm learners are promoted interleaved with the removals", obs: with(voter("b-0", "b"), learner("b-1", "b"), learner("b-2", "b")),
+			want: moveAB, policy: three, expect: expect{kind: Remove, rule: RuleInterleave}},
+		{name: "a voter cannot become a learner again", obs: with(voter("b-0", "b"), voter("b-1", "b")), want: warmB, policy: three,
+			expect: expect{kind: Wait, rule: RuleValidTarget, reason: "InvalidTarget: b-1 is wanted as a learner only, but it votes already"}},
+	})
+}
+
+// stalled is learner m without progress for d, not caught up.
+func stalled(m Member, d time.Duration) Member {
+	m.CaughtUp, m.NoProgressFor = false, d
+	return m
 }

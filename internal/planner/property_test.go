@@ -164,6 +164,15 @@ func newScenario(t *testing.T, rng *rand.Rand) *sim {
 			s.want.Add = append(s.want.Add, Want{Name: name, PeerURLs: urls(name), Side: sides[0]})
 		}
 	}
+	if rng.Intn(4) == 0 {
+		// Members wanted as learners only: a move's destination warming
+		// its further members while the source's clients are switched.
+		for range 1 + rng.Intn(2) {
+			side := sides[rng.Intn(len(sides))]
+			name := newName(side)
+			s.want.Learners = append(s.want.Learners, Want{Name: name, PeerURLs: urls(name), Side: side})
+		}
+	}
 	if rng.Intn(5) == 0 {
 		side := sides[rng.Intn(len(sides))]
 		name := "stranger-" + side
@@ -238,7 +247,7 @@ func newScenario(t *testing.T, rng *rand.Rand) *sim {
 
 // play runs the planner to Done and checks every step; it returns the steps taken.
 func (s *sim) play() int {
-	limit := 40 + 40*(len(s.want.Add)+len(s.want.Remove))
+	limit := 40 + 40*(len(s.want.Add)+len(s.want.Remove)+len(s.want.Learners))
 	s.recordConfig()
 	for step := 0; step < limit; step++ {
 		obs := s.observe()
@@ -264,6 +273,9 @@ func (s *sim) play() int {
 			s.checkTarget()
 			s.checkMajorityMoves()
 			return step + 1
+		}
+		if st.Kind == Promote && slices.ContainsFunc(s.want.Learners, func(w Want) bool { return w.Name == s.nameOf(st) }) {
+			s.fail("promoted %s, which is wanted as a learner only", s.nameOf(st))
 		}
 		s.apply(st)
 		s.checkAfter(st)
@@ -299,14 +311,15 @@ func (s *sim) apply(st Step) {
 		if slices.Contains(s.want.Retired, st.Member) {
 			s.fail("rule 9: retired %s added again", st.Member)
 		}
-		if !slices.ContainsFunc(s.want.Add, func(w Want) bool { return w.Name == st.Member }) {
+		own := slices.Concat(s.want.Add, s.want.Learners)
+		if !slices.ContainsFunc(own, func(w Want) bool { return w.Name == st.Member }) {
 			s.fail("AddLearner %s, which is not a target", st.Member)
 		}
 		if s.find(st.Member) != nil {
 			s.fail("AddLearner %s, which is a member already", st.Member)
 		}
 		side := ""
-		for _, w := range s.want.Add {
+		for _, w := range own {
 			if w.Name == st.Member {
 				side = w.Side
 			}
@@ -520,6 +533,21 @@ func (s *sim) checkTarget() {
 			s.fail("kept member %s was removed", n)
 		}
 	}
+	learners := 0
+	for _, m := range s.members {
+		if m.Learner {
+			learners++
+		}
+	}
+	for _, w := range s.want.Learners {
+		m := s.find(w.Name)
+		switch {
+		case m != nil && !m.Learner:
+			s.fail("Done but %s, wanted as a learner only, votes", w.Name)
+		case m == nil && learners < s.policy.MaxLearners:
+			s.fail("Done but %s, wanted as a learner only, is not a member and a learner slot is free (%d of %d taken)", w.Name, learners, s.policy.MaxLearners)
+		}
+	}
 	for name, before := range s.unmanagedAtStart {
 		if m := s.find(name); m == nil || m.Learner != before.Learner {
 			s.fail("rule 7: unmanaged member %s was changed", name)
@@ -679,6 +707,15 @@ func (s *sim) leader() *simMember {
 	}
 	s.fail("no leader in the model")
 	return nil
+}
+
+// nameOf is the name of the member step st acts on, also for an unstarted
+// learner that st addresses by ID.
+func (s *sim) nameOf(st Step) string {
+	if m := s.byID(st.ID); m != nil {
+		return m.name
+	}
+	return st.Member
 }
 
 func (s *sim) find(name string) *simMember {

@@ -9,10 +9,11 @@ import (
 type role int
 
 const (
-	unmanaged role = iota // in no list: never touched (rule 7)
-	owned                 // in Desired.Add
-	kept                  // in Desired.Keep
-	departing             // in Desired.Remove
+	unmanaged   role = iota // in no list: never touched (rule 7)
+	owned                   // in Desired.Add
+	kept                    // in Desired.Keep
+	departing               // in Desired.Remove
+	learnerOnly             // in Desired.Learners: ours, never promoted
 )
 
 // member is an observed member with its role and the name it goes by.
@@ -29,6 +30,9 @@ type view struct {
 	learners []*member
 	leader   *member
 	missing  []*Want // targets that are not members yet, in the order of Desired.Add
+	// missingLearners are the members of Desired.Learners that are not
+	// members yet, in its order.
+	missingLearners []*Want
 	// size is how many voters the target has: Desired.Add and Desired.Keep.
 	size int
 	// keptAbsent are the names in Desired.Keep that are not voters now.
@@ -54,11 +58,16 @@ func newView(obs Observed, want Desired) (*view, Step, bool) {
 		roles[want.Add[i].Name] = owned
 		wants[want.Add[i].Name] = &want.Add[i]
 	}
+	for i := range want.Learners {
+		roles[want.Learners[i].Name] = learnerOnly
+		wants[want.Learners[i].Name] = &want.Learners[i]
+	}
+	ownWants := slices.Concat(want.Add, want.Learners)
 	found := map[string]bool{}
 	for _, m := range obs.Members {
 		e := &member{Member: m, name: m.Name}
 		if e.name == "" {
-			for _, w := range want.Add {
+			for _, w := range ownWants {
 				if sharesURL(m.PeerURLs, w.PeerURLs) {
 					e.name = w.Name // an unstarted learner only has its peer URLs
 				}
@@ -67,9 +76,12 @@ func newView(obs Observed, want Desired) (*view, Step, bool) {
 		if e.name != "" {
 			e.role = roles[e.name]
 		}
-		if w := wants[e.name]; e.role == owned {
+		if w := wants[e.name]; e.role == owned || e.role == learnerOnly {
 			if !sharesURL(m.PeerURLs, w.PeerURLs) {
 				return nil, waitStep(RuleValidTarget, "PeerURLMismatch: member %s has peer URLs %v, the target says %v", e.name, m.PeerURLs, w.PeerURLs), true
+			}
+			if e.role == learnerOnly && !e.Learner {
+				return nil, waitStep(RuleValidTarget, "InvalidTarget: %s is wanted as a learner only, but it votes already, and etcd cannot make a voter a learner again: want it as a voter", e.name), true
 			}
 			e.Side = w.Side
 			found[e.name] = true
@@ -96,6 +108,11 @@ func newView(obs Observed, want Desired) (*view, Step, bool) {
 			v.missing = append(v.missing, &want.Add[i])
 		}
 	}
+	for i := range want.Learners {
+		if !found[want.Learners[i].Name] {
+			v.missingLearners = append(v.missingLearners, &want.Learners[i])
+		}
+	}
 	v.size = len(want.Add) + len(want.Keep)
 	for _, n := range want.Keep {
 		if !slices.ContainsFunc(v.voters, func(m *member) bool { return m.name == n }) {
@@ -115,9 +132,11 @@ func newView(obs Observed, want Desired) (*view, Step, bool) {
 	return v, Step{}, false
 }
 
-// reached reports whether every target is a voter and every departing member gone.
-func (v *view) reached() bool {
-	if len(v.missing) > 0 {
+// reached reports whether every target is a voter, every departing member
+// gone, and every member wanted as a learner only is one, or waits for a
+// learner slot that the learners present fill.
+func (v *view) reached(p Policy) bool {
+	if len(v.missing) > 0 || (len(v.missingLearners) > 0 && len(v.learners) < p.MaxLearners) {
 		return false
 	}
 	for _, m := range v.members {
@@ -151,6 +170,28 @@ func (v *view) nextAdd() *Want {
 		return nil
 	}
 	return v.missing[0]
+}
+
+// nextLearnerOnly is the member wanted as a learner only to add next: once
+// every voter to be is in and no voter departs, since it adds no vote and
+// rule 6's order of additions and removals is about votes.
+func (v *view) nextLearnerOnly() *Want {
+	if len(v.missing) > 0 || len(v.missingLearners) == 0 || v.departingVoters() > 0 {
+		return nil
+	}
+	return v.missingLearners[0]
+}
+
+// ownLearners are the learners this caller added: those it will promote
+// and those it wants as learners only.
+func (v *view) ownLearners() []*member {
+	var out []*member
+	for _, l := range v.learners {
+		if l.role == owned || l.role == learnerOnly {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // successor is the healthy voter that stays to take leadership from the

@@ -24,6 +24,7 @@ var (
 	extensionProperties = []string{
 		".spec.externalMembers",
 		".spec.externalMembersPolicy",
+		".spec.learnerReplicas",
 		".spec.ordinalStart",
 		".spec.retainedExternalMembers",
 		".status.membership",
@@ -34,7 +35,7 @@ var (
 	replacedDruidRule = "!has(self.spec.etcd.additionalAdvertisePeerURLs) || self.spec.etcd.additionalAdvertisePeerURLs.all(m, int(m.memberName.substring(m.memberName.lastIndexOf('-')+1)) < self.spec.replicas)"
 	replacementRule   = "!has(self.spec.etcd.additionalAdvertisePeerURLs) || self.spec.etcd.additionalAdvertisePeerURLs.all(m, int(m.memberName.substring(m.memberName.lastIndexOf('-')+1)) >= (has(self.spec.ordinalStart) ? self.spec.ordinalStart : 0) && int(m.memberName.substring(m.memberName.lastIndexOf('-')+1)) < (has(self.spec.ordinalStart) ? self.spec.ordinalStart : 0) + self.spec.replicas)"
 	// Rules the extension adds, by schema path, counted.
-	addedRules = map[string]int{"": 1, ".spec": 3}
+	addedRules = map[string]int{"": 1, ".spec": 4}
 )
 
 func loadCRDs(t *testing.T) (druid, ours *apiextensionsv1.CustomResourceDefinition) {

@@ -169,6 +169,23 @@ func TestValidateEtcd(t *testing.T) {
 		{name: "retainedExternalMembers above the external member limit", mutate: func(e *v1alpha1.Etcd) {
 			e.Spec.RetainedExternalMembers = ptr.To[int32](11)
 		}, want: []wantErr{{"spec.retainedExternalMembers", field.ErrorTypeInvalid}}},
+		{name: "negative learnerReplicas", mutate: func(e *v1alpha1.Etcd) {
+			e.Spec.LearnerReplicas = ptr.To[int32](-1)
+		}, want: []wantErr{{"spec.learnerReplicas", field.ErrorTypeInvalid}}},
+		{name: "learnerReplicas as many as replicas", mutate: func(e *v1alpha1.Etcd) {
+			e.Spec.LearnerReplicas = ptr.To(e.Spec.Replicas)
+		}, want: []wantErr{{"spec.learnerReplicas", field.ErrorTypeInvalid}}},
+		{name: "learnerReplicas with zero replicas", mutate: func(e *v1alpha1.Etcd) {
+			e.Spec.Replicas = 0
+			e.Spec.LearnerReplicas = ptr.To[int32](1)
+		}, want: []wantErr{{"spec.learnerReplicas", field.ErrorTypeInvalid}}},
+		{name: "learnerReplicas one less than replicas", mutate: func(e *v1alpha1.Etcd) {
+			e.Spec.LearnerReplicas = ptr.To(e.Spec.Replicas - 1)
+		}},
+		{name: "learnerReplicas 0 with zero replicas", mutate: func(e *v1alpha1.Etcd) {
+			e.Spec.Replicas = 0
+			e.Spec.LearnerReplicas = ptr.To[int32](0)
+		}},
 		{name: "Retire with zero local replicas", mutate: func(e *v1alpha1.Etcd) {
 			e.Spec.Replicas = 0
 			e.Spec.ExternalMembersPolicy = ptr.To(v1alpha1.ExternalMembersPolicyRetire)

@@ -152,7 +152,7 @@ func hasBlockingErr(errs field.ErrorList) bool {
 }
 
 // extensionPaths are the fields Go validation is responsible for.
-var extensionPaths = []string{"spec.ordinalStart", "spec.externalMembers", "spec.externalMembersPolicy", "spec.retainedExternalMembers"}
+var extensionPaths = []string{"spec.ordinalStart", "spec.externalMembers", "spec.externalMembersPolicy", "spec.retainedExternalMembers", "spec.learnerReplicas"}
 
 func isExtensionPath(p string) bool {
 	for _, e := range extensionPaths {

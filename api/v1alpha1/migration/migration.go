@@ -183,13 +183,31 @@ func PrepareSource(src *v1alpha1.Etcd, destinationMembers []v1alpha1.ExternalMem
 	src.Spec.ExternalMembersPolicy = policy(v1alpha1.ExternalMembersPolicyKeep)
 }
 
-// JoinDestination makes the destination a one-member part of the source's
+// JoinDestination makes the destination a one-voter part of the source's
 // etcd cluster: replicas 1, the source's members as external members,
-// policy Keep.
+// policy Keep. A destination that WarmDestination warmed keeps its
+// replicas and learners: it has one voter too.
 func JoinDestination(dst *v1alpha1.Etcd, sourceMembers []v1alpha1.ExternalMember) {
-	dst.Spec.Replicas = 1
+	if dst.Spec.GetLearnerReplicas() == 0 {
+		dst.Spec.Replicas = 1
+	}
 	dst.Spec.ExternalMembers = slices.Clone(sourceMembers)
 	dst.Spec.ExternalMembersPolicy = policy(v1alpha1.ExternalMembersPolicyKeep)
+}
+
+// WarmDestination gives the joined destination its final replica count,
+// all but its first member as learners (spec.learnerReplicas), policy
+// Keep: they join and catch up while the source's clients are switched,
+// and vote only once RetireSource lets them. The destination keeps one
+// vote, so the source keeps the majority and a cut between the clusters
+// stalls nothing at the source, exactly as after JoinDestination.
+func WarmDestination(dst *v1alpha1.Etcd, replicas int32) {
+	if replicas <= 1 {
+		return
+	}
+	learners := replicas - 1
+	dst.Spec.Replicas = replicas
+	dst.Spec.LearnerReplicas = &learners
 }
 
 // RetireSource gives the destination its final replica count and the policy
@@ -211,6 +229,7 @@ func RetireSource(dst *v1alpha1.Etcd, replicas, hold int32) {
 		}
 	}
 	dst.Spec.Replicas = replicas
+	dst.Spec.LearnerReplicas = nil
 	dst.Spec.ExternalMembersPolicy = policy(v1alpha1.ExternalMembersPolicyRetire)
 }
 
@@ -270,6 +289,7 @@ func FinishDestination(dst *v1alpha1.Etcd) { ForgetExternalMembers(dst) }
 // that the source's controller adds back the source members it retired.
 func AbortDestination(dst *v1alpha1.Etcd) {
 	dst.Spec.Replicas = 0
+	dst.Spec.LearnerReplicas = nil
 	dst.Spec.ExternalMembersPolicy = policy(v1alpha1.ExternalMembersPolicyKeep)
 	keepAdvertisedInRange(dst)
 }
@@ -310,13 +330,16 @@ func localVoters(e *v1alpha1.Etcd) (voters, all int) {
 }
 
 // DestinationJoined reports whether the destination's members (replicas 1
-// at this step) all vote, as its converged controller observed.
+// at this step) all vote, as its converged controller observed; once
+// WarmDestination warmed it, whether its first member votes and the
+// others are learners.
 func DestinationJoined(dst *v1alpha1.Etcd) bool {
 	if !Converged(dst) || dst.Spec.Replicas < 1 {
 		return false
 	}
 	v, all := localVoters(dst)
-	return v == all && v >= int(dst.Spec.Replicas)
+	learners := int(dst.Spec.GetLearnerReplicas())
+	return v >= int(dst.Spec.Replicas)-learners && all-v <= learners
 }
 
 // SourceHeld reports whether the destination's controller, under policy

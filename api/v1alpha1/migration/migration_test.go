@@ -103,6 +103,13 @@ func TestPhaseFollowsAMoveAndItsSteps(t *testing.T) {
 		{"destination member votes", func() {
 			observe(dst, true, t0.Add(3*time.Second), map[string]v1alpha1.MemberRole{"etcd-main-0": L, "etcd-main-1": V, "etcd-main-2": V, "etcd-main-3": V})
 		}, migration.PhaseDestinationJoined},
+		{"warmed: the further members join as learners", func() { change(dst, func(e *v1alpha1.Etcd) { migration.WarmDestination(e, 3) }) }, migration.PhaseJoiningDestination},
+		{"one warm learner in, not converged", func() {
+			observe(dst, false, t0.Add(3*time.Second), map[string]v1alpha1.MemberRole{"etcd-main-0": L, "etcd-main-1": V, "etcd-main-2": V, "etcd-main-3": V, "etcd-main-4": N})
+		}, migration.PhaseJoiningDestination},
+		{"warm learners in, converged", func() {
+			observe(dst, true, t0.Add(3*time.Second), map[string]v1alpha1.MemberRole{"etcd-main-0": L, "etcd-main-1": V, "etcd-main-2": V, "etcd-main-3": V, "etcd-main-4": N, "etcd-main-5": N})
+		}, migration.PhaseDestinationJoined},
 		{"retire set", func() { change(dst, func(e *v1alpha1.Etcd) { migration.RetireSource(e, 3, 0) }) }, migration.PhaseRetiringSource},
 		{"in the tie", func() {
 			observe(dst, false, t0.Add(4*time.Second), map[string]v1alpha1.MemberRole{"etcd-main-1": V, "etcd-main-2": V, "etcd-main-3": L, "etcd-main-4": V})
@@ -120,7 +127,15 @@ func TestPhaseFollowsAMoveAndItsSteps(t *testing.T) {
 	for _, s := range steps {
 		s.do()
 		g.Expect(migration.Phase(src, created)).To(Equal(s.want), "after %s: %s", s.name, migration.Explain(src, created))
+		if s.name == "warm learners in, converged" {
+			g.Expect(migration.Explain(src, created)).To(ContainSubstring("the destination's 1 member(s) vote beside the source's; 2 more wait as learners"))
+			g.Expect(created.Spec.Replicas).To(BeNumerically("==", 3))
+			before := created.DeepCopy()
+			migration.JoinDestination(created, srcMembers)
+			g.Expect(created).To(Equal(before), "joining again (a move run again) keeps the warm learners")
+		}
 	}
+	g.Expect(created.Spec.LearnerReplicas).To(BeNil(), "RetireSource lets the learners vote")
 	g.Expect(migration.Phase(nil, dst)).To(Equal(migration.PhaseCompleted), "the source Etcd may be deleted after the move")
 }
 
@@ -324,8 +339,10 @@ func TestScalingToZeroDropsAdvertisedURLs(t *testing.T) {
 	g.Expect(src.Spec.Replicas).To(BeZero())
 	g.Expect(src.Spec.Etcd.AdditionalAdvertisePeerURLs).To(BeNil())
 
+	dst.Spec.LearnerReplicas = ptr.To[int32](2)
 	migration.AbortDestination(dst)
 	g.Expect(dst.Spec.Etcd.AdditionalAdvertisePeerURLs).To(BeNil())
+	g.Expect(dst.Spec.LearnerReplicas).To(BeNil(), "replicas 0 leaves no learner to keep (and the CRD refuses learnerReplicas without replicas)")
 }
 
 // TestAdvertise: the destination's members advertise the URLs the source

@@ -144,6 +144,9 @@ func phase(src, dst *v1alpha1.Etcd) (MovePhase, string) {
 		return PhaseRetiringSource, "the destination's controller moves the votes over" + pending(nil, dst)
 	}
 	if DestinationJoined(dst) {
+		if l := dst.Spec.GetLearnerReplicas(); l > 0 {
+			return PhaseDestinationJoined, fmt.Sprintf("the destination's %d member(s) vote beside the source's; %d more wait as learners", dst.Spec.Replicas-l, l)
+		}
 		return PhaseDestinationJoined, fmt.Sprintf("the destination's %d member(s) vote beside the source's", dst.Spec.Replicas)
 	}
 	return PhaseJoiningDestination, "the destination's members join" + pending(nil, dst)

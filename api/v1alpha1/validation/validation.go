@@ -76,6 +76,13 @@ func ValidateCRDRules(e *v1alpha1.Etcd) field.ErrorList {
 		errs = append(errs, field.Invalid(spec.Child("retainedExternalMembers"), *r,
 			fmt.Sprintf("must be between 0 and %d (the most external members an Etcd lists): it is how many external members the Retire policy leaves voting", MaxExternalMembers)))
 	}
+	if l := e.Spec.LearnerReplicas; l != nil && *l < 0 {
+		errs = append(errs, field.Invalid(spec.Child("learnerReplicas"), *l,
+			"must be greater than or equal to 0: it is how many local members stay learners"))
+	} else if l != nil && *l > 0 && *l >= e.Spec.Replicas {
+		errs = append(errs, field.Invalid(spec.Child("learnerReplicas"), *l,
+			fmt.Sprintf("must be less than spec.replicas (%d): at least one local member votes, the others may wait as learners", e.Spec.Replicas)))
+	}
 	errs = append(errs, validatePolicy(e, spec.Child("externalMembersPolicy"))...)
 	errs = append(errs, validateExternalMembers(e, spec.Child("externalMembers"))...)
 	return errs
