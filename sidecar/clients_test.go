@@ -200,8 +200,9 @@ func TestClientHoldEndsWhenTheLeaderMoved(t *testing.T) {
 }
 
 // Through the leader's own sidecar a transfer goes out on the background
-// poll's recent health of the target; a target that poll found down is
-// refused as unhealthy, and leadership stays.
+// poll's recent health of the target, its checks (lock, fingerprint,
+// transferee) read from the leader's own state; a call that fails them,
+// or a target that poll found down, is refused, and leadership stays.
 func TestMoveLeaderThroughTheLeadersSidecar(t *testing.T) {
 	g := NewWithT(t)
 	tc := startCluster(t, 3, clusterOptions{})
@@ -225,6 +226,15 @@ func TestMoveLeaderThroughTheLeadersSidecar(t *testing.T) {
 		}
 	}
 	c := tc.client(tc.Runtime.Member(leader))
+	// The leader's sidecar checks on its own member's state, without a
+	// read index, and still refuses what the other path refuses.
+	_, err := c.MoveLeader(ctx, next, sidecar.CallOptions{LockHolder: "not-the-holder"})
+	g.Expect(sidecar.IsReason(err, sidecar.ReasonLockNotHeld)).To(BeTrue(), "%v", err)
+	_, err = c.MoveLeader(ctx, next, sidecar.CallOptions{Fingerprint: "0123456789abcdef"})
+	g.Expect(sidecar.IsReason(err, sidecar.ReasonMembershipChanged)).To(BeTrue(), "%v", err)
+	_, err = c.MoveLeader(ctx, "no-such-member", sidecar.CallOptions{})
+	g.Expect(sidecar.IsReason(err, sidecar.ReasonMemberNotFound)).To(BeTrue(), "%v", err)
+	g.Expect(leaderOf()).To(Equal(leader), "a refused transfer moves nothing")
 	moved, err := c.MoveLeader(ctx, next, sidecar.CallOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(moved.Changed).To(BeTrue())

@@ -264,11 +264,19 @@ func (s *Server) readLock(ctx context.Context) (*mvccpb.KeyValue, error) {
 // readLockAndStep reads the lock key and the step record in one
 // linearizable transaction.
 func (s *Server) readLockAndStep(ctx context.Context) (lock, step *mvccpb.KeyValue, err error) {
-	var resp *clientv3.TxnResponse
 	err = s.readCluster(ctx, func(c *clientv3.Client) (err error) {
-		resp, err = c.Txn(ctx).Then(clientv3.OpGet(lockKey), clientv3.OpGet(stepKey)).Commit()
+		lock, step, err = readLockAndStepWith(ctx, c)
 		return err
 	})
+	return lock, step, err
+}
+
+// readLockAndStepWith reads the lock and the step record through c in one
+// transaction, with the read options opts (clientv3.WithSerializable for
+// a read the member answers alone: etcd serves a transaction of
+// serializable reads without a read index).
+func readLockAndStepWith(ctx context.Context, c *clientv3.Client, opts ...clientv3.OpOption) (lock, step *mvccpb.KeyValue, err error) {
+	resp, err := c.Txn(ctx).Then(clientv3.OpGet(lockKey, opts...), clientv3.OpGet(stepKey, opts...)).Commit()
 	if err != nil {
 		return nil, nil, err
 	}

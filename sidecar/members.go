@@ -513,8 +513,17 @@ func (s *Server) moveLeader(r *http.Request) (int, any, *Error) {
 	}
 	setTarget(r, req.Name)
 	// The member list and the lock first; every member's health only when
-	// the fast path below does not apply. Not fenced (fence.go).
-	ctx, v, done, e := s.beginChange(r, false, false)
+	// the fast path below does not apply. Not fenced (fence.go). On the
+	// leader they are read from its own state: the callers hold the
+	// members' clients while this call runs, and two read indexes across
+	// sites cost a round trip of that hold. A leader that is not one any
+	// more fails the transfer (etcd serves MoveLeader on the leader only),
+	// and a view it read a moment late fails the fingerprint check; either
+	// way the caller plans again.
+	lctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+	led, _ := s.localLeads(lctx)
+	cancel()
+	ctx, v, done, e := s.beginChangeWith(r, observeOptions{local: led})
 	if e != nil {
 		return 0, nil, e
 	}
@@ -723,13 +732,18 @@ func etcdError(doing string, err error) *Error {
 // through the fence (fence.go), which needs the lock's remaining time. The
 // caller calls done when the change is over.
 func (s *Server) beginChange(r *http.Request, health, fenced bool) (ctx context.Context, v *view, done func(), e *Error) {
+	// The fence needs the lock's remaining time when the caller holds it.
+	return s.beginChangeWith(r, observeOptions{health: health, lockTTL: fenced && r.Header.Get(HeaderLockHolder) != ""})
+}
+
+// beginChangeWith is beginChange observing with o.
+func (s *Server) beginChangeWith(r *http.Request, o observeOptions) (ctx context.Context, v *view, done func(), e *Error) {
 	s.mutations.Lock()
 	// A change once sent runs to its end even if the caller hangs up (a
 	// controller killed mid-call): its record then tells how it ended.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.RequestTimeout)
 	done = func() { cancel(); s.mutations.Unlock() }
-	// The fence needs the lock's remaining time when the caller holds it.
-	v, err := s.observe(ctx, observeOptions{health: health, lockTTL: fenced && r.Header.Get(HeaderLockHolder) != ""})
+	v, err := s.observe(ctx, o)
 	if err != nil {
 		done()
 		return nil, nil, nil, etcdError("reading the membership", err)

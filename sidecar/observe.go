@@ -128,6 +128,11 @@ type observeOptions struct {
 	health bool
 	// lockTTL reads how long the lock's lease has left (a GET shows it).
 	lockTTL bool
+	// local reads the member list and the lock from the local member,
+	// serializable: no read index, which on a leader whose quorum is
+	// across a WAN costs a round trip. Only for a local member that leads:
+	// its applied state is the cluster's, but for entries in flight.
+	local bool
 }
 
 // observe reads the member list and the lock, then the tombstones, then
@@ -140,12 +145,22 @@ func (s *Server) observe(ctx context.Context, o observeOptions) (*view, error) {
 		wg            sync.WaitGroup
 	)
 	wg.Go(func() {
+		if o.local {
+			list, listErr = s.local.MemberList(ctx, clientv3.WithSerializable())
+			return
+		}
 		listErr = s.readCluster(ctx, func(c *clientv3.Client) (err error) {
 			list, err = c.MemberList(ctx)
 			return err
 		})
 	})
-	wg.Go(func() { lock, step, lErr = s.readLockAndStep(ctx) })
+	wg.Go(func() {
+		if o.local {
+			lock, step, lErr = readLockAndStepWith(ctx, s.local, clientv3.WithSerializable())
+			return
+		}
+		lock, step, lErr = s.readLockAndStep(ctx)
+	})
 	wg.Wait()
 	if listErr != nil {
 		return nil, fmt.Errorf("listing members: %w", listErr)
