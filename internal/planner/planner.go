@@ -312,6 +312,19 @@ func (v *view) healthGate(p Policy) (Step, bool) {
 			}
 			return waitStep(RuleHealthyCluster, "WaitingForHealthyCluster: voter %s is not answering%s", m.label(), m.roleNote()), true
 		}
+		if m.ConnectedFor > 0 {
+			// Its raft is connected to the member taking the change: it
+			// missed a poll (a busy node answers a status call late), it is
+			// not down, and it still votes. Removing it as down would take
+			// the voters below what the plan counts on (a rebalance went
+			// from three voters to one this way, ahead of the promotion
+			// that should have come first).
+			why := "is not answering"
+			if m.Problem != "" {
+				why = "did not answer: " + m.Problem
+			}
+			return waitStep(RuleHealthyCluster, "WaitingForHealthyCluster: departing voter %s %s, yet its raft is connected (for %s), so it is not removed as down", m.label(), why, m.ConnectedFor), true
+		}
 		if down == nil {
 			down = m
 		}
@@ -800,7 +813,7 @@ func (v *view) addLearner(w *Want, p Policy) Step {
 
 // isLearnerOnly tells whether w is wanted as a learner only.
 func (v *view) isLearnerOnly(w *Want) bool {
-	return slices.ContainsFunc(v.want.Learners, func(x Want) bool { return x.Name == w.Name })
+	return v.roles[w.Name] == learnerOnly
 }
 
 // slotNote names, at the target, the members wanted as learners that wait

@@ -36,6 +36,13 @@ func lead(m Member) Member  { m.Leader = true; return m }
 func down(m Member) Member  { m.Healthy, m.HealthyFor = false, 0; return m }
 func fresh(m Member) Member { m.HealthyFor = 2 * time.Second; return m }
 
+// slowPoll is m as a poll that timed out saw it: not healthy, while its
+// raft may still be connected.
+func slowPoll(m Member) Member {
+	m.Healthy, m.HealthyFor, m.Problem = false, 0, "context deadline exceeded"
+	return m
+}
+
 func want(name, side string) Want { return Want{Name: name, PeerURLs: urlsOf(name), Side: side} }
 
 func urlsOf(name string) []string { return []string{"https://" + name + ":2380"} }
@@ -99,6 +106,13 @@ func TestRule1HealthyClusterFirst(t *testing.T) {
 			expect: expect{kind: Wait, rule: RuleHealthyCluster, reason: "voter x-0 is not answering (unmanaged)"}},
 		{name: "a departing voter that is down is removed", obs: obs(lead(voter("a-0", "a")), down(voter("a-1", "a")), voter("a-2", "a")), want: moveAB,
 			expect: expect{kind: Remove, member: "a-1", rule: RuleHealthyCluster}},
+		{name: "a departing voter that missed a poll while the leader's transport has it connected is not removed as down",
+			obs: obs(lead(voter("a-0", "a")), connected(slowPoll(voter("a-1", "a")), 40*time.Second), voter("a-2", "a")), want: moveAB,
+			expect: expect{kind: Wait, rule: RuleHealthyCluster, reason: "WaitingForHealthyCluster: departing voter a-1 did not answer: context deadline exceeded, yet its raft is connected (for 40s), so it is not removed as down"}},
+		{name: "nor ahead of the promotion it should follow (a rebalance at 2:1 with a ready learner)",
+			obs:    obs(lead(voter("n-3", "new")), connected(slowPoll(voter("o-1", "old")), time.Minute), voter("o-2", "old"), learner("n-4", "new")),
+			want:   Desired{Add: []Want{want("n-3", "new"), want("n-4", "new"), want("n-5", "new")}, Remove: []string{"o-1", "o-2"}},
+			expect: expect{kind: Wait, rule: RuleHealthyCluster, reason: "departing voter o-1 did not answer"}},
 		{name: "a departing leader that is down is not removed", obs: obs(lead(down(voter("a-0", "a"))), voter("a-1", "a"), voter("a-2", "a")), want: moveAB,
 			expect: expect{kind: Wait, rule: RuleHealthyCluster, reason: "voter a-0 is not answering"}},
 		{name: "a voter promoted before it published itself and not connected for 5 s holds every change",

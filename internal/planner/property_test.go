@@ -29,7 +29,10 @@ type simMember struct {
 	logReady  bool   // its log is caught up: etcd would promote it, started or not
 	stuck     bool   // never catches up
 	downFor   int    // steps of transient unhealthiness left
-	dead      bool   // never answers again
+	// missedPoll: its latest poll timed out (a busy node), while its raft
+	// stays connected and votes; it answers again at the next step.
+	missedPoll bool
+	dead       bool // never answers again
 }
 
 // sim is a model cluster that applies planner steps and checks every rule.
@@ -302,6 +305,9 @@ func (s *sim) apply(st Step) {
 		}
 	}
 	downVoter := st.Kind == Remove && !target.Learner && !target.Healthy
+	if downVoter && target.missedPoll {
+		s.fail("rule 1: removed %s as down, yet it only missed a poll and its raft is connected", target.name)
+	}
 	if st.Kind == AddLearner || st.Kind == Promote || (st.Kind == Remove && !downVoter) {
 		s.checkHealthy(st)
 	}
@@ -329,18 +335,18 @@ func (s *sim) apply(st Step) {
 			s.fail("rule 2: %d learners, more than etcd's --max-learners %d", n, s.policy.MaxLearners)
 		}
 	case Promote:
-		if target.Unstarted {
-			// etcd's leader judges a learner that does not answer yet by its
-			// log, and refuses it until that is caught up.
+		if target.Unstarted || target.missedPoll {
+			// etcd's leader judges a learner that does not answer (yet) by
+			// its log, and refuses it until that is caught up.
 			if !target.Learner || target.ConnectedFor < s.policy.MinHealthyFor {
-				s.fail("rule 3: promoted unstarted %s that was not connected long enough (%+v)", target.name, target.Member)
+				s.fail("rule 3: promoted %s, which does not answer, not connected long enough (%+v)", target.name, target.Member)
 			}
 			if !target.logReady {
 				return // ErrLearnerNotReady: nothing changes
 			}
 			after := s.sideCounts()
 			after[target.Side]++
-			if holder(s.sideCounts()) != "" && holder(after) == "" {
+			if target.Unstarted && holder(s.sideCounts()) != "" && holder(after) == "" {
 				s.unstartedTies++
 			}
 		} else if !target.Learner || !target.Healthy || !target.CaughtUp || settledFor(&member{Member: target.Member}) < s.policy.MinHealthyFor {
@@ -369,7 +375,7 @@ func (s *sim) apply(st Step) {
 			settled := 0
 			for _, m := range s.voters() {
 				// etcd counts started members connected for 5 s.
-				if m.Healthy && m.ConnectedFor >= 5*time.Second {
+				if (m.Healthy || m.missedPoll) && m.ConnectedFor >= 5*time.Second {
 					settled++
 				}
 			}
@@ -405,7 +411,7 @@ func (s *sim) checkAfter(st Step) {
 	for _, m := range voters {
 		// A voter promoted before it published itself commits with the
 		// others: its raft is connected and its log was caught up.
-		if m.Healthy || (m.Unstarted && m.ConnectedFor > 0 && m.logReady) {
+		if m.Healthy || m.missedPoll || (m.Unstarted && m.ConnectedFor > 0 && m.logReady) {
 			healthy++
 		}
 	}
@@ -420,6 +426,9 @@ func (s *sim) checkAfter(st Step) {
 // tick lets one second pass: learners start and catch up, faults come and heal.
 func (s *sim) tick() {
 	for _, m := range s.members {
+		if m.missedPoll {
+			m.missedPoll, m.Healthy, m.Problem = false, true, ""
+		}
 		switch {
 		case m.dead:
 		case m.downFor > 0:
@@ -459,7 +468,16 @@ func (s *sim) tick() {
 		return
 	}
 	m := s.members[s.rng.Intn(len(s.members))]
-	if !m.Healthy || !s.canFail(m) {
+	if !m.Healthy {
+		return
+	}
+	if s.rng.Intn(3) == 0 && m.ConnectedFor > 0 {
+		// A poll that timed out: the planner sees no health, the
+		// transport still has the member connected, and quorum is whole.
+		m.missedPoll, m.Healthy, m.HealthyFor, m.Problem = true, false, 0, "context deadline exceeded"
+		return
+	}
+	if !s.canFail(m) {
 		return
 	}
 	m.Healthy, m.downFor, m.ConnectedFor = false, 1+s.rng.Intn(3), 0

@@ -42,11 +42,13 @@ type view struct {
 	goal string
 	// want is the desired membership the view was sorted out against.
 	want Desired
+	// roles is the role of every name in want.
+	roles map[string]role
 }
 
 func newView(obs Observed, want Desired) (*view, Step, bool) {
-	v := &view{want: want}
 	roles := map[string]role{}
+	v := &view{want: want, roles: roles}
 	for _, n := range want.Keep {
 		roles[n] = kept
 	}
