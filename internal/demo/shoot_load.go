@@ -38,6 +38,13 @@ type shootLoad struct {
 	bDone   chan struct{}
 	bErr    error
 
+	// An abort's stop of B's kube-apiserver (keepAtSource): bStopped is
+	// closed once it has ended, with bStopErr its result.
+	bStopped chan struct{}
+	bStopErr error
+
+	show *liveView
+
 	mu       sync.Mutex
 	switched bool // A's clients went to B
 }
@@ -46,8 +53,9 @@ type shootLoad struct {
 // members and the clients through it, waits until it serves, and starts
 // the wait for B's. Close it.
 func (e *Env) startShootLoad(ctx context.Context, show *liveView) (_ *shootLoad, err error) {
-	s := &shootLoad{bDone: make(chan struct{})}
-	close(s.bDone) // until B's wait runs, there is nothing to wait for
+	s := &shootLoad{bDone: make(chan struct{}), bStopped: make(chan struct{}), show: show}
+	close(s.bDone)    // until B's wait runs, there is nothing to wait for
+	close(s.bStopped) // nor a stop, until an abort begins one
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, s.close())
@@ -160,7 +168,14 @@ func (s *shootLoad) switchClients(ctx context.Context) error {
 // at the source. B's clients move to A's kube-apiserver, and B's
 // kube-apiserver, whose members the abort removes, stops. Call it before
 // the abort, with A's clients not switched.
+//
+// It returns once B's clients have moved; B's kube-apiserver stops in the
+// background (results and close wait for it). It serves nobody from then
+// on, and its graceful stop in the middle of its start took 6-13 s, in
+// which the destination's controller went on retiring the source: the
+// abort began later than the moment it was asked for.
 func (s *shootLoad) keepAtSource(ctx context.Context) error {
+	start := time.Now()
 	s.cancelB()
 	<-s.bDone
 	if !s.b.started() {
@@ -169,12 +184,23 @@ func (s *shootLoad) keepAtSource(ctx context.Context) error {
 	if err := s.load.Switch(ctx, s.b.Name, s.a.Name); err != nil {
 		return err
 	}
-	return s.b.stop(ctx)
+	s.show.printf("cluster B's clients moved to cluster A's kube-apiserver in %.2fs; stopping B's kube-apiserver", time.Since(start).Seconds())
+	stopped := make(chan struct{})
+	s.bStopped = stopped
+	go func() {
+		defer close(stopped)
+		s.bStopErr = s.b.stop(context.WithoutCancel(ctx))
+	}()
+	return nil
 }
 
 // results stops the clients and checks their history.
 func (s *shootLoad) results(ctx context.Context) (apiload.Results, error) {
 	s.load.Stop()
+	<-s.bStopped
+	if s.bStopErr != nil {
+		return apiload.Results{}, fmt.Errorf("stopping cluster B's kube-apiserver for the abort: %w", s.bStopErr)
+	}
 	return s.load.Results(ctx, apiload.VerifyOptions{LinearizabilityTimeout: 3 * time.Minute})
 }
 
@@ -187,6 +213,7 @@ func (s *shootLoad) close() error {
 		s.cancelB()
 	}
 	<-s.bDone
+	<-s.bStopped
 	if s.load != nil {
 		s.load.Stop()
 	}

@@ -447,6 +447,12 @@ func TestAbortRestoresTheSource(t *testing.T) {
 			readded = append(readded, s.Member)
 		}
 	}
-	g.Expect(removed).To(HaveLen(1), "one source member was retired before the abort")
-	g.Expect(readded).To(ContainElement(removed[0]), "the source's controller added the retired member back")
+	// The abort is asked for once one source member is retired, but the
+	// destination's controller goes on with the retirement until the
+	// abort's patch reaches it: a second source member can leave in that
+	// window (the abort still may begin while the source holds the
+	// majority). Every member that left comes back.
+	t.Logf("source members retired before the abort took hold: %v", removed)
+	g.Expect(removed).NotTo(BeEmpty(), "a source member was retired before the abort")
+	g.Expect(readded).To(ContainElements(removed), "the source's controller added every retired member back")
 }
