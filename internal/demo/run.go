@@ -38,7 +38,8 @@ type RehearsalOptions struct {
 	// for the whole move, A's clients switched to B's kube-apiserver and
 	// A's stopped before any source member goes (the Mover's
 	// SwitchClients). An aborted move keeps the shoot at the source: B's
-	// clients move to A's kube-apiserver and B's stops before the abort.
+	// clients move to A's kube-apiserver before the abort, and B's stops
+	// meanwhile.
 	// Their figures and verdicts go into the report (KubeAPIServers,
 	// APIHistory).
 	KubeAPIServers bool
