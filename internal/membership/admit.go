@@ -49,35 +49,58 @@ func (c *Cluster) Admit(ctx context.Context, obs *Observation, joiners []Joiner)
 		if m == nil {
 			continue
 		}
-		cl := c.client(j.Sidecar)
-		st, err := cl.Join(ctx)
+		if m.ConnectedForSeconds > 0 {
+			// Its etcd runs (the raft transport of the member that answered
+			// has it connected) and has not published its name yet: it
+			// started from its admission, and no new one could change how
+			// it joined. Its sidecar is not asked: a pod busy starting etcd
+			// may accept the connection and not answer for seconds, which
+			// held the whole reconcile, its promotion included.
+			continue
+		}
+		ok, err := c.admitLearner(ctx, obs, j, m)
 		if err != nil {
-			if !notJoining(err) {
-				errs = append(errs, fmt.Errorf("asking the sidecar of %s whether it waits: %w", j.Member, err))
-			}
-			continue
+			errs = append(errs, err)
 		}
-		a := sidecar.Admission{State: etcdconfig.StateExisting, InitialCluster: initialCluster(obs, m.ID, j.Member), MemberID: m.ID}
-		if st.HasData {
-			continue // starts already, from its own log
+		if ok {
+			admitted = append(admitted, j.Member)
 		}
-		if old := st.Admission; old != nil && old.MemberID == m.ID && old.State == a.State && sameInitialCluster(old.InitialCluster, a.InitialCluster) {
-			continue // admitted as this very learner, to the membership as it is now
-		}
-		// An admission to a membership that changed since (another learner
-		// added or a member removed before this one started) is renewed:
-		// etcd refuses to join when its initial cluster does not list
-		// exactly the cluster's members, and etcd-wrapper asks again.
-		if _, err := cl.Admit(ctx, a); err != nil {
-			if sidecar.IsReason(err, sidecar.ReasonHasData) {
-				continue // its etcd has data now: it no longer waits
-			}
-			errs = append(errs, fmt.Errorf("admitting %s as learner %s: %w", j.Member, m.ID, err))
-			continue
-		}
-		admitted = append(admitted, j.Member)
 	}
 	return admitted, errors.Join(errs...)
+}
+
+// admitLearner admits joiner j as the unstarted learner m of obs, if its
+// sidecar waits for that. Each call is bounded like a member list: a pod
+// that does not answer within it is asked again on the next reconcile.
+func (c *Cluster) admitLearner(ctx context.Context, obs *Observation, j Joiner, m *sidecar.Member) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.ObserveTimeout)
+	defer cancel()
+	cl := c.client(j.Sidecar)
+	st, err := cl.Join(ctx)
+	if err != nil {
+		if notJoining(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("asking the sidecar of %s whether it waits: %w", j.Member, err)
+	}
+	a := sidecar.Admission{State: etcdconfig.StateExisting, InitialCluster: initialCluster(obs, m.ID, j.Member), MemberID: m.ID}
+	if st.HasData {
+		return false, nil // starts already, from its own log
+	}
+	if old := st.Admission; old != nil && old.MemberID == m.ID && old.State == a.State && sameInitialCluster(old.InitialCluster, a.InitialCluster) {
+		return false, nil // admitted as this very learner, to the membership as it is now
+	}
+	// An admission to a membership that changed since (another learner
+	// added or a member removed before this one started) is renewed: etcd
+	// refuses to join when its initial cluster does not list exactly the
+	// cluster's members, and etcd-wrapper asks again.
+	if _, err := cl.Admit(ctx, a); err != nil {
+		if sidecar.IsReason(err, sidecar.ReasonHasData) {
+			return false, nil // its etcd has data now: it no longer waits
+		}
+		return false, fmt.Errorf("admitting %s as learner %s: %w", j.Member, m.ID, err)
+	}
+	return true, nil
 }
 
 // Bootstrap admits every joiner with state "new" and the initial cluster of
@@ -101,7 +124,9 @@ func (c *Cluster) Bootstrap(ctx context.Context, joiners []Joiner) (bool, string
 	)
 	for _, j := range joiners {
 		cl := c.client(j.Sidecar)
-		st, err := cl.Join(ctx)
+		jctx, cancel := context.WithTimeout(ctx, c.cfg.ObserveTimeout)
+		st, err := cl.Join(jctx)
+		cancel()
 		switch {
 		case err != nil && notJoining(err):
 			return false, fmt.Sprintf("the sidecar of %s does not serve etcd-wrapper (it starts its member on its own)", j.Member), nil

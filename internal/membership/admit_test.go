@@ -2,11 +2,15 @@ package membership_test
 
 import (
 	"context"
+	"net"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 
@@ -102,4 +106,63 @@ func TestAdmissionFollowsTheMembership(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(admitted).To(BeEmpty())
 	g.Expect(admission()).To(Equal(renewed))
+}
+
+// TestAdmissionLeavesAStartedLearnerAlone: a pod starting its etcd may
+// accept its sidecar's connections and not answer for seconds (the demo's
+// pods did for 10 s, until etcd's publish), which held the controller's
+// whole reconcile, the learner's promotion included. A learner the raft
+// transport has connected runs already, so its sidecar is not asked; one
+// that is not connected is asked within the observe timeout, and the
+// error names it.
+func TestAdmissionLeavesAStartedLearnerAlone(t *testing.T) {
+	g := NewWithT(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	g.Expect(err).NotTo(HaveOccurred())
+	var accepted atomic.Int32
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			mu.Lock()
+			conns = append(conns, c) // held open, never answered
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+
+	c, err := membership.New(membership.Config{Holder: "test", ObserveTimeout: 300 * time.Millisecond})
+	g.Expect(err).NotTo(HaveOccurred())
+	const peer4 = "http://etcd-main-4.etcd-main-peer.ns.svc:2380"
+	learner := sidecar.Member{ID: "b4", PeerURLs: []string{peer4}, IsLearner: true, ConnectedForSeconds: 2}
+	obs := func(l sidecar.Member) *membership.Observation {
+		return &membership.Observation{List: &sidecar.MemberList{Members: []sidecar.Member{
+			{ID: "a0", Name: "etcd-main-0", PeerURLs: []string{"http://etcd-main-0.etcd-main-peer.ns.svc:2380"}, IsLeader: true},
+			l,
+		}}}
+	}
+	joiners := []membership.Joiner{{Member: "etcd-main-4", PeerURLs: []string{peer4}, Sidecar: "http://" + ln.Addr().String()}}
+
+	admitted, err := c.Admit(context.Background(), obs(learner), joiners)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(admitted).To(BeEmpty())
+	g.Expect(accepted.Load()).To(BeZero(), "the sidecar of a connected learner is not asked")
+
+	learner.ConnectedForSeconds = 0
+	admitted, err = c.Admit(context.Background(), obs(learner), joiners)
+	g.Expect(admitted).To(BeEmpty())
+	g.Expect(err).To(MatchError(And(ContainSubstring("asking the sidecar of etcd-main-4 whether it waits"), ContainSubstring("context deadline exceeded"))))
+	g.Expect(accepted.Load()).To(BeNumerically(">=", 1), "the sidecar of a learner that has not started is asked")
 }
