@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,13 +27,14 @@ const leaderTransferHold = 2 * time.Second
 // for a whole call timeout.
 const drainTimeout = 5 * time.Second
 
-// drainClients moves the clients of member, which the step removes, to
-// other members through its sidecar's client gate: a member nobody talks
-// to is removed without failing a client's call (kube-apiserver does not
-// retry a write once sent). A sidecar without a gate, or one that does not
-// answer, is passed by: the removal goes on as etcd alone would do it. A
-// sidecar that answers with a refusal postpones the removal.
-func (c *Cluster) drainClients(ctx context.Context, endpoints []Endpoint, member string) error {
+// drainClients moves the clients of member (etcd's ID id), which the step
+// removes, to other members through its sidecar's client gate: a member
+// nobody talks to is removed without failing a client's call
+// (kube-apiserver does not retry a write once sent). A sidecar without a
+// gate, or one that does not answer, is passed by: the removal goes on as
+// etcd alone would do it. A sidecar that answers with a refusal postpones
+// the removal. A drained member is remembered (noteDrained).
+func (c *Cluster) drainClients(ctx context.Context, endpoints []Endpoint, member, id string) error {
 	for _, e := range endpoints {
 		if e.Member != member || e.URL == "" {
 			continue
@@ -55,11 +57,49 @@ func (c *Cluster) drainClients(ctx context.Context, endpoints []Endpoint, member
 			return nil
 		}
 		c.cfg.Logger.Info("drained the clients of a member before its removal", "member", member, "took", time.Since(start).String())
+		c.noteDrained(id, start)
 		return nil
 	}
 	// No sidecar of the member is known (an external member of another
 	// cluster whose sidecar is not listed): nothing to drain through.
 	return nil
+}
+
+// drainedMemory is how long a drained member is remembered: its removal
+// follows within seconds, or is planned again within a few rounds.
+const drainedMemory = 10 * time.Minute
+
+// noteDrained remembers that the gate of member id was closed at.
+//
+// A drained gate takes no connection again, so every poll of that member
+// fails from then on. When the step that was to remove it does not happen
+// (etcd refused the promotion it came with, say), the member stays a voter
+// whose raft is connected but which answers no poll, and the planner's
+// health gate would wait for it forever (WaitingForHealthyCluster): its
+// removal, the one step that would end the wait, is a change the gate
+// holds. Input counts such a member as healthy instead: its etcd runs and
+// votes, and what does not answer is the gate this Cluster closed.
+func (c *Cluster) noteDrained(id string, at time.Time) {
+	if id == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, t := range c.drained {
+		if at.Sub(t) > drainedMemory {
+			delete(c.drained, k)
+		}
+	}
+	c.drained[strings.ToLower(id)] = at
+}
+
+// wasDrained tells whether this Cluster drained member id within
+// drainedMemory before now.
+func (c *Cluster) wasDrained(id string, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.drained[strings.ToLower(id)]
+	return ok && now.Sub(t) <= drainedMemory
 }
 
 // holdClients makes every member's gate hold new calls until release is

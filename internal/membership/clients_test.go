@@ -46,13 +46,71 @@ func TestDrainBeforeRemoval(t *testing.T) {
 		{"refused", answer(http.StatusServiceUnavailable, `{"reason":"EtcdUnavailable","message":"still in flight"}`), true},
 		{"unreachable", unreachable, false},
 	} {
-		err := c.drainClients(context.Background(), []Endpoint{{Member: "m-1", URL: "http://127.0.0.1:1"}, {Member: "m-0", URL: tc.url}}, "m-0")
+		err := c.drainClients(context.Background(), []Endpoint{{Member: "m-1", URL: "http://127.0.0.1:1"}, {Member: "m-0", URL: tc.url}}, "m-0", "a0")
 		if tc.postponed {
 			g.Expect(err).To(MatchError(ContainSubstring("draining the clients of m-0")), tc.name)
 		} else {
 			g.Expect(err).NotTo(HaveOccurred(), tc.name)
 		}
 	}
+}
+
+// A member drained for a removal that then did not happen (etcd refused the
+// promotion sent with it) answers no poll again, yet votes: the planner
+// goes on with the move instead of waiting for it forever, and only for a
+// member this Cluster drained whose raft is connected.
+func TestDrainedDepartingVoterHoldsNoMove(t *testing.T) {
+	g := NewWithT(t)
+	drainedGate := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"ready":false,"inFlight":0}`))
+	}))
+	t.Cleanup(drainedGate.Close)
+	now := time.Now()
+	member := func(id, name string, learner, leader bool) sidecar.Member {
+		return sidecar.Member{ID: id, Name: name, PeerURLs: []string{"https://" + name + ":2380"}, ClientURLs: []string{"https://" + name + ":2379"},
+			IsLearner: learner, IsLeader: leader, Healthy: true, HealthyForSeconds: 60, ConnectedForSeconds: 60}
+	}
+	// A hold-source move at its tie: two source voters (a-1's gate
+	// drained, its poll refused), one destination voter, one caught-up
+	// destination learner.
+	a1 := member("a1", "a-1", false, false)
+	a1.Healthy, a1.HealthyForSeconds, a1.Error = false, 0, "connection error: dial tcp 10.244.0.4:2379: connect: connection refused"
+	list := &sidecar.MemberList{TransportOf: "a0", Retired: []sidecar.RetiredMember{}, Members: []sidecar.Member{
+		member("a0", "a-0", false, true), a1, member("b3", "b-3", false, false), member("b4", "b-4", true, false)}}
+	target := Target{
+		Add:    []planner.Want{{Name: "b-3", PeerURLs: []string{"https://b-3:2380"}, Side: "b"}, {Name: "b-4", PeerURLs: []string{"https://b-4:2380"}, Side: "b"}},
+		Remove: []string{"a-0", "a-1"},
+		Side:   func(string) string { return "a" },
+	}
+	plan := func(c *Cluster, connected float64) Plan {
+		l := *list
+		l.Members = slices.Clone(list.Members)
+		l.Members[1].ConnectedForSeconds = connected
+		return c.Plan(&Observation{List: &l, At: now}, target, NewProgress(nil), nil, planner.Policy{MinHealthyFor: 5 * time.Second, MaxLearners: 1})
+	}
+
+	untouched, err := New(Config{Holder: "test"})
+	g.Expect(err).NotTo(HaveOccurred())
+	p := plan(untouched, 60)
+	g.Expect(p.Step.Kind).To(Equal(planner.Wait), "a voter that misses a poll is waited for: %s", p.Step)
+	g.Expect(p.Step.Reason).To(ContainSubstring("departing voter a-1"))
+
+	c, err := New(Config{Holder: "test"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c.drainClients(context.Background(), []Endpoint{{Member: "a-1", URL: drainedGate.URL}}, "a-1", "A1")).To(Succeed())
+	p = plan(c, 60)
+	g.Expect(p.Step.Kind).To(Equal(planner.Promote), "%s", p.Step)
+	g.Expect(p.Step.Member).To(Equal("b-4"))
+	g.Expect(p.ThenRemove).NotTo(BeNil(), "the promotion makes the tie; a removal ends it")
+	g.Expect(p.ThenRemove.Member).To(HavePrefix("a-"))
+	in := p.Input.Members[1]
+	g.Expect(in.Healthy).To(BeTrue())
+	g.Expect(in.Problem).To(ContainSubstring("drained for its removal"))
+
+	// Not connected: not known to vote, so it is not counted as healthy.
+	p = plan(c, 0)
+	g.Expect(p.Input.Members[1].Healthy).To(BeFalse())
 }
 
 // The gates of the transferee's side are held only once the other side's

@@ -169,6 +169,9 @@ type Cluster struct {
 	// a newer process of the holder took the lock over, and this Cluster
 	// changes nothing more.
 	fenced bool
+	// drained are the members (by ID) whose client gates this Cluster
+	// closed for their removal, and when.
+	drained map[string]time.Time
 }
 
 // New returns a Cluster for the given configuration.
@@ -193,7 +196,7 @@ func New(cfg Config) (*Cluster, error) {
 	// The start time first: a newer process's token sorts after an older
 	// one's, and only a newer process takes its holder's lock over.
 	token := fmt.Sprintf("%016x%s", time.Now().UnixNano(), hex.EncodeToString(random))
-	return &Cluster{cfg: cfg, token: token, clients: map[string]*sidecar.Client{}, failed: map[string]failure{}}, nil
+	return &Cluster{cfg: cfg, token: token, clients: map[string]*sidecar.Client{}, failed: map[string]failure{}, drained: map[string]time.Time{}}, nil
 }
 
 // Holder is the name this Cluster uses in the lock and retirement records.

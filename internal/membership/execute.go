@@ -164,7 +164,11 @@ func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []End
 	// to the others, and the removal is planned again.
 	drained := make(chan error, 1)
 	if m := obs.Member(cmp.Or(removal.ID, removal.Member)); removal.Kind == planner.Remove && (m == nil || !m.IsLearner) {
-		go func() { drained <- c.drainClients(ctx, endpoints, removal.Member) }()
+		id := removal.ID
+		if m != nil {
+			id = m.ID
+		}
+		go func() { drained <- c.drainClients(ctx, endpoints, removal.Member, id) }()
 	} else {
 		drained <- nil
 	}

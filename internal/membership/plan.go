@@ -184,6 +184,12 @@ func (c *Cluster) Input(obs *Observation, t Target, progress *Progress) planner.
 		if transportVotes {
 			pm.ConnectedFor = time.Duration(m.ConnectedForSeconds * float64(time.Second))
 		}
+		if !m.Healthy && !m.IsLearner && pm.ConnectedFor > 0 && c.wasDrained(m.ID, obs.At) {
+			// Its gate was closed for a removal that did not follow (see
+			// noteDrained): its raft runs and votes.
+			pm.Healthy, pm.CaughtUp = true, true
+			pm.Problem = "its clients were drained for its removal, so it answers no poll; its raft is connected"
+		}
 		if m.IsLearner {
 			pm.NoProgressFor = progress.NoProgressFor(m.ID, obs.At)
 		}
