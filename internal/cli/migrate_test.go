@@ -137,6 +137,20 @@ func TestMigrateCommand(t *testing.T) {
 	g.Expect(after.ResourceVersion).To(Equal(got.ResourceVersion), "--dry-run writes nothing")
 	_, err = run(append(base, "--dry-run", "-o", "wide")...)
 	g.Expect(exitCode(err)).To(Equal(ExitUsage))
+	// --hold-source puts switch-clients after retire-source; it needs the
+	// switch command, and a count of members.
+	out, err = run(append(base, "--dry-run", "--switch-clients-command", "true", "--hold-source", "1")...)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(MatchRegexp(`3\. retire-source +sets the destination's policy to Retire`))
+	g.Expect(out).To(MatchRegexp(`4\. switch-clients +runs --switch-clients-command`))
+	_, err = run(append(base, "--dry-run", "--hold-source", "1")...)
+	g.Expect(err).To(MatchError(ContainSubstring("--hold-source 1 needs --switch-clients-command")))
+	g.Expect(exitCode(err)).To(Equal(ExitUsage))
+	_, err = run(append(base, "--dry-run", "--switch-clients-command", "true", "--hold-source", "-1")...)
+	g.Expect(err).To(MatchError(ContainSubstring("--hold-source -1")))
+	g.Expect(exitCode(err)).To(Equal(ExitUsage))
+	g.Expect(clients[0].Get(ctx, client.ObjectKeyFromObject(src), after)).To(Succeed())
+	g.Expect(after.ResourceVersion).To(Equal(got.ResourceVersion), "a refused call writes nothing")
 
 	// Two contexts of one kubeconfig, as kubectl takes them.
 	merged := clientcmdapi.NewConfig()

@@ -50,6 +50,11 @@ type SiteOptions struct {
 	// (0: the chart's default, 1): above 1 the destination's members join
 	// as learners side by side.
 	MaxLearners int
+	// HoldSource is the move's HoldSource (0: the clients switch before
+	// any source member goes; above 0: the destination takes the majority
+	// first and holds that many source members for the source's clients
+	// until they are switched).
+	HoldSource int32
 	// Baseline also runs the hand-scripted clientv3 move (package
 	// baseline) on the same two sites after the product's move, with the
 	// same preload, and puts its figures into the report.
@@ -128,7 +133,8 @@ func RunOnSites(ctx context.Context, o SiteOptions) (rep report.Report, err erro
 		RTT:      rtt,
 		Workload: workload.Options{PreloadKeys: o.PreloadKeys, PreloadValueSize: o.PreloadValueSize},
 		Before:   o.Before, After: o.After,
-		Out: out,
+		HoldSource: o.HoldSource,
+		Out:        out,
 	})
 	if err != nil {
 		return rep, err
@@ -146,6 +152,7 @@ func RunOnSites(ctx context.Context, o SiteOptions) (rep report.Report, err erro
 	rep = report.FromAPILoad(run.API)
 	rep.Title = fmt.Sprintf("live move of %s from %s to %s (real etcd-druid sites)", mv.Key(), site.SourceIdentity, site.DestinationIdentity)
 	rep.RTTMs = float64(rtt) / float64(time.Millisecond)
+	rep.HeldSourceMembers = int(o.HoldSource)
 	rep.MigrationSeconds = run.MoveTook.Seconds()
 	rep.TieSeconds = run.TieSeconds
 	rep.EtcdCrashes = run.EtcdCrashes

@@ -67,6 +67,17 @@ type Options struct {
 	// not started retire-source, so it must be safe to repeat. Unset:
 	// retire-source follows the join at once.
 	SwitchClients func(ctx context.Context) error
+	// HoldSource, when above 0 (with SwitchClients), turns the order
+	// around: retire-source runs first and the destination keeps that many
+	// source members voting for the source site's clients (phase
+	// SourceHeld, spec.retainedExternalMembers); SwitchClients runs once
+	// the destination holds the majority, and the held members go after
+	// it. The destination's kube-apiserver then starts on a majority inside
+	// its own site, where every quorum read of its start stays local, while
+	// the source's clients, already serving, meet the removals of their
+	// members and the leader transfer, which their client gates hold them
+	// through. It must be below the source's replica count.
+	HoldSource int32
 	// Progress, when set, receives every event, in order, from the
 	// goroutine that runs the move: keep it quick.
 	Progress func(Event)
@@ -123,6 +134,12 @@ func New(o Options) (*Mover, error) {
 	}
 	if o.SourceAddresses == nil || o.DestinationAddresses == nil {
 		errs = append(errs, errors.New("migration: SourceAddresses and DestinationAddresses are required: the other cluster reaches each member through them"))
+	}
+	switch {
+	case o.HoldSource < 0:
+		errs = append(errs, fmt.Errorf("migration: HoldSource is %d: want 0 (switch the clients first) or the number of source members to hold", o.HoldSource))
+	case o.HoldSource > 0 && o.SwitchClients == nil:
+		errs = append(errs, fmt.Errorf("migration: HoldSource is %d, but there is no SwitchClients: held source members are kept for clients that the move switches", o.HoldSource))
 	}
 	if o.DestinationOrdinalStart != nil && *o.DestinationOrdinalStart < 0 {
 		errs = append(errs, fmt.Errorf("migration: the destination ordinal start must not be negative, got %d", *o.DestinationOrdinalStart))
@@ -185,7 +202,7 @@ func (m *Mover) Move(ctx context.Context) error {
 			step = m.joinDestination
 		case move.PhaseDestinationJoined:
 			step = m.retireSource
-			if m.o.SwitchClients != nil && !m.switched {
+			if m.o.SwitchClients != nil && !m.switched && m.o.HoldSource == 0 {
 				if err := m.run(ctx, move.StepSwitchClients, src, dst, m.switchClients); err != nil {
 					return err
 				}
@@ -344,8 +361,13 @@ func (m *Mover) retireSource(ctx context.Context, src, _ *v1alpha1.Etcd) error {
 	// The source lists every destination member: their number is the
 	// destination's final size, whatever it has now.
 	n := int32(len(src.Spec.ExternalMembers))
-	// No source member is held back: the clients were switched before.
-	if err := m.patchAdvertised(ctx, func(e *v1alpha1.Etcd) { move.RetireSource(e, n, 0) }); err != nil {
+	// Without HoldSource no source member is held back: the clients were
+	// switched before.
+	hold := m.o.HoldSource
+	if hold > 0 && hold >= src.Spec.Replicas {
+		return fmt.Errorf("migration: HoldSource %d would hold every one of the source's %d members: hold fewer, so that the destination can take the majority", hold, src.Spec.Replicas)
+	}
+	if err := m.patchAdvertised(ctx, func(e *v1alpha1.Etcd) { move.RetireSource(e, n, hold) }); err != nil {
 		return err
 	}
 	return m.wait(ctx, move.StepRetireSource, func(_, dst *v1alpha1.Etcd) bool { return move.SourceRetired(dst) || move.SourceHeld(dst) })

@@ -220,6 +220,22 @@ func startedMove(t *testing.T, converged bool, step func(dst *v1alpha1.Etcd), ob
 	return ns
 }
 
+// joinedMove is a move whose destination's first member joined: 3+1
+// voters, policy Keep, its controller converged. It returns the namespace
+// and the observed members.
+func joinedMove(t *testing.T) (string, []v1alpha1.ObservedMember) {
+	t.Helper()
+	joined := []v1alpha1.ObservedMember{
+		observedMember("1", "etcd-main-0", v1alpha1.MemberRoleLeader, v1alpha1.MemberOriginExternal),
+		observedMember("2", "etcd-main-1", v1alpha1.MemberRoleVoter, v1alpha1.MemberOriginExternal),
+		observedMember("3", "etcd-main-2", v1alpha1.MemberRoleVoter, v1alpha1.MemberOriginExternal),
+		observedMember("4", "etcd-main-3", v1alpha1.MemberRoleVoter, v1alpha1.MemberOriginLocal),
+	}
+	ns := startedMove(t, true, func(*v1alpha1.Etcd) {}, joined...)
+	NewWithT(t).Expect(move.Phase(get(t, srcClient, ns), get(t, dstClient, ns))).To(Equal(move.PhaseDestinationJoined))
+	return ns, joined
+}
+
 // reportConverged writes what the destination's controller reports once
 // it converged on the destination's current spec: the observed members.
 func reportConverged(t *testing.T, ns string, observed ...v1alpha1.ObservedMember) {
@@ -260,15 +276,7 @@ func TestAbortRefusedOnceTheDestinationHoldsTheMajority(t *testing.T) {
 // fails changes nothing.
 func TestSwitchClientsComesBeforeAnySourceMemberGoes(t *testing.T) {
 	g := NewWithT(t)
-	// The destination's first member joined: 3+1 voters, policy Keep.
-	joined := []v1alpha1.ObservedMember{
-		observedMember("1", "etcd-main-0", v1alpha1.MemberRoleLeader, v1alpha1.MemberOriginExternal),
-		observedMember("2", "etcd-main-1", v1alpha1.MemberRoleVoter, v1alpha1.MemberOriginExternal),
-		observedMember("3", "etcd-main-2", v1alpha1.MemberRoleVoter, v1alpha1.MemberOriginExternal),
-		observedMember("4", "etcd-main-3", v1alpha1.MemberRoleVoter, v1alpha1.MemberOriginLocal),
-	}
-	ns := startedMove(t, true, func(*v1alpha1.Etcd) {}, joined...)
-	g.Expect(move.Phase(get(t, srcClient, ns), get(t, dstClient, ns))).To(Equal(move.PhaseDestinationJoined))
+	ns, joined := joinedMove(t)
 	srcBefore, dstBefore := get(t, srcClient, ns), get(t, dstClient, ns)
 
 	moveWithFailingSwitch(t, ns, "no source member is retired while the clients are not switched", true)
@@ -334,6 +342,58 @@ func TestHeldSourceMemberIsReleasedAfterTheSwitch(t *testing.T) {
 	g.Expect(events).NotTo(BeEmpty())
 	g.Expect(events[0].Step).To(Equal(move.StepSwitchClients))
 	g.Expect(get(t, srcClient, ns)).To(Equal(srcBefore), "the source is not touched by the switch")
+}
+
+// With HoldSource the joined destination is told to retire the source
+// while holding that many of its members, and the clients are not switched
+// before: the switch waits for SourceHeld. A hold of every source member
+// is refused with nothing changed, and so are options that cannot work.
+func TestHoldSourceRetiresBeforeTheSwitch(t *testing.T) {
+	g := NewWithT(t)
+	ns, _ := joinedMove(t)
+	srcBefore, dstBefore := get(t, srcClient, ns), get(t, dstClient, ns)
+
+	holding := func(n int32) func(*migration.Options) {
+		return func(o *migration.Options) { o.HoldSource = n }
+	}
+	var calls int
+	switching := func(o *migration.Options) {
+		o.SwitchClients = func(context.Context) error { calls++; return nil }
+	}
+	err := mover(t, ns, nil, switching, holding(3)).Move(context.Background())
+	g.Expect(err).To(MatchError(ContainSubstring("HoldSource 3 would hold every one of the source's 3 members")))
+	g.Expect(get(t, srcClient, ns)).To(Equal(srcBefore))
+	g.Expect(get(t, dstClient, ns)).To(Equal(dstBefore))
+	g.Expect(calls).To(BeZero())
+
+	var events []migration.Event
+	err = mover(t, ns, &events, switching, holding(1)).Move(context.Background())
+	// Nobody plays the destination's controller: the wait for SourceHeld
+	// runs out.
+	g.Expect(err).To(MatchError(ContainSubstring("step retire-source did not finish")))
+	g.Expect(calls).To(BeZero(), "the clients are switched once the destination holds the majority, not before")
+	retiring := get(t, dstClient, ns)
+	g.Expect(retiring.Spec.GetExternalMembersPolicy()).To(Equal(v1alpha1.ExternalMembersPolicyRetire))
+	g.Expect(retiring.Spec.GetRetainedExternalMembers()).To(Equal(1))
+	g.Expect(retiring.Spec.Replicas).To(BeNumerically("==", 3))
+	g.Expect(retiring.Spec.LearnerReplicas).To(BeNil(), "no warm learners: the destination's members join and vote as the source's go")
+	g.Expect(events).NotTo(BeEmpty())
+	g.Expect(events[0].Step).To(Equal(move.StepRetireSource))
+	g.Expect(get(t, srcClient, ns)).To(Equal(srcBefore))
+
+	for _, tc := range []struct {
+		o    func(*migration.Options)
+		want string
+	}{
+		{holding(-1), "HoldSource is -1"},
+		{holding(1), "HoldSource is 1, but there is no SwitchClients"},
+	} {
+		o := migration.Options{Source: srcClient, Destination: dstClient, Namespace: ns, Name: "etcd-main",
+			SourceAddresses: migration.URLTemplates{Peer: "http://{pod}.a:2380"}.Addresses(), DestinationAddresses: migration.URLTemplates{Peer: "http://{pod}.b:2380"}.Addresses()}
+		tc.o(&o)
+		_, err := migration.New(o)
+		g.Expect(err).To(MatchError(ContainSubstring(tc.want)))
+	}
 }
 
 // moveWithFailingSwitch runs the move of ns with a switch of the clients

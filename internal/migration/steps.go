@@ -4,17 +4,47 @@ import (
 	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
 )
 
-// Remaining are the steps Move runs from phase p to the end of the move, in
-// order: the one under way (or next), then the rest; with switchClients
-// (Options.SwitchClients set) switch-clients comes before retire-source
-// while that is still ahead. Empty once the move completed; nil for a phase
-// Move refuses to continue from (aborting, aborted, inconsistent).
-func Remaining(p move.MovePhase, switchClients bool) []move.Step {
-	all := []move.Step{move.StepPrepareSource, move.StepJoinDestination}
-	if switchClients {
-		all = append(all, move.StepSwitchClients)
+// ClientSwitch is when a move switches the source site's clients.
+type ClientSwitch int
+
+const (
+	// NoClientSwitch: Options.SwitchClients is unset; retire-source follows
+	// the join.
+	NoClientSwitch ClientSwitch = iota
+	// SwitchBeforeRetire: switch-clients comes before retire-source.
+	SwitchBeforeRetire
+	// SwitchWhenHeld (Options.HoldSource): retire-source comes first and
+	// stops at the held source members; switch-clients then releases them.
+	SwitchWhenHeld
+)
+
+// ClientSwitch is when this Mover switches the source site's clients.
+func (m *Mover) ClientSwitch() ClientSwitch {
+	switch {
+	case m.o.SwitchClients == nil:
+		return NoClientSwitch
+	case m.o.HoldSource > 0:
+		return SwitchWhenHeld
 	}
-	all = append(all, move.StepRetireSource, move.StepFinish)
+	return SwitchBeforeRetire
+}
+
+// Remaining are the steps Move runs from phase p to the end of the move, in
+// order: the one under way (or next), then the rest, with switch-clients
+// where sw puts it while that is still ahead. Empty once the move
+// completed; nil for a phase Move refuses to continue from (aborting,
+// aborted, inconsistent).
+func Remaining(p move.MovePhase, sw ClientSwitch) []move.Step {
+	all := []move.Step{move.StepPrepareSource, move.StepJoinDestination}
+	switch sw {
+	case SwitchBeforeRetire:
+		all = append(all, move.StepSwitchClients, move.StepRetireSource)
+	case SwitchWhenHeld:
+		all = append(all, move.StepRetireSource, move.StepSwitchClients)
+	default:
+		all = append(all, move.StepRetireSource)
+	}
+	all = append(all, move.StepFinish)
 	from := func(s move.Step) []move.Step {
 		for i, x := range all {
 			if x == s {
@@ -29,7 +59,7 @@ func Remaining(p move.MovePhase, switchClients bool) []move.Step {
 	case move.PhaseSourcePrepared, move.PhaseJoiningDestination:
 		return from(move.StepJoinDestination)
 	case move.PhaseDestinationJoined:
-		if switchClients {
+		if sw == SwitchBeforeRetire {
 			return from(move.StepSwitchClients)
 		}
 		return from(move.StepRetireSource)
@@ -64,9 +94,9 @@ func Describe(s move.Step) string {
 	case move.StepJoinDestination:
 		return "creates the destination Etcd (or sets its replicas) with the source's members as external members; waits until its members joined as learners and vote"
 	case move.StepSwitchClients:
-		return "warms the destination (its final replicas, all but its first member as learners: spec.learnerReplicas), then runs --switch-clients-command: the source site's clients move to the destination before any source member goes, while the learners catch up"
+		return "runs --switch-clients-command: the source site's clients move to the destination. By default before any source member goes: it first warms the destination (its final replicas, all but its first member as learners: spec.learnerReplicas), whose learners catch up meanwhile. With --hold-source once the destination holds the majority; the held source members go after it"
 	case move.StepRetireSource:
-		return "sets the destination's policy to Retire; waits until the votes moved and the source's members are removed"
+		return "sets the destination's policy to Retire; waits until the votes moved and the source's members are removed (with --hold-source: all but the held ones)"
 	case move.StepFinish:
 		return "sets the source to replicas 0 and has both Etcds forget the external members"
 	case move.StepAbort:

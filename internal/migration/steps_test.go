@@ -12,24 +12,28 @@ import (
 
 func TestRemainingSteps(t *testing.T) {
 	tests := []struct {
-		phase         move.MovePhase
-		switchClients bool
-		want          []move.Step
+		phase move.MovePhase
+		sw    ClientSwitch
+		want  []move.Step
 	}{
-		{move.PhaseNotStarted, false, []move.Step{"prepare-source", "join-destination", "retire-source", "finish"}},
-		{move.PhaseNotStarted, true, []move.Step{"prepare-source", "join-destination", "switch-clients", "retire-source", "finish"}},
-		{move.PhaseJoiningDestination, false, []move.Step{"join-destination", "retire-source", "finish"}},
-		{move.PhaseDestinationJoined, true, []move.Step{"switch-clients", "retire-source", "finish"}},
-		{move.PhaseDestinationJoined, false, []move.Step{"retire-source", "finish"}},
-		{move.PhaseSourceHeld, true, []move.Step{"switch-clients", "finish"}},
-		{move.PhaseFinishing, false, []move.Step{"finish"}},
-		{move.PhaseCompleted, false, []move.Step{}},
-		{move.PhaseAborting, false, nil},
-		{move.PhaseInconsistent, false, nil},
+		{move.PhaseNotStarted, NoClientSwitch, []move.Step{"prepare-source", "join-destination", "retire-source", "finish"}},
+		{move.PhaseNotStarted, SwitchBeforeRetire, []move.Step{"prepare-source", "join-destination", "switch-clients", "retire-source", "finish"}},
+		{move.PhaseNotStarted, SwitchWhenHeld, []move.Step{"prepare-source", "join-destination", "retire-source", "switch-clients", "finish"}},
+		{move.PhaseJoiningDestination, NoClientSwitch, []move.Step{"join-destination", "retire-source", "finish"}},
+		{move.PhaseDestinationJoined, SwitchBeforeRetire, []move.Step{"switch-clients", "retire-source", "finish"}},
+		{move.PhaseDestinationJoined, SwitchWhenHeld, []move.Step{"retire-source", "switch-clients", "finish"}},
+		{move.PhaseDestinationJoined, NoClientSwitch, []move.Step{"retire-source", "finish"}},
+		{move.PhaseRetiringSource, SwitchWhenHeld, []move.Step{"retire-source", "switch-clients", "finish"}},
+		{move.PhaseSourceHeld, SwitchBeforeRetire, []move.Step{"switch-clients", "finish"}},
+		{move.PhaseSourceHeld, SwitchWhenHeld, []move.Step{"switch-clients", "finish"}},
+		{move.PhaseFinishing, NoClientSwitch, []move.Step{"finish"}},
+		{move.PhaseCompleted, NoClientSwitch, []move.Step{}},
+		{move.PhaseAborting, NoClientSwitch, nil},
+		{move.PhaseInconsistent, NoClientSwitch, nil},
 	}
 	for _, tc := range tests {
 		g := NewWithT(t)
-		g.Expect(Remaining(tc.phase, tc.switchClients)).To(Equal(tc.want), "%s, switch-clients %t", tc.phase, tc.switchClients)
+		g.Expect(Remaining(tc.phase, tc.sw)).To(Equal(tc.want), "%s, client switch %d", tc.phase, tc.sw)
 		for _, s := range tc.want {
 			g.Expect(Describe(s)).NotTo(BeEmpty(), "%s", s)
 		}
@@ -38,7 +42,7 @@ func TestRemainingSteps(t *testing.T) {
 	// Every phase a move passes through has its step first, as the move
 	// itself picks it.
 	for _, p := range []move.MovePhase{move.PhaseNotStarted, move.PhaseSourcePrepared, move.PhaseRetiringSource, move.PhaseSourceRetired} {
-		g.Expect(Remaining(p, false)[0]).To(Equal(p.Step()), "%s", p)
+		g.Expect(Remaining(p, NoClientSwitch)[0]).To(Equal(p.Step()), "%s", p)
 	}
 	g.Expect(RemainingAbort(move.PhaseAborting)).To(Equal([]move.Step{move.StepAbort}))
 	g.Expect(RemainingAbort(move.PhaseAborted)).To(BeEmpty())
@@ -47,7 +51,7 @@ func TestRemainingSteps(t *testing.T) {
 func TestProgressBar(t *testing.T) {
 	g := NewWithT(t)
 	var out strings.Builder
-	steps := Remaining(move.PhaseNotStarted, false)
+	steps := Remaining(move.PhaseNotStarted, NoClientSwitch)
 	b := NewProgressBar(&out, steps)
 	at := b.start
 	b.Print(Event{Kind: StepStarted, Step: move.StepPrepareSource, Phase: move.PhaseNotStarted, At: at})

@@ -35,6 +35,11 @@ type Report struct {
 	RTTMs float64 `json:"rttMs"`
 	// Preload is the data written before the run.
 	Preload Preload `json:"preload"`
+	// HeldSourceMembers is the move's HoldSource: above 0 the destination
+	// took the majority first, holding that many source members for the
+	// source's clients until they were switched; 0: the clients were
+	// switched before any source member went.
+	HeldSourceMembers int `json:"heldSourceMembers,omitempty"`
 
 	// MigrationSeconds is how long the move took, first step to last.
 	MigrationSeconds float64 `json:"migrationSeconds"`
@@ -308,6 +313,9 @@ func (r Report) WriteText(out io.Writer) error {
 	}
 	if r.RTTMs > 0 || r.Preload.Keys > 0 {
 		line("  setup\t%s RTT, %d preloaded keys of %d bytes", ms(r.RTTMs), r.Preload.Keys, r.Preload.ValueBytes)
+	}
+	if r.HeldSourceMembers > 0 {
+		line("  order\tthe destination took the majority first, holding %d source member(s) until the clients switched", r.HeldSourceMembers)
 	}
 	line("  migration time\t%.2f s", r.MigrationSeconds)
 	line("  time in tie\t%.2f s", r.TieSeconds)

@@ -100,6 +100,10 @@ type LiveMoveOptions struct {
 	// After how long the destination's clients write after the move's end
 	// (default 5 s).
 	Before, After time.Duration
+	// HoldSource is the mover's HoldSource (0: switch the clients first):
+	// above 0 the destination retires all source members but that many,
+	// then the clients switch, then the held ones go.
+	HoldSource int32
 	// OnEvent, when set, sees every event of the move as it happens.
 	OnEvent func(migration.Event)
 	// Out receives one line per stage (default: nothing). The logs of the
@@ -365,6 +369,7 @@ func (m *LiveMove) Run(ctx context.Context) (*LiveMoveRun, error) {
 		// advertise their names under B's domain.
 		SourceAddresses: templates(sourceDomain).Addresses(), DestinationAddresses: templates(destinationDomain).Addresses(),
 		StepTimeout: 5 * time.Minute,
+		HoldSource:  m.opts.HoldSource,
 		// Once B's first member votes and B's kube-apiserver serves on
 		// it, before any of A's members goes, A's clients move to B's
 		// kube-apiserver (the shoot's API endpoint switched) and A's
