@@ -166,23 +166,11 @@ func TestLiveMoveHoldingASourceMember(t *testing.T) {
 
 	g.Expect(run.OwnLost.Lost).To(BeEmpty(), "no acknowledged write lost")
 	g.Expect(run.Own.Linearizable).To(BeTrue(), "the own client's history is linearizable: %s", run.Own.LinearizabilityResult)
+	// A's clients wait through the leader transfer and then commit across
+	// the link (0.74-1.32 s at 180 ms RTT in the bench); B's meet no
+	// membership change.
 	api := run.API
-	t.Logf("kube-apiserver clients:\n%s", api)
-	g.Expect(json.NewEncoder(logFileOf(t, a, "apiload-results.json")).Encode(api)).To(Succeed())
-	g.Expect(api.LostAcknowledgedWrites).To(BeZero(), "no write a kube-apiserver acknowledged is lost: %v", api.LostWrites)
-	g.Expect(api.Linearizable).To(BeTrue(), "the kube-apiservers' history is linearizable: %s", api.LinearizabilityResult)
-	for _, f := range api.Servers {
-		t.Logf("%s: %d writes, %d failed (by class %v), max write gap %s", f.Name, f.Writes, f.Failed, f.FailedByClass, f.MaxWriteGap)
-		g.Expect(f.Failed).To(BeZero(), "failed requests through %s's kube-apiserver: %v", f.Name, f.FailedErrors)
-		// A's clients wait through the leader transfer and then commit
-		// across the link (1.26-1.29 s at 180 ms RTT in the demo); B's
-		// meet no membership change.
-		limit := time.Second
-		if f.Name == a.opts.ClusterIdentity {
-			limit = 3 * time.Second
-		}
-		g.Expect(f.MaxWriteGap).To(BeNumerically("<=", limit), "the longest write gap of %s's clients", f.Name)
-	}
+	expectKubeAPIServers(t, api, a, map[string]time.Duration{a.opts.ClusterIdentity: 3 * time.Second})
 
 	// The held member goes only after the switch, and at the switch B
 	// held the majority beside it.
@@ -229,6 +217,14 @@ func TestLiveMoveHoldingASourceMember(t *testing.T) {
 // writes.
 func expectKubeAPIServersSawNothing(t *testing.T, api apiload.Results, s *Site) {
 	t.Helper()
+	expectKubeAPIServers(t, api, s, nil)
+}
+
+// expectKubeAPIServers is expectKubeAPIServersSawNothing with the longest
+// write gap of the servers named in gapLimits bounded by their limit
+// instead of a second.
+func expectKubeAPIServers(t *testing.T, api apiload.Results, s *Site, gapLimits map[string]time.Duration) {
+	t.Helper()
 	g := NewWithT(t)
 	t.Logf("kube-apiserver clients:\n%s", api)
 	marks := make([]string, 0, len(api.Marks))
@@ -242,7 +238,11 @@ func expectKubeAPIServersSawNothing(t *testing.T, api apiload.Results, s *Site) 
 	for _, f := range api.Servers {
 		t.Logf("%s: %d writes, %d failed (by class %v), max write gap %s", f.Name, f.Writes, f.Failed, f.FailedByClass, f.MaxWriteGap)
 		g.Expect(f.Failed).To(BeZero(), "failed requests through %s's kube-apiserver: %v", f.Name, f.FailedErrors)
-		g.Expect(f.MaxWriteGap).To(BeNumerically("<=", time.Second), "the longest write gap of %s's clients", f.Name)
+		limit := time.Second
+		if l, ok := gapLimits[f.Name]; ok {
+			limit = l
+		}
+		g.Expect(f.MaxWriteGap).To(BeNumerically("<=", limit), "the longest write gap of %s's clients", f.Name)
 	}
 }
 
