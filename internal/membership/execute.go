@@ -161,7 +161,8 @@ func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []End
 	// the removal waits for the longer of the two calls, not their sum
 	// (each a round trip across sites in a move). A member drained whose
 	// removal then does not follow is departing anyway: its clients went
-	// to the others, and the removal is planned again.
+	// to the others, and the removal is planned again, with the member
+	// counted as healthy while its raft is connected (noteDrained).
 	drained := make(chan error, 1)
 	if m := obs.Member(cmp.Or(removal.ID, removal.Member)); removal.Kind == planner.Remove && (m == nil || !m.IsLearner) {
 		id := removal.ID
