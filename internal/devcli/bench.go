@@ -62,7 +62,7 @@ root, like the demo; each run takes 6-9 minutes on a 2-core machine.`,
 	f.DurationVar(&o.Before, "before", 5*time.Second, "client traffic before each move")
 	f.DurationVar(&o.After, "after", 5*time.Second, "client traffic after each move")
 	f.IntVar(&o.MaxLearners, "max-learners", 1, "druid-stretch's --max-learners on both sites: how many destination members join as learners at once (etcd's max-learners is set to match)")
-	f.Int32Var(&o.HoldSource, "hold-source", 0, "0: the source's clients switch before any source member goes; N above 0: the destination takes the majority first, holding N source members for the source's clients until they are switched (its kube-apiserver then starts on a quorum in its own site)")
+	f.Int32Var(&o.HoldSource, "hold-source", 0, holdSourceUsage)
 	f.BoolVar(&o.Baseline, "baseline", true, "after each move, run the hand-scripted clientv3 move (same members, data and sites) and print its time and the ratio")
 	return cmd
 }
