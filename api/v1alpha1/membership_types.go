@@ -258,6 +258,11 @@ const (
 	// again at its progress interval; a voter connected for a minute
 	// without serving clients is reported as WaitingForHealthyCluster.
 	ReasonWaitingForMemberStart = "WaitingForMemberStart"
+	// ReasonWaitingForVoters means the next removal waits until voters
+	// promoted moments ago have been connected for 5 s, which etcd's
+	// strict reconfiguration check counts before a removal. It comes by
+	// itself, and the controller polls again once the rest has passed.
+	ReasonWaitingForVoters = "WaitingForVoters"
 	// ReasonWaitingForLock means another controller holds the cluster's
 	// membership lock.
 	ReasonWaitingForLock = "WaitingForLock"

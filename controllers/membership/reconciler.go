@@ -332,7 +332,14 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 			// progress interval, not with the failure backoff, and do not
 			// call the Etcd degraded meanwhile.
 			s.reconfiguring(word, plan.Step.Reason)
-			return ctrl.Result{RequeueAfter: r.opts.ProgressInterval}, nil
+			return ctrl.Result{RequeueAfter: r.pollAfter(plan.Step)}, nil
+		}
+		if plan.Step.Rule == planner.RuleQuorum && plan.Step.ReadyIn > 0 {
+			// Voters promoted moments ago settle in etcd's strict
+			// reconfiguration count: the removal waiting for them comes
+			// by itself, and no quorum is at risk.
+			s.reconfiguring(v1alpha1.ReasonWaitingForVoters, plan.Step.Reason)
+			return ctrl.Result{RequeueAfter: r.pollAfter(plan.Step)}, nil
 		}
 		s.blocked(conditionReason(word), plan.Step.Reason)
 		return r.backoff(key, 0), nil
@@ -382,18 +389,17 @@ func (r *Reconciler) execute(ctx context.Context, s *scope, key types.Namespaced
 			r.metrics.Steps.WithLabelValues(string(then.Kind), string(res.Outcome)).Inc()
 			r.event(s.etcd, corev1.EventTypeNormal, stepEventReason(then.Kind), string(then.Kind), "%s %s right after the promotion, %.3f s later: %s (through %s)", then.Kind, stepLabel(then), res.Gap.Seconds(), then.Reason, res.Via)
 		}
-		if (step.Kind == planner.MoveLeader && res.Changed) || res.ThenRemoved {
-			// A transfer is made for the change right behind it (rule 5's
-			// removal of the old leader, rule 6's change that makes a tie
-			// only the leader's removal could end), and etcd has already
-			// settled it when MoveLeader answers: plan that change now,
-			// not after the progress interval. The same after the removal
-			// that ended a tie: the leader may sit on the side that lost
-			// the majority, where a cut between the sides costs the other
-			// side an election, until the transfer planned next.
-			return ctrl.Result{RequeueAfter: time.Millisecond}, nil
-		}
-		return ctrl.Result{RequeueAfter: r.opts.ProgressInterval}, nil
+		// etcd applied the change before the sidecar answered: plan the
+		// next one from a fresh observation now, not after the progress
+		// interval. A learner just added is admitted by that reconcile
+		// (its pod waits for it to start etcd); a transfer is made for the
+		// change right behind it (rule 5's removal of the old leader, rule
+		// 6's change that makes a tie only the leader's removal could
+		// end); after the removal that ended a tie the leader may sit on
+		// the side that lost the majority, where a cut between the sides
+		// costs the other side an election, until the transfer planned
+		// next. A next step that has to wait polls at its own pace.
+		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 	case membership.Retry:
 		if res.Reason == sidecar.ReasonTooManyLearners {
 			// etcd's --max-learners is lower than MaxLearners: nothing
@@ -405,8 +411,16 @@ func (r *Reconciler) execute(ctx context.Context, s *scope, key types.Namespaced
 			return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 		}
 		s.stepRefused(step, res, false)
-		if res.Reason == sidecar.ReasonMembershipChanged {
+		switch res.Reason {
+		case sidecar.ReasonMembershipChanged:
 			return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+		case sidecar.ReasonLearnerNotReady:
+			// The learner catches up (etcd's leader found its log behind:
+			// a snapshot join takes seconds at a WAN's round trip). Ask
+			// again at the sidecar's pace: the failure backoff waited up
+			// to 4 s longer than the learner needed after three such
+			// answers. One that stops progressing is removed (rule 8).
+			return ctrl.Result{RequeueAfter: max(res.RetryAfter, r.opts.ProgressInterval)}, nil
 		}
 		return r.backoff(key, res.RetryAfter), nil
 	case membership.Uncertain:
@@ -466,6 +480,20 @@ func (r *Reconciler) backoff(key types.NamespacedName, hint time.Duration) ctrl.
 		d *= 2
 	}
 	return ctrl.Result{RequeueAfter: max(min(d, r.opts.MaxBackoff), hint)}
+}
+
+// readyMargin is added to a wait's ReadyIn: the sidecars count from their
+// own scrape of the raft transport, so a poll exactly at ReadyIn may find
+// a few milliseconds still missing.
+const readyMargin = 50 * time.Millisecond
+
+// pollAfter is when a wait that ends by itself is looked at again: once its
+// known rest has passed, or at the progress interval, whichever is sooner.
+func (r *Reconciler) pollAfter(step planner.Step) time.Duration {
+	if step.ReadyIn > 0 && step.ReadyIn+readyMargin < r.opts.ProgressInterval {
+		return step.ReadyIn + readyMargin
+	}
+	return r.opts.ProgressInterval
 }
 
 func (r *Reconciler) resetFailures(key types.NamespacedName) {

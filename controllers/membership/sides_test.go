@@ -2,12 +2,14 @@ package membership
 
 import (
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	"k8s.io/utils/ptr"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/internal/membership"
+	"github.com/druid-stretch/druid-stretch/internal/planner"
 )
 
 // TestSidesOfAnOrdinalMove: in a move of the pod window the members of the
@@ -41,4 +43,15 @@ func TestSidesOfAnOrdinalMove(t *testing.T) {
 	g.Expect(origin(e, membership.Target{}, "etcd-main-0", nil)).To(Equal(v1alpha1.MemberOriginLocal), "a leaving member is still one of ours")
 	g.Expect(origin(e, membership.Target{}, "etcd-main-4", nil)).To(Equal(v1alpha1.MemberOriginLocal))
 	g.Expect(origin(e, membership.Target{}, "seed-a-etcd-main-0", nil)).To(Equal(v1alpha1.MemberOriginExternal))
+}
+
+// TestPollAfter: a wait whose end the planner knows is looked at again just
+// after it, never later than the progress interval; one whose end is not
+// known, at the progress interval.
+func TestPollAfter(t *testing.T) {
+	g := NewWithT(t)
+	r := &Reconciler{opts: Options{ProgressInterval: time.Second}}
+	g.Expect(r.pollAfter(planner.Step{Kind: planner.Wait, ReadyIn: 300 * time.Millisecond})).To(Equal(300*time.Millisecond + readyMargin))
+	g.Expect(r.pollAfter(planner.Step{Kind: planner.Wait, ReadyIn: 3 * time.Second})).To(Equal(time.Second))
+	g.Expect(r.pollAfter(planner.Step{Kind: planner.Wait})).To(Equal(time.Second))
 }

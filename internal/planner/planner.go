@@ -173,6 +173,11 @@ type Step struct {
 	Reason string
 	// Rule is the rule that decided the step (one of the Rule constants).
 	Rule string
+	// ReadyIn is, for a Wait that ends by itself once members have been
+	// connected or healthy for Policy.MinHealthyFor, how much of that is
+	// left as observed; 0 when the wait's end is not known. A caller polls
+	// again then instead of at its usual interval.
+	ReadyIn time.Duration
 }
 
 // String prints the step on one line, for logs and the rebalance command.
@@ -496,16 +501,16 @@ func (v *view) learnerState(l *member, p Policy) (Step, bool) {
 		// transport shows how long it has been connected. Waiting for the
 		// publish instead costs etcd's request timeout after a snapshot.
 	case !l.Healthy && l.Unstarted:
-		return waitStep(RuleReadyLearner, "WaitingForLearner: %s does not serve clients yet; connected for %s of %s", l.label(), l.ConnectedFor, p.MinHealthyFor), false
+		return readyIn(waitStep(RuleReadyLearner, "WaitingForLearner: %s does not serve clients yet; connected for %s of %s", l.label(), l.ConnectedFor, p.MinHealthyFor), l.ConnectedFor, p), false
 	case !l.Healthy:
-		return waitStep(RuleReadyLearner, "WaitingForLearner: %s is not answering yet", l.label()), false
+		return readyIn(waitStep(RuleReadyLearner, "WaitingForLearner: %s is not answering yet", l.label()), l.ConnectedFor, p), false
 	case !l.CaughtUp:
 		return waitStep(RuleReadyLearner, "WaitingForLearner: %s is catching up with the leader", l.label()), false
 	case settledFor(l) < p.MinHealthyFor:
 		// Rule 3: etcd's strict reconfiguration check counts a member only
 		// after 5 s connected; a voter promoted sooner blocks the next removal
 		// for up to 5 s, prolonging the n+1 (and any tie) by as much.
-		return waitStep(RuleReadyLearner, "WaitingForLearner: %s healthy or connected for %s of %s", l.label(), settledFor(l), p.MinHealthyFor), false
+		return readyIn(waitStep(RuleReadyLearner, "WaitingForLearner: %s healthy or connected for %s of %s", l.label(), settledFor(l), p.MinHealthyFor), settledFor(l), p), false
 	}
 	return Step{}, true
 }
@@ -656,11 +661,15 @@ func (v *view) removeFirst(rm *member, adding bool, inFlight int) bool {
 func (v *view) removeVoter(e *member, p Policy, rule, why string) Step {
 	after := v.countsWithout(e)
 	left, healthy := 0, 0
+	var settling []time.Duration // what the healthy voters that stay lack of MinHealthyFor
 	for _, m := range v.voters {
 		if m != e {
 			left++
-			if m.Healthy && settledFor(m) >= p.MinHealthyFor {
+			switch {
+			case m.Healthy && settledFor(m) >= p.MinHealthyFor:
 				healthy++
+			case m.Healthy:
+				settling = append(settling, p.MinHealthyFor-settledFor(m))
 			}
 		}
 	}
@@ -670,7 +679,14 @@ func (v *view) removeVoter(e *member, p Policy, rule, why string) Step {
 		return waitStep(RuleQuorum, "WaitingForQuorum: %s is the last voter", e.label())
 	}
 	if healthy < quorum(left) {
-		return waitStep(RuleQuorum, "WaitingForQuorum: removing %s would leave %d of %d voters healthy and connected for %s, below a quorum of %d", e.label(), healthy, left, p.MinHealthyFor, quorum(left))
+		s := waitStep(RuleQuorum, "WaitingForQuorum: removing %s would leave %d of %d voters healthy and connected for %s, below a quorum of %d", e.label(), healthy, left, p.MinHealthyFor, quorum(left))
+		if need := quorum(left) - healthy; need <= len(settling) {
+			// Voters promoted moments ago: the quorum is there once the
+			// need-th of them has been connected long enough.
+			slices.Sort(settling)
+			s.ReadyIn = settling[need-1]
+		}
+		return s
 	}
 	if rule != RuleHealthyCluster && len(v.keptAbsent) > 0 && left < v.size {
 		// Rule 10: a removal never takes the voters below what the target
@@ -838,6 +854,16 @@ func isVoters(n int) string {
 
 func waitStep(rule, format string, args ...any) Step {
 	return Step{Kind: Wait, Rule: rule, Reason: fmt.Sprintf(format, args...)}
+}
+
+// readyIn sets s.ReadyIn for a learner connected (or healthy) for settled:
+// the rest of MinHealthyFor. Not yet connected at all, its wait's end is
+// not known.
+func readyIn(s Step, settled time.Duration, p Policy) Step {
+	if settled > 0 && settled < p.MinHealthyFor {
+		s.ReadyIn = p.MinHealthyFor - settled
+	}
+	return s
 }
 
 func quorum(voters int) int { return voters/2 + 1 }

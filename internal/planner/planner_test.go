@@ -267,6 +267,43 @@ func TestRule4KeepHealthyQuorum(t *testing.T) {
 	})
 }
 
+// TestReadyIn checks the waits whose end the planner knows: a learner or
+// the voters that stay lack part of MinHealthyFor, and the caller may look
+// again exactly then; a wait on anything else says nothing.
+func TestReadyIn(t *testing.T) {
+	base := []Member{lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a")}
+	with := func(extra Member) Observed { return obs(append(slices.Clone(base), extra)...) }
+	young := learner("b-0", "b")
+	young.HealthyFor = 3 * time.Second
+	catchingUp := learner("b-0", "b")
+	catchingUp.CaughtUp = false
+	freshVoters := obs(lead(voter("a-0", "a")), fresh(voter("a-1", "a")), voter("a-2", "a"), fresh(voter("b-0", "b")))
+	for _, c := range []struct {
+		name    string
+		obs     Observed
+		want    Desired
+		rule    string
+		readyIn time.Duration
+	}{
+		{"unstarted learner connected for 4 s", with(connected(unstarted("b-0", "b", 10*time.Second), 4*time.Second)), moveAB, RuleReadyLearner, time.Second},
+		{"unstarted learner not connected yet", with(unstarted("b-0", "b", 10*time.Second)), moveAB, RuleReadyLearner, 0},
+		{"started learner not answering, connected for 4 s", with(connected(down(learner("b-0", "b")), 4*time.Second)), moveAB, RuleReadyLearner, time.Second},
+		{"learner healthy for 3 s", with(young), moveAB, RuleReadyLearner, 2 * time.Second},
+		{"learner catching up", with(catchingUp), moveAB, RuleReadyLearner, 0},
+		{"a removal waits for voters promoted 2 s ago", freshVoters,
+			Desired{Add: []Want{want("b-0", "b")}, Keep: []string{"a-0", "a-1"}, Remove: []string{"a-2"}}, RuleQuorum, 3 * time.Second},
+		{"a removal waits for voters that are down", obs(lead(voter("a-0", "a")), down(voter("a-1", "a")), down(voter("a-2", "a"))), moveAB, RuleQuorum, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := NewWithT(t)
+			s := Next(c.obs, c.want, Policy{})
+			g.Expect(s.Kind).To(Equal(Wait), "step %s", s)
+			g.Expect(s.Rule).To(Equal(c.rule), "step %s", s)
+			g.Expect(s.ReadyIn).To(Equal(c.readyIn), "step %s", s)
+		})
+	}
+}
+
 func TestRule5NeverRemoveLeader(t *testing.T) {
 	runCases(t, []ruleCase{
 		{name: "the departing leader hands over to a member that stays",
