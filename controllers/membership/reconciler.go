@@ -398,7 +398,12 @@ func (r *Reconciler) execute(ctx context.Context, s *scope, key types.Namespaced
 		// end); after the removal that ended a tie the leader may sit on
 		// the side that lost the majority, where a cut between the sides
 		// costs the other side an election, until the transfer planned
-		// next. A next step that has to wait polls at its own pace.
+		// next. A next step that has to wait polls at its own pace. A step
+		// that changed nothing (etcd had it already) is not repeated at
+		// once: an observation that lags would plan it again.
+		if !res.Changed && !res.ThenRemoved {
+			return ctrl.Result{RequeueAfter: r.opts.ProgressInterval}, nil
+		}
 		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 	case membership.Retry:
 		if res.Reason == sidecar.ReasonTooManyLearners {
