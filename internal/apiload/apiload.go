@@ -56,6 +56,10 @@ type Load struct {
 	started  bool
 	stopped  bool
 	stopAt   time.Duration
+	// trafficAt is when the writers started, after Start created the
+	// objects through the first ready server: no write gap is counted
+	// before it, since the load itself wrote nothing yet.
+	trafficAt time.Duration
 
 	stopping   chan struct{}
 	stopOnce   sync.Once
@@ -229,6 +233,7 @@ func (l *Load) Start(ctx context.Context) error {
 	}
 	l.mu.Lock()
 	l.history = workload.NewHistory(initial)
+	l.trafficAt = l.now()
 	if !slices.ContainsFunc(l.marks, func(m Mark) bool { return m.Phase }) {
 		l.marks = append(l.marks, Mark{At: l.now(), Name: l.opts.InitialPhase, Phase: true})
 	}

@@ -54,7 +54,7 @@ func TestSummarizeCountsFromFirstReadiness(t *testing.T) {
 		ack(3400, 3500),
 	}
 	phases := []Mark{{At: 0, Name: "before", Phase: true}, {At: ms(3100), Name: "during", Phase: true}}
-	f := summarize("site-b", reqs, true, ms(1000), ms(4000), ms(4000), phases)
+	f := summarize("site-b", reqs, true, ms(1000), ms(500), ms(4000), ms(4000), phases)
 	g.Expect(f.Writes).To(Equal(3))
 	g.Expect(f.Conflicts).To(Equal(1))
 	g.Expect(f.Reads).To(Equal(1))
@@ -72,7 +72,15 @@ func TestSummarizeCountsFromFirstReadiness(t *testing.T) {
 	}))
 	g.Expect(f.String()).To(Equal("site-b: 3 writes, 1 reads, 3 failed (2 Timeout, 1 ProposalDropped), 1 conflicts, max write gap 2.01 s from 1.0 s, ready from 1.0 s"))
 
-	never := summarize("site-c", nil, false, 0, ms(4000), ms(4000), phases)
+	// The load's own start (creating its objects after the first
+	// readiness) is no gap of the server's: counted from 2.5 s, when the
+	// writers started, the longest gap is the 0.51 s to the first write.
+	late := summarize("site-b", reqs, true, ms(1000), ms(2500), ms(4000), ms(4000), phases)
+	g.Expect(late.MaxWriteGap).To(Equal(ms(510)))
+	g.Expect(late.MaxWriteGapAt).To(Equal(ms(2500)))
+	g.Expect(late.FirstReady).To(Equal(ms(1000)), "readiness is reported as it was")
+
+	never := summarize("site-c", nil, false, 0, ms(500), ms(4000), ms(4000), phases)
 	g.Expect(never.MaxWriteGap).To(BeZero())
 	g.Expect(never.String()).To(Equal("site-c: 0 writes, 0 reads, 0 failed, max write gap 0.00 s, never ready"))
 }

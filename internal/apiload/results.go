@@ -77,7 +77,9 @@ type ServerFigures struct {
 	FailedErrors  []ErrorCount `json:"failedErrors,omitempty"`
 
 	// MaxWriteGap is the longest time between two consecutive acknowledged
-	// write completions, counted from the server's first readiness to Stop,
+	// write completions, counted from the server's first readiness (or from
+	// when the writers started, after the load created its objects, if that
+	// is later) to Stop,
 	// or to SwitchedAt for a server switched away (so a server that became
 	// ready and never wrote shows the whole stretch, and a switched one does
 	// not show the rest of the run as a stall); it starts at MaxWriteGapAt.
@@ -154,7 +156,7 @@ type PhaseFigures struct {
 // an error, and that object's acknowledged writes count as unverified.
 func (l *Load) Results(ctx context.Context, vo VerifyOptions) (Results, error) {
 	l.mu.Lock()
-	started, stopped, stopAt, h := l.started, l.stopped, l.stopAt, l.history
+	started, stopped, stopAt, trafficAt, h := l.started, l.stopped, l.stopAt, l.trafficAt, l.history
 	l.mu.Unlock()
 	if !started || !stopped || h == nil {
 		return Results{}, errors.New("apiload: Results needs a load that was started and stopped")
@@ -186,7 +188,7 @@ func (l *Load) Results(ctx context.Context, vo VerifyOptions) (Results, error) {
 		if switched {
 			servedUntil = min(at, stopAt)
 		}
-		f := summarize(s.name, mine, ready, first, servedUntil, stopAt, phases)
+		f := summarize(s.name, mine, ready, first, trafficAt, servedUntil, stopAt, phases)
 		f.SwitchedTo, f.SwitchedAt = to, at
 		f.Readyz, f.Ready = series, readyWindows(series)
 		f.ReadyButFailing, f.ReadyButFailingWindows = readyButFailing(mine, f.Ready, l.opts.ReadyzInterval)
@@ -195,7 +197,7 @@ func (l *Load) Results(ctx context.Context, vo VerifyOptions) (Results, error) {
 			allReady, firstReady = true, first
 		}
 	}
-	r.Total = summarize("total", reqs, allReady, firstReady, stopAt, stopAt, phases)
+	r.Total = summarize("total", reqs, allReady, firstReady, trafficAt, stopAt, stopAt, phases)
 	for _, f := range r.Servers {
 		r.Total.ReadyButFailing += f.ReadyButFailing
 	}
@@ -281,10 +283,11 @@ func (l *Load) finalReads(ctx context.Context, h *workload.History) (map[string]
 }
 
 // summarize computes one server's (or all servers') figures from its
-// requests. Write gaps count from firstReady to servedUntil (stopAt, or
-// the switch away from the server), and not at all for a server that never
-// became ready; the last phase ends at stopAt.
-func summarize(name string, reqs []Request, ready bool, firstReady, servedUntil, stopAt time.Duration, phases []Mark) ServerFigures {
+// requests. Write gaps count from firstReady, or from trafficAt (when the
+// writers started) if that is later, to servedUntil (stopAt, or the switch
+// away from the server), and not at all for a server that never became
+// ready; the last phase ends at stopAt.
+func summarize(name string, reqs []Request, ready bool, firstReady, trafficAt, servedUntil, stopAt time.Duration, phases []Mark) ServerFigures {
 	f := ServerFigures{Name: name, BecameReady: ready, FirstReady: firstReady}
 	classes := map[FailureClass]int{}
 	errs := map[string]int{}
@@ -311,7 +314,7 @@ func summarize(name string, reqs []Request, ready bool, firstReady, servedUntil,
 	f.FailedErrors = countedErrors(errs)
 	f.WriteLatency = latency(reqs, workload.Write)
 	f.ReadLatency = latency(reqs, workload.Read)
-	done := completions(reqs, ready, firstReady, servedUntil)
+	done := completions(reqs, ready, max(firstReady, trafficAt), servedUntil)
 	f.MaxWriteGap, f.MaxWriteGapAt = workload.MaxGapWithin(done, 0, max(servedUntil, lastReturn(reqs)))
 
 	for i, m := range phases {

@@ -98,9 +98,12 @@ func TestRebalanceBetweenNodeGroups(t *testing.T) {
 	defer cancelStart()
 	g.Expect(load.Start(startCtx)).To(Succeed(), "the shoot kube-apiserver serves")
 	t.Cleanup(load.Stop)
-	// A baseline of acknowledged writes before the move.
+	// A baseline of acknowledged writes before the move: 5 s from when the
+	// clients began, not from the load's clock, which started while the
+	// kube-apiserver was still starting (a minute on a busy machine).
+	trafficFrom := time.Since(load.StartedAt())
 	g.Eventually(func() bool {
-		return time.Since(load.StartedAt()) >= 5*time.Second && wroteSince(load, shoot.Name, 0)
+		return time.Since(load.StartedAt()) >= trafficFrom+5*time.Second && wroteSince(load, shoot.Name, trafficFrom)
 	}).WithTimeout(time.Minute).WithPolling(200*time.Millisecond).Should(BeTrue(), "the clients write before the move")
 
 	ties, tieSum, tiesUnder, err := tieHistogram()
