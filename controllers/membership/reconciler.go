@@ -62,7 +62,10 @@ type Options struct {
 	// for its limit, the controller plans with the learners it had, for
 	// that Etcd until the process restarts, and says so in an event.
 	MaxLearners int
-	// ProgressInterval is the requeue while steps are under way (default 1 s).
+	// ProgressInterval is the requeue while steps are under way (default
+	// 1 s): the longest a wait that ends by itself goes unobserved. One
+	// whose end the planner knows (Step.ReadyIn) is looked at again then,
+	// and after a change the next step is planned at once.
 	ProgressInterval time.Duration
 	// ConvergedInterval is the requeue once converged (default 30 s).
 	ConvergedInterval time.Duration
