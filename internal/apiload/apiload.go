@@ -235,7 +235,7 @@ func (l *Load) Start(ctx context.Context) error {
 	l.history = workload.NewHistory(initial)
 	l.trafficAt = l.now()
 	if !slices.ContainsFunc(l.marks, func(m Mark) bool { return m.Phase }) {
-		l.marks = append(l.marks, Mark{At: l.now(), Name: l.opts.InitialPhase, Phase: true})
+		l.marks = append(l.marks, Mark{At: l.trafficAt, Name: l.opts.InitialPhase, Phase: true})
 	}
 	l.mu.Unlock()
 

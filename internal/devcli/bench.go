@@ -61,7 +61,7 @@ root, like the demo; each run takes 6-9 minutes on a 2-core machine.`,
 	f.IntVar(&o.PreloadValueSize, "preload-value-size", 1024, "size in bytes of each preloaded value")
 	f.DurationVar(&o.Before, "before", 5*time.Second, "client traffic before each move")
 	f.DurationVar(&o.After, "after", 5*time.Second, "client traffic after each move")
-	f.IntVar(&o.MaxLearners, "max-learners", 1, "druid-stretch's --max-learners on both sites: how many destination members join as learners at once (etcd's max-learners is set to match)")
+	f.IntVar(&o.MaxLearners, "max-learners", 1, maxLearnersUsage)
 	f.Int32Var(&o.HoldSource, "hold-source", 0, holdSourceUsage)
 	f.BoolVar(&o.Baseline, "baseline", true, "after each move, run the hand-scripted clientv3 move (same members, data and sites) and print its time and the ratio")
 	return cmd

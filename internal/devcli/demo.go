@@ -45,11 +45,14 @@ panics. The binaries are built on first use (hack/test-binaries.sh).`,
 	f.StringVar(&o.PlotPath, "plot", "", "draw the kube-apiservers' write latency, their /readyz and the own client's writes over time, steps marked, into this .svg file")
 	f.StringVar(&o.Dir, "dir", "", "folder for the sites' logs and the pods' files (default: a temporary folder, removed afterwards)")
 	f.BoolVar(&o.KeepDir, "keep", false, "keep the temporary folder with the logs")
-	f.IntVar(&o.MaxLearners, "max-learners", 1, "druid-stretch's --max-learners on both sites: how many destination members join as learners at once (etcd's max-learners is set to match)")
+	f.IntVar(&o.MaxLearners, "max-learners", 1, maxLearnersUsage)
 	f.Int32Var(&o.HoldSource, "hold-source", 0, holdSourceUsage)
 	f.BoolVar(&o.Baseline, "baseline", false, "after the move, run a hand-scripted clientv3 move of the same cluster on the same sites and report its time beside the product's")
 	return cmd
 }
+
+// maxLearnersUsage is the help of --max-learners, which demo and bench share.
+const maxLearnersUsage = "druid-stretch's --max-learners on both sites: how many destination members join as learners at once (etcd's max-learners is set to match)"
 
 // holdSourceUsage is the help of --hold-source, which demo and bench share.
 const holdSourceUsage = "0: the source's clients switch before any source member goes; N above 0: the destination takes the majority first, holding N source members for the source's clients until they are switched (its kube-apiserver then starts on a quorum in its own site)"
