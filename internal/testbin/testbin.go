@@ -8,9 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
+	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
@@ -83,13 +87,13 @@ func Etcdbrctl() (string, error) { return inBin("etcdbrctl") }
 
 // EtcdWrapper is the path of the static etcd-wrapper stand-in
 // (hack/standins/etcd-wrapper).
-func EtcdWrapper() (string, error) { return inBin("etcd-wrapper") }
+func EtcdWrapper() (string, error) { return ownBinary("etcd-wrapper") }
 
 // PodSandbox is the path of the static pod-sandbox (hack/standins/pod-sandbox).
-func PodSandbox() (string, error) { return inBin("pod-sandbox") }
+func PodSandbox() (string, error) { return ownBinary("pod-sandbox") }
 
 // DruidStretchStatic is the path of a static druid-stretch binary, for pods.
-func DruidStretchStatic() (string, error) { return inBin("druid-stretch-static") }
+func DruidStretchStatic() (string, error) { return ownBinary("druid-stretch-static") }
 
 // binaries lists every binary hack/test-binaries.sh provides.
 var binaries = []func() (string, error){
@@ -109,6 +113,76 @@ func inEnvtest(name, env string) (string, error) {
 		return "", err
 	}
 	return executable(filepath.Join(dir, name), name)
+}
+
+// ownBinary finds name, a binary built from this repository, in Bin, and
+// refuses it when a Go source file of the repository is newer: the sites'
+// pods would run an older controller and sidecar than the code under test,
+// and their figures would say nothing about it (hack/test-binaries.sh
+// rebuilds these on every run; go test alone does not).
+func ownBinary(name string) (string, error) {
+	path, err := inBin(name)
+	if err != nil {
+		return "", err
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	newest, file := newestSource()
+	if newest.After(st.ModTime()) {
+		return "", fmt.Errorf("%s at %s (built %s) is older than %s (changed %s): %s", name, path,
+			st.ModTime().Format(time.DateTime), file, newest.Format(time.DateTime), hintRebuild)
+	}
+	return path, nil
+}
+
+// hintRebuild tells a reader how to refresh a stale binary.
+const hintRebuild = "run hack/test-binaries.sh (or make test-binaries) to rebuild it"
+
+var newestOnce struct {
+	sync.Once
+	at   time.Time
+	file string
+}
+
+// newestSource is newestSourceIn for the repository of the working
+// directory, looked up once; zero outside a checkout.
+func newestSource() (time.Time, string) {
+	newestOnce.Do(func() {
+		if root, err := RepoRoot(); err == nil {
+			newestOnce.at, newestOnce.file = newestSourceIn(root)
+		}
+	})
+	return newestOnce.at, newestOnce.file
+}
+
+// newestSourceIn is the newest Go source (tests excluded), go.mod or go.sum
+// under root outside .git, bin/ and hack/tools/ (the pinned tools'
+// modules), and its path relative to root.
+func newestSourceIn(root string) (at time.Time, file string) {
+	_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil // a file removed meanwhile
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			switch rel {
+			case ".git", "bin", filepath.Join("hack", "tools"):
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		name := d.Name()
+		if (!strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go")) && name != "go.mod" && name != "go.sum" {
+			return nil
+		}
+		if info, err := d.Info(); err == nil && info.ModTime().After(at) {
+			at, file = info.ModTime(), rel
+		}
+		return nil
+	})
+	return at, file
 }
 
 // inBin finds name in Bin.
@@ -131,11 +205,10 @@ func executable(path, name string) (string, error) {
 	return path, nil
 }
 
-// Ensure builds the binaries when any is missing, streaming the hack script's
-// progress to out; on a fresh machine that takes many minutes. It is a no-op
-// once all are built, so it does not refresh the binaries built from this
-// repository (etcd-wrapper, pod-sandbox, druid-stretch-static): every run of
-// the script does.
+// Ensure builds the binaries when any is missing, or when one built from
+// this repository (etcd-wrapper, pod-sandbox, druid-stretch-static) is
+// older than its sources, streaming the hack script's progress to out; on a
+// fresh machine that takes many minutes, with the tools built once seconds.
 func Ensure(ctx context.Context, out io.Writer) error {
 	if missing() == nil {
 		return nil
