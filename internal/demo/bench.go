@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -29,6 +30,11 @@ func BenchCases() []BenchCase {
 	return out
 }
 
+// dirName is the case's folder under the bench's --dir.
+func (c BenchCase) dirName() string {
+	return fmt.Sprintf("rtt-%s-keys-%d", c.RTT, c.PreloadKeys)
+}
+
 // BenchResult is the report of one case.
 type BenchResult struct {
 	Case   BenchCase
@@ -45,6 +51,11 @@ func Bench(ctx context.Context, cases []BenchCase, base SiteOptions, progress io
 		o.RTT, o.PreloadKeys = c.RTT, c.PreloadKeys
 		o.Out = io.Discard
 		o.ReportPath, o.PlotPath, o.Dir = "", "", ""
+		if base.Dir != "" {
+			// One folder per case, kept: a slow row can be traced in
+			// its sites' logs afterwards.
+			o.Dir = filepath.Join(base.Dir, c.dirName())
+		}
 		start := time.Now()
 		fmt.Fprintf(progress, "bench: RTT %s, %d preloaded keys ...", c.RTT, c.PreloadKeys)
 		rep, err := RunOnSites(ctx, o)

@@ -63,6 +63,7 @@ root, like the demo; each run takes 6-9 minutes on a 2-core machine.`,
 	f.DurationVar(&o.After, "after", 5*time.Second, "client traffic after each move")
 	f.IntVar(&o.MaxLearners, "max-learners", 1, maxLearnersUsage)
 	f.Int32Var(&o.HoldSource, "hold-source", 0, holdSourceUsage)
+	f.StringVar(&o.Dir, "dir", "", "keep each run's sites (their logs, the pods' files) in a folder of this one named after the run, such as rtt-180ms-keys-10000 (default: a temporary folder per run, removed)")
 	f.BoolVar(&o.Baseline, "baseline", true, "after each move, run the hand-scripted clientv3 move (same members, data and sites) and print its time and the ratio")
 	return cmd
 }
