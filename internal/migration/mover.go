@@ -318,12 +318,24 @@ func (m *Mover) joinDestination(ctx context.Context, src, dst *v1alpha1.Etcd) er
 	if err := checkObservedPeerURLs(src, srcMembers); err != nil {
 		return err
 	}
+	join := func(e *v1alpha1.Etcd) {
+		if m.ClientSwitch() == SwitchWhenHeld {
+			// The held order has no switch before retire-source to warm
+			// the destination in: it warms at the join. The further
+			// members' pods then start beside the first one's instead of
+			// one after another during retire-source, and their learners
+			// catch up while the first member joins; without a vote they
+			// change no quorum, and RetireSource promotes them.
+			move.WarmDestination(e, int32(len(src.Spec.ExternalMembers)))
+		}
+		move.JoinDestination(e, srcMembers)
+	}
 	if dst == nil {
 		t, err := m.destinationTemplate(src, nil, src.Spec.Replicas)
 		if err != nil {
 			return err
 		}
-		move.JoinDestination(t, srcMembers)
+		join(t)
 		if err := move.Advertise(t, m.o.DestinationAddresses); err != nil {
 			return err
 		}
@@ -331,7 +343,7 @@ func (m *Mover) joinDestination(ctx context.Context, src, dst *v1alpha1.Etcd) er
 			return fmt.Errorf("creating the destination Etcd %s/%s: %w", t.Namespace, t.Name, err)
 		}
 	}
-	if err := m.patchAdvertised(ctx, func(e *v1alpha1.Etcd) { move.JoinDestination(e, srcMembers) }); err != nil {
+	if err := m.patchAdvertised(ctx, join); err != nil {
 		return err
 	}
 	return m.wait(ctx, move.StepJoinDestination, func(_, dst *v1alpha1.Etcd) bool { return move.DestinationJoined(dst) })

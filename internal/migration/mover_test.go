@@ -506,3 +506,50 @@ func (c cutAtDeadline) Get(ctx context.Context, key client.ObjectKey, obj client
 	}
 	return c.Client.Get(ctx, key, obj, opts...)
 }
+
+// The join creates the destination with one member in the first order,
+// and warm in the held order: its final replicas, all but its first member
+// as learners, so that all its pods start at once and its further members
+// catch up while the first one joins. Nobody plays the destination's
+// controller, so the join's wait runs out; the source is not touched.
+func TestHeldOrderJoinsWarm(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		hold     int32
+		replicas int32
+		learners *int32
+	}{
+		{"switch first", 0, 1, nil},
+		{"held order", 1, 3, ptr.To[int32](2)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			ns, src := setup(t)
+			dstMembers, err := move.ExternalMembers(move.NewDestination(src, 3), migration.URLTemplates{Peer: "http://{pod}.seed-b.example:2380"}.Addresses())
+			g.Expect(err).NotTo(HaveOccurred())
+			before := src.DeepCopy()
+			move.PrepareSource(src, dstMembers)
+			g.Expect(srcClient.Patch(t.Context(), src, client.MergeFrom(before))).To(Succeed())
+			now := metav1.Now()
+			src.Status.Membership = &v1alpha1.MembershipStatus{ObservedGeneration: src.Generation, ObservedTime: &now,
+				Conditions: []metav1.Condition{{Type: v1alpha1.ConditionMembershipConverged, Status: metav1.ConditionTrue,
+					ObservedGeneration: src.Generation, Reason: v1alpha1.ReasonConverged, LastTransitionTime: now}}}
+			g.Expect(srcClient.Status().Update(t.Context(), src)).To(Succeed())
+			srcBefore := get(t, srcClient, ns)
+
+			options := []func(*migration.Options){func(o *migration.Options) {
+				o.SwitchClients = func(context.Context) error { return nil }
+				o.HoldSource = tc.hold
+			}}
+			err = mover(t, ns, nil, options...).Move(context.Background())
+			g.Expect(err).To(MatchError(ContainSubstring("step join-destination did not finish")))
+			dst := get(t, dstClient, ns)
+			g.Expect(dst).NotTo(BeNil())
+			g.Expect(dst.Spec.Replicas).To(Equal(tc.replicas))
+			g.Expect(dst.Spec.LearnerReplicas).To(Equal(tc.learners))
+			g.Expect(dst.Spec.GetExternalMembersPolicy()).To(Equal(v1alpha1.ExternalMembersPolicyKeep))
+			g.Expect(dst.Spec.ExternalMembers).To(HaveLen(3))
+			g.Expect(get(t, srcClient, ns)).To(Equal(srcBefore), "the join does not touch the source")
+		})
+	}
+}

@@ -92,7 +92,7 @@ func Describe(s move.Step) string {
 	case move.StepPrepareSource:
 		return "the source lists the destination's members as external members (policy Keep); waits for the source's controller to converge"
 	case move.StepJoinDestination:
-		return "creates the destination Etcd (or sets its replicas) with the source's members as external members; waits until its members joined as learners and vote"
+		return "creates the destination Etcd (or sets its replicas) with the source's members as external members (with --hold-source warm: its final replicas, all but its first member as learners); waits until its members joined as learners and vote"
 	case move.StepSwitchClients:
 		return "runs --switch-clients-command: the source site's clients move to the destination. By default before any source member goes: it first warms the destination (its final replicas, all but its first member as learners: spec.learnerReplicas), whose learners catch up meanwhile. With --hold-source once the destination holds the majority; the held source members go after it"
 	case move.StepRetireSource:
