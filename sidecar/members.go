@@ -102,7 +102,8 @@ func (s *Server) promote(r *http.Request) (int, any, *Error) {
 	if e := checkFingerprint(r, v); e != nil {
 		return 0, nil, e
 	}
-	if e := s.learnerReady(m); e != nil {
+	thenName := r.URL.Query().Get("thenRemove")
+	if e := s.learnerReady(m, thenName != "" && s.removalSpares(v, m, thenName)); e != nil {
 		return 0, nil, e
 	}
 	// The promotion makes the learner a voter: the healthy voters after it
@@ -112,7 +113,6 @@ func (s *Server) promote(r *http.Request) (int, any, *Error) {
 		return 0, nil, &Error{StatusCode: http.StatusPreconditionFailed, Reason: ReasonQuorumAtRisk,
 			Message: fmt.Sprintf("after promoting %q, %d of %d voters would be healthy, fewer than a quorum of %d", name, healthy, voters, quorum(voters))}
 	}
-	thenName := r.URL.Query().Get("thenRemove")
 	if thenName != "" {
 		if e := validateName("thenRemove", thenName); e != nil {
 			return 0, nil, e
@@ -259,7 +259,13 @@ func (s *Server) finishRemoval(ctx context.Context, p *removal) (Member, *Error)
 // connected that long, and the leader's own check (its raft progress of the
 // learner at 90 % of its log) decides, refusing with ErrLearnerNotReady
 // otherwise.
-func (s *Server) learnerReady(m *memberView) *Error {
+//
+// spared waives the 5 s for a learner that answers: the removal sent with
+// the promotion (thenRemove) leaves a quorum that etcd counts without it
+// (removalSpares). etcd itself checks no connection time for a promotion,
+// only the learner's log and the started members; the 5 s matter only to a
+// removal that needs the new voter counted.
+func (s *Server) learnerReady(m *memberView, spared bool) *Error {
 	notReady := func(retry time.Duration, format string, args ...any) *Error {
 		return &Error{StatusCode: http.StatusConflict, Reason: ReasonLearnerNotReady, RetryAfter: max(retry, time.Second),
 			Message: fmt.Sprintf("learner %s is not ready: ", memberLabel(m)) + fmt.Sprintf(format, args...)}
@@ -277,10 +283,31 @@ func (s *Server) learnerReady(m *memberView) *Error {
 		return notReady(time.Second, "%d entries behind the leader (at most %d allowed)", m.api.BehindLeader, s.cfg.MaxLearnerLag)
 	}
 	settled := max(seconds(m.api.HealthyForSeconds), connectedFor)
-	if settled < s.cfg.MinLearnerHealthy {
+	if settled < s.cfg.MinLearnerHealthy && !spared {
 		return notReady(s.cfg.MinLearnerHealthy-settled, "healthy or connected for %s, less than the %s required", settled.Round(time.Millisecond), s.cfg.MinLearnerHealthy)
 	}
 	return nil
+}
+
+// removalSpares tells whether removing the voter named name right after
+// learner's promotion leaves voters that etcd's strict reconfiguration
+// check counts as a quorum without learner: healthy, and healthy or
+// connected to this sidecar's member for MinLearnerHealthy. That check
+// runs on this sidecar's member, which takes the removal.
+func (s *Server) removalSpares(v *view, learner *memberView, name string) bool {
+	target := v.find(name)
+	if target == nil || target == learner || target.pb.IsLearner {
+		return false
+	}
+	voters := v.voters() // the voters after both changes: the same number
+	counted := 0
+	for _, m := range voters {
+		settled := time.Duration(max(m.api.HealthyForSeconds, m.api.ConnectedForSeconds) * float64(time.Second))
+		if m != target && m.api.Healthy && settled >= s.cfg.MinLearnerHealthy {
+			counted++
+		}
+	}
+	return counted >= quorum(len(voters))
 }
 
 func memberLabel(m *memberView) string {

@@ -378,6 +378,7 @@ func (s *Server) pollMembers(ctx context.Context, v *view, removing map[uint64]b
 		a.IsLeader = m.pb.ID == v.leaderID
 		a.Healthy = errs[i] == ""
 		a.Error = errs[i]
+		a.Unanswered = !a.Healthy && m.status == nil
 		if m.status != nil {
 			a.RaftIndex = m.status.RaftIndex
 			a.RaftAppliedIndex = m.status.RaftAppliedIndex

@@ -2,6 +2,7 @@ package sidecar_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,4 +99,71 @@ func TestPromoteThenRemove(t *testing.T) {
 func asSidecarError(err error) *sidecar.Error {
 	se, _ := err.(*sidecar.Error)
 	return se
+}
+
+// TestPromoteWithItsRemovalSparesTheSettle: a learner that answers but has not
+// been healthy for MinLearnerHealthy is refused a plain promotion, yet is
+// promoted at once when the removal sent with it leaves voters that
+// etcd's strict reconfiguration check counts as a quorum without it
+// (etcd checks no connection time for the promotion itself).
+func TestPromoteWithItsRemovalSparesTheSettle(t *testing.T) {
+	g := NewWithT(t)
+	tc := startCluster(t, 3, clusterOptions{})
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	via := tc.Members[0]
+	c := tc.client(via)
+	const holder = "settle-test"
+	_, err := c.AcquireLock(ctx, holder, "", time.Minute)
+	g.Expect(err).NotTo(HaveOccurred())
+	fresh := func() sidecar.CallOptions {
+		l, err := c.Members(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		return sidecar.CallOptions{LockHolder: holder, Fingerprint: l.Fingerprint}
+	}
+	nm, err := tc.Runtime.NewMember("etcd-new", localetcd.MemberOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	opts := fresh()
+	retryWhile(g, sidecar.ReasonUnhealthyCluster, 30*time.Second, func() error {
+		_, err := c.AddLearner(ctx, nm.Name, []string{nm.PeerURL}, opts)
+		return err
+	})
+	g.Expect(nm.Start(ctx, localetcd.InitialCluster(append(tc.Members, nm)...), localetcd.ClusterStateExisting)).To(Succeed())
+	list, err := c.Members(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	leader := leaderName(list)
+	var target string
+	for _, m := range tc.Members {
+		if m.Name != leader && m.Name != via.Name {
+			target = m.Name
+		}
+	}
+	g.Expect(target).NotTo(BeEmpty())
+
+	// Each round asks for the plain promotion first; only a refusal for
+	// the settle (the learner answers, but for less than 5 s) is followed
+	// by the promotion with the removal, in the same round.
+	var settleRefusal string
+	var res *sidecar.ChangeResult
+	g.Eventually(func() error {
+		_, err := c.Promote(ctx, nm.Name, fresh())
+		if err == nil {
+			return StopTrying("the plain promotion was accepted: the learner was not caught within its first 5 s")
+		}
+		if !sidecar.IsReason(err, sidecar.ReasonLearnerNotReady) || !strings.Contains(err.Error(), "less than the 5s required") ||
+			strings.Contains(err.Error(), "does not answer") {
+			return err
+		}
+		settleRefusal = err.Error()
+		res, err = c.PromoteThenRemove(ctx, nm.Name, target, fresh())
+		return err
+	}).WithTimeout(60 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
+	t.Logf("refused alone (%s), promoted with the removal of %s", settleRefusal, target)
+	g.Expect(res.Changed).To(BeTrue())
+	g.Expect(res.Removed).NotTo(BeNil())
+	g.Expect(res.Removed.Name).To(Equal(target))
+	after := tc.membership(g, via)
+	g.Expect(after).To(HaveLen(3))
+	g.Expect(after).To(ContainElement(ContainSubstring("name=etcd-new learner=false")))
+	g.Expect(after).NotTo(ContainElement(ContainSubstring("name=" + target + " ")))
 }

@@ -136,7 +136,13 @@ type Member struct {
 	IsLeader   bool     `json:"isLeader"`
 	Healthy    bool     `json:"healthy"`
 	// Error says why the member is not healthy.
-	Error            string `json:"error,omitempty"`
+	Error string `json:"error,omitempty"`
+	// Unanswered means the status poll got no answer at all (a dial
+	// error, a timeout): unlike an answer with errors (an alarm such as
+	// NOSPACE, no leader), it says nothing of the member's raft, which
+	// ConnectedForSeconds may show running (a voter that published itself
+	// moments ago, before its client port serves).
+	Unanswered       bool   `json:"unanswered,omitempty"`
 	RaftIndex        uint64 `json:"raftIndex"`
 	RaftAppliedIndex uint64 `json:"raftAppliedIndex"`
 	// BehindLeader is the leader's raft index minus this member's; for a

@@ -175,6 +175,7 @@ func (c *Cluster) Input(obs *Observation, t Target, progress *Progress) planner.
 			Leader:     m.IsLeader,
 			Healthy:    m.Healthy,
 			Problem:    m.Error,
+			Unanswered: m.Unanswered,
 			CaughtUp:   m.Healthy && (!m.IsLearner || m.BehindLeader <= c.cfg.MaxLearnerLag),
 			HealthyFor: time.Duration(m.HealthyForSeconds * float64(time.Second)),
 			// Not by its name: the controller names the learner its last

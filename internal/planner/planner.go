@@ -50,6 +50,10 @@ type Member struct {
 	// (Healthy is false), while its raft may be connected and caught up.
 	// A learner after a snapshot stays so until etcd retries its publish.
 	Unstarted bool
+	// Unanswered means the latest poll got no answer at all (a dial error,
+	// a timeout), as opposed to an answer with errors (an alarm): it says
+	// nothing of the member's raft, which ConnectedFor may show running.
+	Unanswered bool
 	// NoProgressFor is, for a learner, how long its raft index has not advanced
 	// (for an unstarted learner: how long ago it was added); 0 while advancing.
 	NoProgressFor time.Duration
@@ -301,7 +305,7 @@ func (v *view) healthGate(p Policy) (Step, bool) {
 	}
 	var down *member
 	for _, m := range v.voters {
-		if m.Healthy || connectedUnstarted(m, p) {
+		if m.Healthy || connectedUnstarted(m, p) || connectedUnanswered(m, p) {
 			continue
 		}
 		if m.role != departing || m.Leader {
@@ -350,6 +354,19 @@ func (v *view) healthGate(p Policy) (Step, bool) {
 // counts only started members there.
 func connectedUnstarted(m *member, p Policy) bool {
 	return !m.Healthy && m.Unstarted && m.ConnectedFor >= p.MinHealthyFor
+}
+
+// connectedUnanswered tells whether m, a voter that stays, got no answer
+// to the latest poll (its client port does not serve yet, or does not
+// resolve from the sidecar that polled) while the transport of the member
+// taking the change has had it connected for MinHealthyFor: its raft runs
+// and votes, so, like an unstarted one, it holds no change (rule 1), yet
+// counts for no removal's quorum (rule 4) nor as a leader's successor. A
+// voter that answered with errors (an alarm such as NOSPACE) still holds
+// every change, and so does a departing one, whose removal would need its
+// sidecar to drain its clients.
+func connectedUnanswered(m *member, p Policy) bool {
+	return !m.Healthy && m.Unanswered && m.role != departing && m.ConnectedFor >= p.MinHealthyFor
 }
 
 // publishOverdue is how long a voter may run without serving clients
@@ -444,7 +461,9 @@ func (v *view) parallelLearners(ours []*member, p Policy) Step {
 		if s.Kind == Remove {
 			return s // rule 8: a stuck learner holds a slot for good
 		}
-		if ok && ready == nil {
+		if ok && (ready == nil || early(ready, p) && !early(l, p)) {
+			// One etcd counts already goes before one it does not yet:
+			// the removals after it may need it counted.
 			ready = l
 		}
 		if i == 0 {
@@ -506,13 +525,42 @@ func (v *view) learnerState(l *member, p Policy) (Step, bool) {
 		return readyIn(waitStep(RuleReadyLearner, "WaitingForLearner: %s is not answering yet", l.label()), l.ConnectedFor, p), false
 	case !l.CaughtUp:
 		return waitStep(RuleReadyLearner, "WaitingForLearner: %s is catching up with the leader", l.label()), false
-	case settledFor(l) < p.MinHealthyFor:
+	case settledFor(l) < p.MinHealthyFor && !v.settlingSpares(l, p):
 		// Rule 3: etcd's strict reconfiguration check counts a member only
 		// after 5 s connected; a voter promoted sooner blocks the next removal
 		// for up to 5 s, prolonging the n+1 (and any tie) by as much.
 		return readyIn(waitStep(RuleReadyLearner, "WaitingForLearner: %s healthy or connected for %s of %s", l.label(), settledFor(l), p.MinHealthyFor), settledFor(l), p), false
 	}
 	return Step{}, true
+}
+
+// early tells whether the ready learner l is promoted before etcd's strict
+// reconfiguration check counts it (settlingSpares).
+func early(l *member, p Policy) bool { return l.Healthy && settledFor(l) < p.MinHealthyFor }
+
+// settlingSpares tells whether learner l, healthy and caught up, may be
+// promoted before etcd's strict reconfiguration check counts it: the
+// promotion makes a tie, and the removal that ends it (sent in the same
+// call) leaves voters that etcd counts as a quorum without l. etcd checks
+// no connection time for a promotion, only the learner's log and the
+// started members; the 5 s matter only to a removal that needs l counted.
+// Waiting them out delays the tie's end: on real sites a learner's
+// snapshot join restarts its peer connections, and the tie's promotion
+// waited 5 s for a member its removal did not need. A promotion without a
+// removal in its call keeps the 5 s: the sidecar asks for them there.
+func (v *view) settlingSpares(l *member, p Policy) bool {
+	after := v.voterCounts()
+	after[l.Side]++
+	if !v.makesTie(after) {
+		return false
+	}
+	obs := Observed{Members: make([]Member, 0, len(v.members))}
+	for _, m := range v.members {
+		pm := m.Member
+		pm.Learner = pm.Learner && m != l
+		obs.Members = append(obs.Members, pm)
+	}
+	return Next(obs, v.want, p).Kind == Remove
 }
 
 // stuck tells whether learner l has not caught up and made no progress
@@ -578,7 +626,7 @@ func (v *view) unstartedBeforeTie(after map[string]int, what string) (Step, bool
 		return Step{}, false
 	}
 	for _, m := range v.voters {
-		if m.Unstarted && !m.Healthy {
+		if (m.Unstarted || m.Unanswered) && !m.Healthy {
 			return waitStep(RuleInterleave, "%s: %s makes a tie, which waits until voter %s serves clients (connected for %s)", startWord(m), what, m.label(), m.ConnectedFor), true
 		}
 	}

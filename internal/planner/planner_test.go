@@ -39,7 +39,20 @@ func fresh(m Member) Member { m.HealthyFor = 2 * time.Second; return m }
 // slowPoll is m as a poll that timed out saw it: not healthy, while its
 // raft may still be connected.
 func slowPoll(m Member) Member {
-	m.Healthy, m.HealthyFor, m.Problem = false, 0, "context deadline exceeded"
+	m.Healthy, m.HealthyFor, m.Problem, m.Unanswered = false, 0, "context deadline exceeded", true
+	return m
+}
+
+// refusing is m as a poll saw it whose dial was refused: a voter that
+// published itself moments ago, before its client port serves.
+func refusing(m Member) Member {
+	m.Healthy, m.HealthyFor, m.Problem, m.Unanswered = false, 0, "connect: connection refused", true
+	return m
+}
+
+// alarmed is m answering its poll with an alarm.
+func alarmed(m Member) Member {
+	m.Healthy, m.HealthyFor, m.Problem = false, 0, "etcdserver: mvcc: database space exceeded"
 	return m
 }
 
@@ -94,6 +107,10 @@ func runCases(t *testing.T, cases []ruleCase) {
 // moveAB moves a 3-member cluster from side a to side b.
 var moveAB = Desired{Add: []Want{want("b-0", "b"), want("b-1", "b"), want("b-2", "b")}, Remove: []string{"a-0", "a-1", "a-2"}}
 
+// swapA1 replaces a-1 with b-0 beside a-0: the removal of a-1 leaves two
+// voters, whose quorum needs b-0.
+var swapA1 = Desired{Add: []Want{want("b-0", "b")}, Keep: []string{"a-0"}, Remove: []string{"a-1"}}
+
 func TestRule1HealthyClusterFirst(t *testing.T) {
 	runCases(t, []ruleCase{
 		{name: "no leader", obs: obs(voter("a-0", "a"), voter("a-1", "a"), voter("a-2", "a")), want: moveAB,
@@ -123,6 +140,22 @@ func TestRule1HealthyClusterFirst(t *testing.T) {
 			obs:    obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a"), promoted(connected(unstarted("b-0", "b", 0), 5*time.Second)), learner("b-1", "b")),
 			want:   Desired{Add: []Want{want("b-0", "b"), want("b-1", "b")}, Keep: []string{"a-0", "a-1", "a-2"}},
 			expect: expect{kind: Promote, member: "b-1", rule: RuleReadyLearner}},
+		{name: "a voter that stays and does not answer polls yet, connected for 5 s, takes part in raft: the next change goes on",
+			obs:    obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a"), connected(refusing(voter("b-0", "b")), 5*time.Second), learner("b-1", "b")),
+			want:   Desired{Add: []Want{want("b-0", "b"), want("b-1", "b")}, Keep: []string{"a-0", "a-1", "a-2"}},
+			expect: expect{kind: Promote, member: "b-1", rule: RuleReadyLearner}},
+		{name: "connected for less, it holds every change",
+			obs:    obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a"), connected(refusing(voter("b-0", "b")), 4*time.Second), learner("b-1", "b")),
+			want:   Desired{Add: []Want{want("b-0", "b"), want("b-1", "b")}, Keep: []string{"a-0", "a-1", "a-2"}},
+			expect: expect{kind: Wait, rule: RuleHealthyCluster, reason: "WaitingForHealthyCluster: voter b-0 is unhealthy: connect: connection refused"}},
+		{name: "a voter that answers with an alarm holds every change, however long its raft is connected",
+			obs:    obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a"), connected(alarmed(voter("b-0", "b")), time.Minute), learner("b-1", "b")),
+			want:   Desired{Add: []Want{want("b-0", "b"), want("b-1", "b")}, Keep: []string{"a-0", "a-1", "a-2"}},
+			expect: expect{kind: Wait, rule: RuleHealthyCluster, reason: "WaitingForHealthyCluster: voter b-0 is unhealthy: etcdserver: mvcc: database space exceeded"}},
+		{name: "a removal does not count a voter that does not answer polls",
+			obs:    obs(lead(voter("a-0", "a")), voter("a-1", "a"), connected(refusing(voter("b-0", "b")), time.Minute)),
+			want:   Desired{Add: []Want{want("b-0", "b")}, Keep: []string{"a-0"}, Remove: []string{"a-1"}},
+			expect: expect{kind: Wait, rule: RuleQuorum, reason: "removing a-1 would leave 1 of 2 voters healthy"}},
 		{name: "a learner that is down does not hold removals", obs: obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a"), voter("b-0", "b"), down(learner("b-1", "b"))),
 			want:   Desired{Add: []Want{want("b-0", "b"), want("b-1", "b")}, Keep: []string{"a-0", "a-1"}, Remove: []string{"a-2"}},
 			expect: expect{kind: Wait, rule: RuleReadyLearner, reason: "WaitingForLearner: b-1 is not answering"}},
@@ -207,6 +240,8 @@ func TestRule3PromoteReadyLearner(t *testing.T) {
 	young.HealthyFor = 3 * time.Second
 	ready := learner("b-0", "b")
 	ready.HealthyFor = 5 * time.Second
+	youngB1 := learner("b-1", "b")
+	youngB1.HealthyFor = 3 * time.Second
 	runCases(t, []ruleCase{
 		{name: "unstarted, matched by peer URL", obs: with(unstarted("b-0", "b", 10*time.Second)), want: moveAB,
 			expect: expect{kind: Wait, rule: RuleReadyLearner, reason: "WaitingForLearner: b-0 does not serve clients yet; connected for 0s of 5s"}},
@@ -222,8 +257,17 @@ func TestRule3PromoteReadyLearner(t *testing.T) {
 			expect: expect{kind: Promote, member: "b-0", reason: "caught up and healthy or connected for 5s"}},
 		{name: "catching up", obs: with(notCaughtUp), want: moveAB,
 			expect: expect{kind: Wait, rule: RuleReadyLearner, reason: "WaitingForLearner: b-0 is catching up"}},
-		{name: "healthy for less than 5 s", obs: with(young), want: moveAB,
+		{name: "healthy for less than 5 s, and the removal after it needs it", obs: obs(lead(voter("a-0", "a")), voter("a-1", "a"), young), want: swapA1,
 			expect: expect{kind: Wait, rule: RuleReadyLearner, reason: "WaitingForLearner: b-0 healthy or connected for 3s of 5s"}},
+		{name: "healthy for less than 5 s, and no removal goes with its promotion", obs: with(young), want: moveAB,
+			expect: expect{kind: Wait, rule: RuleReadyLearner, reason: "WaitingForLearner: b-0 healthy or connected for 3s of 5s"}},
+		// etcd checks no connection time for a promotion: the 5 s matter
+		// to the removal after it. This promotion makes a tie (2:2), and
+		// the removal of a-1 that ends it leaves a-0 and b-0 voting, a
+		// quorum of three without b-1.
+		{name: "healthy for less than 5 s, promoted into a tie whose removal does not need it",
+			obs: obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("b-0", "b"), youngB1), want: moveAB,
+			expect: expect{kind: Promote, member: "b-1", rule: RuleReadyLearner, reason: "caught up and healthy or connected for 3s"}},
 		{name: "caught up and healthy for 5 s", obs: with(ready), want: moveAB,
 			expect: expect{kind: Promote, member: "b-0", rule: RuleReadyLearner}},
 		{name: "a shorter minimum from the policy", obs: with(young), want: moveAB, policy: Policy{MinHealthyFor: 2 * time.Second},
@@ -288,7 +332,7 @@ func TestReadyIn(t *testing.T) {
 		{"unstarted learner connected for 4 s", with(connected(unstarted("b-0", "b", 10*time.Second), 4*time.Second)), moveAB, RuleReadyLearner, time.Second},
 		{"unstarted learner not connected yet", with(unstarted("b-0", "b", 10*time.Second)), moveAB, RuleReadyLearner, 0},
 		{"started learner not answering, connected for 4 s", with(connected(down(learner("b-0", "b")), 4*time.Second)), moveAB, RuleReadyLearner, time.Second},
-		{"learner healthy for 3 s", with(young), moveAB, RuleReadyLearner, 2 * time.Second},
+		{"learner healthy for 3 s, needed by the removal after it", obs(lead(voter("a-0", "a")), voter("a-1", "a"), young), swapA1, RuleReadyLearner, 2 * time.Second},
 		{"learner catching up", with(catchingUp), moveAB, RuleReadyLearner, 0},
 		{"a removal waits for voters promoted 2 s ago", freshVoters,
 			Desired{Add: []Want{want("b-0", "b")}, Keep: []string{"a-0", "a-1"}, Remove: []string{"a-2"}}, RuleQuorum, 3 * time.Second},

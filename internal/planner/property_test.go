@@ -349,8 +349,18 @@ func (s *sim) apply(st Step) {
 			if target.Unstarted && holder(s.sideCounts()) != "" && holder(after) == "" {
 				s.unstartedTies++
 			}
-		} else if !target.Learner || !target.Healthy || !target.CaughtUp || settledFor(&member{Member: target.Member}) < s.policy.MinHealthyFor {
+		} else if !target.Learner || !target.Healthy || !target.CaughtUp {
 			s.fail("rule 3: promoted %s that was not ready (%+v)", target.name, target.Member)
+		} else if settledFor(&member{Member: target.Member}) < s.policy.MinHealthyFor {
+			// A learner etcd does not count yet (connected for less than
+			// 5 s) is promoted only into a tie whose removal does not
+			// need it; rule 4's check at every removal below asserts
+			// that etcd would take that removal.
+			after := s.sideCounts()
+			after[target.Side]++
+			if holder(s.sideCounts()) == "" || holder(after) != "" {
+				s.fail("rule 3: promoted %s, not counted by etcd yet, without making a tie (%+v)", target.name, target.Member)
+			}
 		}
 		target.Learner = false
 		s.recordConfig()
@@ -391,10 +401,13 @@ func (s *sim) apply(st Step) {
 }
 
 // checkHealthy asserts rule 1 before a change: a leader, and every voter
-// answering (only a departing voter that is down may be removed without).
+// answering (only a departing voter that is down may be removed without),
+// but for a voter that stays whose poll timed out while its raft has been
+// connected for MinHealthyFor: it runs and votes.
 func (s *sim) checkHealthy(st Step) {
 	for _, m := range s.voters() {
-		if !m.Healthy && !s.runsUnstarted(m) {
+		connected := m.missedPoll && m.ConnectedFor >= s.policy.MinHealthyFor && !slices.Contains(s.want.Remove, m.name)
+		if !m.Healthy && !s.runsUnstarted(m) && !connected {
 			s.fail("rule 1: %s while voter %s is down", st, m.name)
 		}
 	}
@@ -427,14 +440,14 @@ func (s *sim) checkAfter(st Step) {
 func (s *sim) tick() {
 	for _, m := range s.members {
 		if m.missedPoll {
-			m.missedPoll, m.Healthy, m.Problem = false, true, ""
+			m.missedPoll, m.Healthy, m.Problem, m.Unanswered = false, true, "", false
 		}
 		switch {
 		case m.dead:
 		case m.downFor > 0:
 			m.downFor--
 			if m.downFor == 0 {
-				m.Healthy, m.HealthyFor, m.ConnectedFor = true, 0, 0
+				m.Healthy, m.HealthyFor, m.ConnectedFor, m.Unanswered = true, 0, 0, false
 				if m.Unstarted {
 					m.Healthy = false // it comes back connected, still to publish itself
 				}
@@ -474,13 +487,13 @@ func (s *sim) tick() {
 	if s.rng.Intn(3) == 0 && m.ConnectedFor > 0 {
 		// A poll that timed out: the planner sees no health, the
 		// transport still has the member connected, and quorum is whole.
-		m.missedPoll, m.Healthy, m.HealthyFor, m.Problem = true, false, 0, "context deadline exceeded"
+		m.missedPoll, m.Healthy, m.HealthyFor, m.Problem, m.Unanswered = true, false, 0, "context deadline exceeded", true
 		return
 	}
 	if !s.canFail(m) {
 		return
 	}
-	m.Healthy, m.downFor, m.ConnectedFor = false, 1+s.rng.Intn(3), 0
+	m.Healthy, m.downFor, m.ConnectedFor, m.Unanswered = false, 1+s.rng.Intn(3), 0, true
 	if m.Leader {
 		var others []*simMember
 		for _, v := range s.voters() {

@@ -217,11 +217,12 @@ func (v *view) successor(exclude *member, after map[string]int) *member {
 }
 
 // startingSuccessor is a voter that stays and does not serve clients yet
-// (a learner promoted before its publish): it cannot take leadership now,
-// but will once its etcd has published itself, within seconds.
+// (a learner promoted before its publish, or just after it, before its
+// client port answers): it cannot take leadership now, but will once its
+// etcd serves, within seconds.
 func (v *view) startingSuccessor(exclude *member) *member {
 	for _, m := range v.voters {
-		if m != exclude && m.Unstarted && !m.Healthy && m.stays() {
+		if m != exclude && (m.Unstarted || m.Unanswered) && !m.Healthy && m.stays() {
 			return m
 		}
 	}
