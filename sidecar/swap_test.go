@@ -12,44 +12,63 @@ import (
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
+// swapSetup is a three-member cluster whose first member's sidecar (via,
+// c) holds the lock, with a learner (nm) added and started, and target, a
+// voter that is neither the leader nor via.
+type swapSetup struct {
+	tc     *testCluster
+	ctx    context.Context
+	c      *sidecar.Client
+	via    *localetcd.Member
+	nm     *localetcd.Member
+	target string
+	fresh  func() sidecar.CallOptions
+}
+
+func startSwap(t *testing.T, g Gomega, holder string) *swapSetup {
+	t.Helper()
+	tc := startCluster(t, 3, clusterOptions{})
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	t.Cleanup(cancel)
+	s := &swapSetup{tc: tc, ctx: ctx, via: tc.Members[0], c: tc.client(tc.Members[0])}
+	_, err := s.c.AcquireLock(ctx, holder, "", time.Minute)
+	g.Expect(err).NotTo(HaveOccurred())
+	s.fresh = func() sidecar.CallOptions {
+		l, err := s.c.Members(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		return sidecar.CallOptions{LockHolder: holder, Fingerprint: l.Fingerprint}
+	}
+	s.nm, err = tc.Runtime.NewMember("etcd-new", localetcd.MemberOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	opts := s.fresh()
+	retryWhile(g, sidecar.ReasonUnhealthyCluster, 30*time.Second, func() error {
+		_, err := s.c.AddLearner(ctx, s.nm.Name, []string{s.nm.PeerURL}, opts)
+		return err
+	})
+	g.Expect(s.nm.Start(ctx, localetcd.InitialCluster(append(tc.Members, s.nm)...), localetcd.ClusterStateExisting)).To(Succeed())
+	list, err := s.c.Members(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	leader := leaderName(list)
+	for _, m := range tc.Members[1:] {
+		if m.Name != leader {
+			s.target = m.Name
+			break
+		}
+	}
+	g.Expect(s.target).NotTo(BeEmpty())
+	return s
+}
+
 // TestPromoteThenRemove promotes a learner and removes an old voter in one
 // call, the step through the tie of a move, after showing that the refusals
 // (the leader as target, the learner itself, a stranger) change nothing.
 func TestPromoteThenRemove(t *testing.T) {
 	g := NewWithT(t)
-	tc := startCluster(t, 3, clusterOptions{})
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	via := tc.Members[0]
-	c := tc.client(via)
-	const holder = "swap-test"
-	_, err := c.AcquireLock(ctx, holder, "", time.Minute)
-	g.Expect(err).NotTo(HaveOccurred())
-	fresh := func() sidecar.CallOptions {
-		l, err := c.Members(ctx)
-		g.Expect(err).NotTo(HaveOccurred())
-		return sidecar.CallOptions{LockHolder: holder, Fingerprint: l.Fingerprint}
-	}
-
-	nm, err := tc.Runtime.NewMember("etcd-new", localetcd.MemberOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	opts := fresh()
-	retryWhile(g, sidecar.ReasonUnhealthyCluster, 30*time.Second, func() error {
-		_, err := c.AddLearner(ctx, nm.Name, []string{nm.PeerURL}, opts)
-		return err
-	})
-	g.Expect(nm.Start(ctx, localetcd.InitialCluster(append(tc.Members, nm)...), localetcd.ClusterStateExisting)).To(Succeed())
-
+	sw := startSwap(t, g, "swap-test")
+	tc, ctx, c, via, nm, target, fresh := sw.tc, sw.ctx, sw.c, sw.via, sw.nm, sw.target, sw.fresh
 	list, err := c.Members(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	leader := leaderName(list)
-	var target string
-	for _, m := range tc.Members[1:] {
-		if m.Name != leader {
-			target = m.Name
-			break
-		}
-	}
 	before := tc.membership(g, via)
 	for _, bad := range []struct{ then, reason string }{
 		{leader, sidecar.ReasonIsLeader},
@@ -108,37 +127,8 @@ func asSidecarError(err error) *sidecar.Error {
 // (etcd checks no connection time for the promotion itself).
 func TestPromoteWithItsRemovalSparesTheSettle(t *testing.T) {
 	g := NewWithT(t)
-	tc := startCluster(t, 3, clusterOptions{})
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	via := tc.Members[0]
-	c := tc.client(via)
-	const holder = "settle-test"
-	_, err := c.AcquireLock(ctx, holder, "", time.Minute)
-	g.Expect(err).NotTo(HaveOccurred())
-	fresh := func() sidecar.CallOptions {
-		l, err := c.Members(ctx)
-		g.Expect(err).NotTo(HaveOccurred())
-		return sidecar.CallOptions{LockHolder: holder, Fingerprint: l.Fingerprint}
-	}
-	nm, err := tc.Runtime.NewMember("etcd-new", localetcd.MemberOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	opts := fresh()
-	retryWhile(g, sidecar.ReasonUnhealthyCluster, 30*time.Second, func() error {
-		_, err := c.AddLearner(ctx, nm.Name, []string{nm.PeerURL}, opts)
-		return err
-	})
-	g.Expect(nm.Start(ctx, localetcd.InitialCluster(append(tc.Members, nm)...), localetcd.ClusterStateExisting)).To(Succeed())
-	list, err := c.Members(ctx)
-	g.Expect(err).NotTo(HaveOccurred())
-	leader := leaderName(list)
-	var target string
-	for _, m := range tc.Members {
-		if m.Name != leader && m.Name != via.Name {
-			target = m.Name
-		}
-	}
-	g.Expect(target).NotTo(BeEmpty())
+	sw := startSwap(t, g, "settle-test")
+	tc, ctx, c, via, nm, target, fresh := sw.tc, sw.ctx, sw.c, sw.via, sw.nm, sw.target, sw.fresh
 
 	// Each round asks for the plain promotion first; only a refusal for
 	// the settle (the learner answers, but for less than 5 s) is followed
