@@ -26,6 +26,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
 	"github.com/druid-stretch/druid-stretch/internal/membership"
+	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
 // PeerNamesManagedBy is the EndpointSlice managed-by label value of the
@@ -146,7 +147,7 @@ func (r *Reconciler) peerNameEndpoints(ctx context.Context, e *v1alpha1.Etcd, ob
 	domain := members.PeerServiceDomain(e)
 	byHost := map[string][]net.IP{}
 	for _, ext := range e.Spec.ExternalMembers {
-		m := obs.Member(ext.Name)
+		m := externalMember(obs, ext)
 		if m == nil {
 			continue
 		}
@@ -192,6 +193,52 @@ func (r *Reconciler) peerNameEndpoints(ctx context.Context, e *v1alpha1.Etcd, ob
 		})
 	}
 	return eps, family, unresolved
+}
+
+// externalMember is the member of obs that ext names: by its name, or by a
+// peer URL in common while it has not published its name (a learner just
+// added by the other cluster's controller, whose in-cluster name is then
+// published here before its etcd starts).
+func externalMember(obs *membership.Observation, ext v1alpha1.ExternalMember) *sidecar.Member {
+	if m := obs.Member(ext.Name); m != nil {
+		return m
+	}
+	for i := range obs.List.Members {
+		m := &obs.List.Members[i]
+		if m.Name == "" && slices.ContainsFunc(m.PeerURLs, func(u string) bool { return slices.Contains(ext.PeerURLs, u) }) {
+			return m
+		}
+	}
+	return nil
+}
+
+// joiningExternal tells whether an external member of e is not a voter that
+// serves clients yet, as obs shows it: absent, a learner, or unpublished.
+// The other cluster's controller is adding it, and this one's observations
+// (which publish its in-cluster name here, and so let this cluster's
+// sidecars poll it) should follow within a second, not at the converged
+// interval.
+func joiningExternal(e *v1alpha1.Etcd, obs *membership.Observation) bool {
+	if e.Spec.GetExternalMembersPolicy() == v1alpha1.ExternalMembersPolicyRetire {
+		return false // this controller removes them; absent is their end
+	}
+	for _, ext := range e.Spec.ExternalMembers {
+		m := externalMember(obs, ext)
+		if m == nil || m.IsLearner || len(m.ClientURLs) == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// convergedPoll is when a converged e is looked at again: at the progress
+// interval while an external member joins (joiningExternal), else at the
+// converged interval.
+func (r *Reconciler) convergedPoll(e *v1alpha1.Etcd, obs *membership.Observation) time.Duration {
+	if obs != nil && joiningExternal(e, obs) {
+		return r.opts.ProgressInterval
+	}
+	return r.opts.ConvergedInterval
 }
 
 // lookupPeerHosts resolves the hosts of peerURLs that are not under this

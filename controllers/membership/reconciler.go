@@ -313,7 +313,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 		}
 		r.resetFailures(key)
 		s.converged(plan.Step.Reason)
-		return ctrl.Result{RequeueAfter: r.opts.ConvergedInterval}, nil
+		return ctrl.Result{RequeueAfter: r.convergedPoll(e, obs)}, nil
 	case planner.Wait:
 		word := waitWord(plan.Step.Reason)
 		if plan.Step.Rule == planner.RuleTargetSize {

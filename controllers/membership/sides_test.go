@@ -10,6 +10,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
 // TestSidesOfAnOrdinalMove: in a move of the pod window the members of the
@@ -54,4 +55,34 @@ func TestPollAfter(t *testing.T) {
 	g.Expect(r.pollAfter(planner.Step{Kind: planner.Wait, ReadyIn: 300 * time.Millisecond})).To(Equal(300*time.Millisecond + readyMargin))
 	g.Expect(r.pollAfter(planner.Step{Kind: planner.Wait, ReadyIn: 3 * time.Second})).To(Equal(time.Second))
 	g.Expect(r.pollAfter(planner.Step{Kind: planner.Wait})).To(Equal(time.Second))
+}
+
+// TestConvergedPoll: a converged Etcd whose external members the other
+// cluster's controller is still adding (absent, a learner not yet
+// published, a learner) is looked at again at the progress interval, so
+// that their in-cluster names are published here within a second; one
+// whose external members all vote, or that retires them, at the converged
+// interval. An unpublished learner is recognised by its peer URL.
+func TestConvergedPoll(t *testing.T) {
+	g := NewWithT(t)
+	r := &Reconciler{opts: Options{ProgressInterval: time.Second, ConvergedInterval: 30 * time.Second}}
+	e := &v1alpha1.Etcd{}
+	e.Spec.ExternalMembers = []v1alpha1.ExternalMember{
+		{Name: "etcd-main-3", PeerURLs: []string{"https://etcd-main-3.seed-b:2380"}},
+	}
+	local := sidecar.Member{ID: "1", Name: "etcd-main-0", PeerURLs: []string{"https://etcd-main-0.seed-a:2380"}, ClientURLs: []string{"https://etcd-main-0.seed-a:2379"}}
+	ext := sidecar.Member{ID: "3", PeerURLs: []string{"https://etcd-main-3.etcd-main-peer.ns.svc:2380", "https://etcd-main-3.seed-b:2380"}, IsLearner: true}
+	obs := func(ms ...sidecar.Member) *membership.Observation {
+		return &membership.Observation{List: &sidecar.MemberList{Members: ms}}
+	}
+	g.Expect(r.convergedPoll(e, obs(local))).To(Equal(time.Second), "absent")
+	g.Expect(externalMember(obs(local, ext), e.Spec.ExternalMembers[0])).To(HaveField("ID", "3"), "an unpublished learner, by its peer URL")
+	g.Expect(r.convergedPoll(e, obs(local, ext))).To(Equal(time.Second), "an unpublished learner")
+	ext.Name, ext.ClientURLs = "etcd-main-3", []string{"https://etcd-main-3.seed-b:2379"}
+	g.Expect(r.convergedPoll(e, obs(local, ext))).To(Equal(time.Second), "a learner")
+	ext.IsLearner = false
+	g.Expect(r.convergedPoll(e, obs(local, ext))).To(Equal(30*time.Second), "a voter that serves")
+	g.Expect(r.convergedPoll(e, nil)).To(Equal(30*time.Second), "no observation")
+	e.Spec.ExternalMembersPolicy = ptr.To(v1alpha1.ExternalMembersPolicyRetire)
+	g.Expect(r.convergedPoll(e, obs(local))).To(Equal(30*time.Second), "retired: absent is their end")
 }
