@@ -13,16 +13,16 @@ import (
 )
 
 // swapSetup is a three-member cluster whose first member's sidecar (via,
-// c) holds the lock, with a learner (nm) added and started, and target, a
-// voter that is neither the leader nor via.
+// c) holds the lock, with a learner (nm) added and started, its leader,
+// and target, a voter that is neither the leader nor via.
 type swapSetup struct {
-	tc     *testCluster
-	ctx    context.Context
-	c      *sidecar.Client
-	via    *localetcd.Member
-	nm     *localetcd.Member
-	target string
-	fresh  func() sidecar.CallOptions
+	tc             *testCluster
+	ctx            context.Context
+	c              *sidecar.Client
+	via            *localetcd.Member
+	nm             *localetcd.Member
+	leader, target string
+	fresh          func() sidecar.CallOptions
 }
 
 func startSwap(t *testing.T, g Gomega, holder string) *swapSetup {
@@ -48,9 +48,9 @@ func startSwap(t *testing.T, g Gomega, holder string) *swapSetup {
 	g.Expect(s.nm.Start(ctx, localetcd.InitialCluster(append(tc.Members, s.nm)...), localetcd.ClusterStateExisting)).To(Succeed())
 	list, err := s.c.Members(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
-	leader := leaderName(list)
+	s.leader = leaderName(list)
 	for _, m := range tc.Members[1:] {
-		if m.Name != leader {
+		if m.Name != s.leader {
 			s.target = m.Name
 			break
 		}
@@ -65,10 +65,7 @@ func startSwap(t *testing.T, g Gomega, holder string) *swapSetup {
 func TestPromoteThenRemove(t *testing.T) {
 	g := NewWithT(t)
 	sw := startSwap(t, g, "swap-test")
-	tc, ctx, c, via, nm, target, fresh := sw.tc, sw.ctx, sw.c, sw.via, sw.nm, sw.target, sw.fresh
-	list, err := c.Members(ctx)
-	g.Expect(err).NotTo(HaveOccurred())
-	leader := leaderName(list)
+	tc, ctx, c, via, nm, leader, target, fresh := sw.tc, sw.ctx, sw.c, sw.via, sw.nm, sw.leader, sw.target, sw.fresh
 	before := tc.membership(g, via)
 	for _, bad := range []struct{ then, reason string }{
 		{leader, sidecar.ReasonIsLeader},

@@ -207,8 +207,8 @@ func executable(path, name string) (string, error) {
 
 // Ensure builds the binaries when any is missing, or when one built from
 // this repository (etcd-wrapper, pod-sandbox, druid-stretch-static) is
-// older than its sources, streaming the hack script's progress to out; on a
-// fresh machine that takes many minutes, with the tools built once seconds.
+// older than its sources, streaming the hack script's progress to out. On a
+// fresh machine that takes many minutes; once the tools are built, seconds.
 func Ensure(ctx context.Context, out io.Writer) error {
 	if missing() == nil {
 		return nil
