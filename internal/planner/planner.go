@@ -547,20 +547,13 @@ func early(l *member, p Policy) bool { return l.Healthy && settledFor(l) < p.Min
 // Waiting them out delays the tie's end: on real sites a learner's
 // snapshot join restarts its peer connections, and the tie's promotion
 // waited 5 s for a member its removal did not need. A promotion without a
-// removal in its call keeps the 5 s: the sidecar asks for them there.
+// removal in its call keeps the 5 s: the sidecar asks for them there. The
+// removal is planned as tieEndsAtOnce plans it: on the membership after
+// the promotion, with leadership where leaderBeforeTie would move it.
 func (v *view) settlingSpares(l *member, p Policy) bool {
 	after := v.voterCounts()
 	after[l.Side]++
-	if !v.makesTie(after) {
-		return false
-	}
-	obs := Observed{Members: make([]Member, 0, len(v.members))}
-	for _, m := range v.members {
-		pm := m.Member
-		pm.Learner = pm.Learner && m != l
-		obs.Members = append(obs.Members, pm)
-	}
-	return Next(obs, v.want, p).Kind == Remove
+	return v.makesTie(after) && v.tieEndsAtOnce(l, after, p)
 }
 
 // stuck tells whether learner l has not caught up and made no progress

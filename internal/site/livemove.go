@@ -315,13 +315,22 @@ func (m *LiveMove) Run(ctx context.Context) (*LiveMoveRun, error) {
 	if err := shoots[a].Start(ctx); err != nil {
 		return run, err
 	}
-	startB := make(chan error, 1)
 	bCtx, cancelB := context.WithCancel(ctx)
 	closers = append(closers, func() error { cancelB(); return nil })
-	go func() { startB <- shoots[b].StartOnceEtcdServes(bCtx) }()
-	// The switch may run again (a Mover retries a step that failed): the
-	// start's outcome is read once and kept.
-	bStarted := sync.OnceValue(func() error { return <-startB })
+	var startErrB error
+	startedB := make(chan struct{})
+	go func() { startErrB = shoots[b].StartOnceEtcdServes(bCtx); close(startedB) }()
+	// The switch waits for B's start within its step's deadline: B's etcd
+	// client Service may never get a ready endpoint, and the step must then
+	// fail rather than hold the move for good.
+	bStarted := func(ctx context.Context) error {
+		select {
+		case <-startedB:
+			return startErrB
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for a ready endpoint of %s's etcd client Service: %w", b.opts.ClusterIdentity, context.Cause(ctx))
+		}
+	}
 	llog, err := logTo("apiload.log")
 	if err != nil {
 		return run, err
@@ -375,7 +384,7 @@ func (m *LiveMove) Run(ctx context.Context) (*LiveMoveRun, error) {
 		// kube-apiserver (the shoot's API endpoint switched) and A's
 		// kube-apiserver stops, as gardenlet does it.
 		SwitchClients: func(ctx context.Context) error {
-			if err := bStarted(); err != nil {
+			if err := bStarted(ctx); err != nil {
 				return fmt.Errorf("starting %s's kube-apiserver: %w", b.opts.ClusterIdentity, err)
 			}
 			if err := load.WaitReady(ctx, b.opts.ClusterIdentity); err != nil {
@@ -452,16 +461,20 @@ func (m *LiveMove) Run(ctx context.Context) (*LiveMoveRun, error) {
 	}
 
 	m.printf("checking the histories (lost writes, linearizability) ...")
+	// The final reads retry until they are answered: bounded, a destination
+	// that stopped serving fails the run instead of holding it.
+	verifyCtx, cancelVerify := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancelVerify()
 	w.Stop()
 	if err := w.SetEndpoints(eps[MoveReplicas:]...); err != nil {
 		return run, err
 	}
-	if run.Own, run.OwnLost, err = w.Verify(ctx, workload.VerifyOptions{LinearizabilityTimeout: time.Minute}); err != nil {
+	if run.Own, run.OwnLost, err = w.Verify(verifyCtx, workload.VerifyOptions{LinearizabilityTimeout: time.Minute}); err != nil {
 		return run, fmt.Errorf("checking the own client's history: %w", err)
 	}
 	load.Stop()
 	run.APIRequests = load.Requests()
-	if run.API, err = load.Results(ctx, apiload.VerifyOptions{LinearizabilityTimeout: time.Minute}); err != nil {
+	if run.API, err = load.Results(verifyCtx, apiload.VerifyOptions{LinearizabilityTimeout: time.Minute}); err != nil {
 		return run, fmt.Errorf("checking the kube-apiservers' history: %w", err)
 	}
 	run.Membership.Stop()

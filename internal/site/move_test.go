@@ -43,7 +43,7 @@ const moveNamespace = MoveNamespace
 // Etcds, as an operator's annotation does.
 func TestLiveMoveBetweenRealSites(t *testing.T) {
 	g := NewWithT(t)
-	ctx := context.Background()
+	ctx := testContext(t, siteTestDeadline)
 	root := moveRoot(t, "druid-stretch-move-")
 	sites := startSites(t, MoveSiteOptions(root)...)
 	a, b := sites[0], sites[1]
@@ -149,7 +149,7 @@ func TestLiveMoveBetweenRealSites(t *testing.T) {
 // transfer, through their members' client gates.
 func TestLiveMoveHoldingASourceMember(t *testing.T) {
 	g := NewWithT(t)
-	ctx := context.Background()
+	ctx := testContext(t, siteTestDeadline)
 	root := moveRoot(t, "druid-stretch-hold-")
 	opts := MoveSiteOptions(root)
 	for i := range opts {
@@ -370,6 +370,21 @@ func etcdClientVia(t *testing.T, s *Site, eps ...string) *clientv3.Client {
 	}
 	t.Cleanup(func() { _ = cli.Close() })
 	return cli
+}
+
+// siteTestDeadline bounds a site test's own waits. A move takes 3-6
+// minutes on a busy 2-core machine; a wait that outlasts this is a stall,
+// and it must fail its test with the wait's name and leave the package's
+// other tests their time, not run into go test's timeout, which prints
+// only goroutines.
+const siteTestDeadline = 15 * time.Minute
+
+// testContext is a site test's context: done when the test ends or after
+// d, whichever comes first.
+func testContext(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
 }
 
 // moveRoot is the folder of a live move's two sites, for a test run as

@@ -50,7 +50,7 @@ func TestRebalanceBetweenNodeGroups(t *testing.T) {
 		t.Fatal("a real site needs root: its pods get network namespaces and chroots")
 	}
 	g := NewWithT(t)
-	ctx := context.Background()
+	ctx := testContext(t, siteTestDeadline)
 	s := startSites(t, Options{DruidStretch: true, ClusterIdentity: "site", Nodes: []NodeOptions{
 		{Name: groupANode, Labels: map[string]string{nodeGroupLabel: "group-a"}},
 		{Name: groupBNode, Labels: map[string]string{nodeGroupLabel: "group-b"}},

@@ -100,7 +100,7 @@ func startSite(t *testing.T, stretch bool) *Site {
 // restored from the store holds the keys.
 func plainEtcdLifecycle(t *testing.T, s *Site) {
 	g := NewWithT(t)
-	ctx := context.Background()
+	ctx := testContext(t, siteTestDeadline)
 	ns := createNamespace(t, s, "shoot--plain")
 	e := applyEtcd(t, s, ns, nil)
 	waitEtcdReady(t, s, e, 3)
@@ -169,7 +169,7 @@ func plainEtcdLifecycle(t *testing.T, s *Site) {
 // returns the Etcd once it is converged, nil when the test failed.
 func optedInEtcd(t *testing.T, s *Site) *v1alpha1.Etcd {
 	g := NewWithT(t)
-	ctx := context.Background()
+	ctx := testContext(t, siteTestDeadline)
 	ns := createNamespace(t, s, "shoot--stretch")
 	e := applyEtcd(t, s, ns, func(o *unstructured.Unstructured) {
 		g.Expect(unstructured.SetNestedField(o.Object, int64(0), "spec", "ordinalStart")).To(Succeed())

@@ -35,7 +35,7 @@ import (
 //     controllers report five voters.
 func stretchedEtcd(t *testing.T, s *Site, a *v1alpha1.Etcd) {
 	g := NewWithT(t)
-	ctx := context.Background()
+	ctx := testContext(t, siteTestDeadline)
 	const prefix = "b"
 	ns := createNamespace(t, s, "shoot--stretch-b")
 
