@@ -472,25 +472,19 @@ func (v *view) parallelLearners(ours []*member, p Policy) Step {
 	}
 	// Rule 6: in a tie the removal that ends it comes next, whether or not
 	// another learner is ready: waiting for one would hold the tie for as
-	// long as that learner takes.
-	if ready == nil && !inTie {
-		if rm := v.nextRemoval(); rm != nil && starting(ours) == nil && v.removeFirst(rm, true, len(ours)) {
-			// A removal the learners in flight do not make up for yet
-			// (departing voters outnumber them) needs none of them ready:
-			// the voters go n+1 to n. Waiting for a learner's snapshot
-			// join held it for 12 s at 180 ms RTT. Not while a learner
-			// starts: its etcd compares the membership it was admitted
-			// with against the cluster's, and a removal in between fails
-			// that start.
-			return v.removeVoter(rm, p, RuleInterleave, fmt.Sprintf("%s is departing", rm.label()))
-		}
-		if held.Kind == Wait {
-			return held
-		}
-		return first
-	}
-	if rm := v.nextRemoval(); rm != nil && v.removeFirst(rm, true, len(ours)) {
+	// long as that learner takes. Outside a tie, a removal the learners in
+	// flight do not make up for yet (departing voters outnumber them) needs
+	// none of them ready either: the voters go n+1 to n (waiting for a
+	// learner's snapshot join held it for 12 s at 180 ms RTT). Not while a
+	// learner starts, when none is ready: its etcd compares the membership
+	// it was admitted with against the cluster's, and a removal in between
+	// fails that start.
+	waiting := ready == nil && !inTie
+	if rm := v.nextRemoval(); rm != nil && !(waiting && starting(ours) != nil) && v.removeFirst(rm, true, len(ours)) {
 		return v.removeVoter(rm, p, RuleInterleave, fmt.Sprintf("%s is departing", rm.label()))
+	}
+	if waiting && held.Kind == Wait {
+		return held
 	}
 	if ready == nil {
 		return first
