@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -152,6 +153,9 @@ type Reconciler struct {
 	// learnerCap is the learner limit etcd enforced for an Etcd, learned
 	// from its refusal (ErrTooManyLearners), when below MaxLearners.
 	learnerCap map[types.NamespacedName]int
+	// waiting is the wait last logged per Etcd (logWait), cleared by any
+	// other step.
+	waiting map[types.NamespacedName]string
 }
 
 // NewReconciler returns the controller; register it with SetupWithManager.
@@ -173,6 +177,7 @@ func NewReconciler(d Dependencies, o Options) (*Reconciler, error) {
 		client: d.Client, reader: d.APIReader, resolver: d.Resolver, recorder: d.Recorder, metrics: d.Metrics, opts: o, cluster: cluster,
 		started:  time.Now(),
 		failures: map[types.NamespacedName]int{}, tieSince: map[types.NamespacedName]time.Time{}, learnerCap: map[types.NamespacedName]int{},
+		waiting: map[types.NamespacedName]string{},
 	}, nil
 }
 
@@ -315,6 +320,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 		s.converged(plan.Step.Reason)
 		return ctrl.Result{RequeueAfter: r.convergedPoll(e, obs)}, nil
 	case planner.Wait:
+		r.logWait(ctx, key, plan.Step)
 		word := waitWord(plan.Step.Reason)
 		if plan.Step.Rule == planner.RuleTargetSize {
 			// The members this controller waits for are the other
@@ -347,7 +353,31 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 		s.blocked(conditionReason(word), plan.Step.Reason)
 		return r.backoff(key, 0), nil
 	}
+	r.logWait(ctx, key, plan.Step)
 	return r.execute(ctx, s, key, obs, eps, plan, progress)
+}
+
+// durations are the figures a wait's reason updates on every poll.
+var durations = regexp.MustCompile(`[0-9][0-9.]*(ns|µs|ms|s|m|h)`)
+
+// logWait logs a wait when it begins or its cause changes, so that the log
+// tells where a reconfiguration spent its time between the steps it
+// executed; status.conditions keeps only the latest. A wait's figures
+// (how long a member has been connected, and so on) change on every poll
+// and do not count as a new wait.
+func (r *Reconciler) logWait(ctx context.Context, key types.NamespacedName, s planner.Step) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s.Kind != planner.Wait {
+		delete(r.waiting, key)
+		return
+	}
+	cause := s.Rule + " " + durations.ReplaceAllString(s.Reason, "")
+	if r.waiting[key] == cause {
+		return
+	}
+	r.waiting[key] = cause
+	logf.FromContext(ctx).Info("membership step waits", "rule", s.Rule, "reason", s.Reason)
 }
 
 // execute runs one change and reports it.
@@ -517,6 +547,7 @@ func (r *Reconciler) forget(key types.NamespacedName) {
 	delete(r.failures, key)
 	delete(r.tieSince, key)
 	delete(r.learnerCap, key)
+	delete(r.waiting, key)
 }
 
 // maxLearners is the learner limit to plan key's moves with.

@@ -104,7 +104,8 @@ func RunOnSites(ctx context.Context, o SiteOptions) (rep report.Report, err erro
 		return rep, fmt.Errorf("creating the log file: %w", err)
 	}
 	defer func() { _ = logFile.Close() }()
-	log := ctrlzap.New(ctrlzap.WriteTo(logFile), ctrlzap.Level(zapcore.InfoLevel))
+	// Milliseconds: a step's timeline is read from these lines.
+	log := ctrlzap.New(ctrlzap.WriteTo(logFile), ctrlzap.Level(zapcore.InfoLevel), func(o *ctrlzap.Options) { o.TimeEncoder = zapcore.RFC3339NanoTimeEncoder })
 	ctrl.SetLogger(log)
 	// client-go logs through klog; its shutdown chatter belongs in the log
 	// file, not between the figures.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"go.uber.org/zap/zapcore"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -260,7 +261,8 @@ func (m *LiveMove) Run(ctx context.Context) (*LiveMoveRun, error) {
 			return logr.Discard(), err
 		}
 		closers = append(closers, f.Close)
-		return ctrlzap.New(ctrlzap.WriteTo(f)), nil
+		// Milliseconds: a step's timeline is read from these lines.
+		return ctrlzap.New(ctrlzap.WriteTo(f), func(o *ctrlzap.Options) { o.TimeEncoder = zapcore.RFC3339NanoTimeEncoder }), nil
 	}
 
 	// The project's own etcd client through the members' external client

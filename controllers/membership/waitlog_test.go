@@ -1,0 +1,41 @@
+package membership
+
+import (
+	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/druid-stretch/druid-stretch/internal/planner"
+)
+
+// TestLogWaitOncePerCause shows that a wait is logged when it begins and when
+// its cause changes, not on every poll whose figures moved on.
+func TestLogWaitOncePerCause(t *testing.T) {
+	g := NewWithT(t)
+	var lines []string
+	ctx := logr.NewContext(t.Context(), funcr.New(func(_, args string) { lines = append(lines, args) }, funcr.Options{}))
+	r := &Reconciler{waiting: map[types.NamespacedName]string{}}
+	key := types.NamespacedName{Namespace: "shoot--p--s", Name: "etcd-main"}
+	wait := func(reason string) planner.Step {
+		return planner.Step{Kind: planner.Wait, Rule: planner.RuleReadyLearner, Reason: reason}
+	}
+
+	r.logWait(ctx, key, wait("WaitingForLearner: etcd-main-4 healthy or connected for 2.6439629s of 5s"))
+	r.logWait(ctx, key, wait("WaitingForLearner: etcd-main-4 healthy or connected for 3.1s of 5s"))
+	g.Expect(lines).To(HaveLen(1), "the same wait with later figures")
+	g.Expect(lines[0]).To(ContainSubstring("connected for 2.6439629s of 5s"))
+
+	r.logWait(ctx, key, wait("WaitingForLearner: etcd-main-5 is not answering yet"))
+	g.Expect(lines).To(HaveLen(2), "another cause")
+
+	r.logWait(ctx, key, planner.Step{Kind: planner.Promote, Member: "etcd-main-4"})
+	r.logWait(ctx, key, wait("WaitingForLearner: etcd-main-5 is not answering yet"))
+	g.Expect(lines).To(HaveLen(3), "a step in between: the wait after it is logged again")
+
+	other := types.NamespacedName{Namespace: "shoot--p--t", Name: "etcd-main"}
+	r.logWait(ctx, other, wait("WaitingForLearner: etcd-main-5 is not answering yet"))
+	g.Expect(lines).To(HaveLen(4), "each Etcd has its own")
+}
