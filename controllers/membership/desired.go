@@ -99,9 +99,18 @@ func (r *Reconciler) reach(e *v1alpha1.Etcd) ([]membership.Endpoint, membership.
 			if m.Role == v1alpha1.MemberRoleLearner {
 				hint.Learners = append(hint.Learners, m.Name)
 			}
+			if m.Role == v1alpha1.MemberRoleLeader && m.Healthy {
+				hint.Leader = m.Name
+			}
 			if o, ok := members.Ordinal(e, m.Name); ok && !members.LocalOrdinals(e).Contains(o) {
 				hint.Departing = append(hint.Departing, m.Name)
 			}
+		}
+		// A leader transfer made after the members above were observed
+		// names the leader they do not show yet.
+		if ls := st.LastStep; ls != nil && ls.Kind == v1alpha1.StepMoveLeader && ls.Outcome == v1alpha1.StepSucceeded &&
+			ls.Member != "" && st.ObservedTime != nil && !ls.Time.Before(st.ObservedTime) {
+			hint.Leader = ls.Member
 		}
 	}
 	return eps, hint, nil

@@ -291,6 +291,13 @@ type Hint struct {
 	// transports have had a learner connected (the evidence a promotion
 	// before the learner serves clients needs).
 	Learners []string
+	// Leader is the member last seen leading: its sidecar is asked first,
+	// even when the member departs (the leader is never removed). Every
+	// change goes to the leader's sidecar (Execute), and etcd checks a
+	// change with the leader's view of its raft transport: a plan made
+	// from another member's view was refused there when the two views of
+	// a learner's connection differed by a fraction of a second.
+	Leader string
 }
 
 // Observation is the cluster as one sidecar reported it.
@@ -427,6 +434,11 @@ func ownMemberListed(e Endpoint, list *sidecar.MemberList) error {
 // equals and dropping duplicate URLs.
 func (c *Cluster) order(endpoints []Endpoint, hint Hint) []Endpoint {
 	rank := func(e Endpoint) int {
+		if hint.Leader != "" && e.Member == hint.Leader && !c.erredRecently(e) {
+			// Another sidecar answering first once (overtaken) does not
+			// count against the leader's.
+			return -1
+		}
 		r := 0
 		if c.failedRecently(e) {
 			r += 4

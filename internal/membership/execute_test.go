@@ -3,6 +3,7 @@ package membership_test
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -109,6 +110,38 @@ func TestRoundsReplaceTheLeader(t *testing.T) {
 	g.Expect(plan.Step.Kind).To(Equal(planner.AddLearner), "now seed-a may add a-0 again: %s", plan.Step)
 }
 
+// TestChangesGoThroughTheLeadersSidecar removes a voter with the cluster
+// observed through a follower's sidecar: the change, its lock and its
+// retirement record go through the leader's sidecar, where they commit
+// without a hop (across sites, each hop is a round trip).
+func TestChangesGoThroughTheLeadersSidecar(t *testing.T) {
+	tc := startCluster(t, "l", 3)
+	g := NewWithT(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	_, err := sidecar.NewClient(tc.Members[0].SidecarURL, tc.ClientTLS).MoveLeader(ctx, "l-0", sidecar.CallOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	before := tc.memberList(g)
+	g.Expect(before).To(ContainElement(HaveSuffix(":l-2:voter")))
+	c := tc.newCluster("ctl")
+	remove := planner.Step{Kind: planner.Remove, Member: "l-2", Reason: "l-2 is departing"}
+
+	var vias []string
+	g.Eventually(func() membership.Outcome {
+		obs, err := c.Observe(ctx, tc.endpoints(), membership.Hint{Healthy: []string{"l-1"}})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(obs.Via.Member).To(Equal("l-1"), "the observation comes through a follower's sidecar")
+		g.Expect(obs.Member("l-0").IsLeader).To(BeTrue())
+		rm := remove
+		rm.ID = obs.Member("l-2").ID
+		res := c.Execute(ctx, obs, tc.endpoints(), membership.Plan{Step: rm, Retiring: true})
+		vias = append(vias, res.Via.Member)
+		return res.Outcome
+	}).WithContext(ctx).WithPolling(200 * time.Millisecond).Should(Equal(membership.Succeeded))
+	g.Expect(vias).To(HaveEach("l-0"), "every call, the lock's included, went to the leader's sidecar")
+	g.Expect(tc.memberList(g)).To(ConsistOf(slices.DeleteFunc(before, func(m string) bool { return strings.HasSuffix(m, ":l-2:voter") })))
+}
+
 // startJoiner starts a learner that was just added, with the current
 // members plus itself as its initial cluster, as a pod would.
 func startJoiner(ctx context.Context, g Gomega, tc *testCluster, m *localetcd.Member) {
@@ -138,6 +171,12 @@ func TestExecuteOutcomes(t *testing.T) {
 	newcomer := planner.Step{Kind: planner.AddLearner, Member: "x-9", PeerURLs: []string{"https://127.0.0.1:9"}}
 	promote := planner.Step{Kind: planner.Promote, Member: "x-1"}
 	remove := planner.Step{Kind: planner.Remove, Member: "x-2"}
+	// A change goes through the leader's sidecar, and the faults below
+	// answer at x-0's (the observation's): x-0 leads, so both are the same.
+	_, err := sidecar.NewClient(tc.Members[0].SidecarURL, tc.ClientTLS).MoveLeader(ctx, "x-0", sidecar.CallOptions{})
+	if err != nil {
+		t.Fatalf("moving leadership to x-0: %v", err)
+	}
 
 	for _, c := range []struct {
 		name       string
@@ -220,17 +259,20 @@ func TestExecuteOutcomes(t *testing.T) {
 			obs, err := cl.Observe(ctx, tc.endpoints(), membership.Hint{Healthy: []string{"x-0"}})
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(obs.Via.Member).To(Equal("x-0"))
+			g.Expect(obs.Member("x-0").IsLeader).To(BeTrue(), "x-0 leads")
 			if c.setup != nil {
 				c.setup(g, cl)
 			}
 			if c.mutateObs != nil {
 				c.mutateObs(obs)
 			}
+			eps := tc.endpoints()
 			if c.via == "dead" {
 				obs.Via = membership.Endpoint{Member: "x-0", URL: deadURL(t)}
+				eps[0] = obs.Via
 			}
 			tc.fault(tc.Members[c.faultAt], c.fault)
-			res := cl.Execute(ctx, obs, tc.endpoints(), membership.Plan{Step: c.step})
+			res := cl.Execute(ctx, obs, eps, membership.Plan{Step: c.step})
 			g.Expect(res.Outcome).To(Equal(c.outcome), "%v", res.Err)
 			g.Expect(res.Reason).To(Equal(c.reason))
 			g.Expect(res.RetryAfter).To(BeNumerically(">=", c.retryAfter))

@@ -52,6 +52,16 @@ func TestObserveFallsBackAndPrefers(t *testing.T) {
 	obs, err = c.Observe(ctx, tc.endpoints(), membership.Hint{Learners: []string{"obs-0"}})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(obs.Via.Member).To(Equal("obs-1"))
+
+	// The leader's sidecar goes first, departing or not: changes go to it.
+	obs, err = c.Observe(ctx, tc.endpoints(), membership.Hint{Healthy: []string{"obs-0", "obs-2"}, Departing: []string{"obs-2"}, Leader: "obs-2"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(obs.Via.Member).To(Equal("obs-2"))
+	// Unless it failed lately.
+	obs, err = c.Observe(ctx, eps, membership.Hint{Healthy: []string{"obs-1"}, Leader: "gone"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(obs.Via.Member).To(Equal("obs-1"))
+	g.Expect(obs.Failures).To(BeEmpty(), "the dead leader's sidecar was not asked first")
 }
 
 // TestObserveNamesEverySidecarWhenNoneAnswers checks the error of an
