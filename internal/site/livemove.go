@@ -321,16 +321,16 @@ func (m *LiveMove) Run(ctx context.Context) (*LiveMoveRun, error) {
 	closers = append(closers, func() error { cancelB(); return nil })
 	var startErrB error
 	startedB := make(chan struct{})
-	go func() { startErrB = shoots[b].StartOnceEtcdServes(bCtx); close(startedB) }()
-	// The switch waits for B's start within its step's deadline: B's etcd
-	// client Service may never get a ready endpoint, and the step must then
-	// fail rather than hold the move for good.
+	go func() { startErrB = shoots[b].StartOnceMemberServes(bCtx); close(startedB) }()
+	// The switch waits for B's start within its step's deadline: B's Etcd
+	// may never show a serving member, and the step must then fail rather
+	// than hold the move for good.
 	bStarted := func(ctx context.Context) error {
 		select {
 		case <-startedB:
 			return startErrB
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for a ready endpoint of %s's etcd client Service: %w", b.opts.ClusterIdentity, context.Cause(ctx))
+			return fmt.Errorf("waiting for a serving member in %s's Etcd status: %w", b.opts.ClusterIdentity, context.Cause(ctx))
 		}
 	}
 	llog, err := logTo("apiload.log")

@@ -15,7 +15,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -23,6 +22,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
 	"github.com/druid-stretch/druid-stretch/internal/pki"
 )
 
@@ -59,7 +60,7 @@ type ShootAPIServer struct {
 // the Etcd etcdName's client Service (in-cluster DNS name, plain HTTP like
 // the site's Etcds) as its only etcd endpoint: its credentials and client
 // configuration. Nothing is created in the site until Start or
-// StartOnceEtcdServes. The pod runs the real kube-apiserver on the node
+// StartOnceMemberServes. The pod runs the real kube-apiserver on the node
 // stand-in; it goes when the site stops.
 func (s *Site) NewShootAPIServer(name, namespace, etcdName string) (*ShootAPIServer, error) {
 	ca, err := pki.NewCA("shoot-ca")
@@ -184,30 +185,29 @@ func (k *ShootAPIServer) Start(ctx context.Context) error {
 	return nil
 }
 
-// StartOnceEtcdServes waits until the Etcd's client Service has a ready
-// endpoint, then starts the server, as Gardener deploys a control plane's
-// kube-apiserver after its etcd. Started before, kube-apiserver exits 20 s
-// after its start for want of storage and its pod restarts it, with its
-// etcd client's reconnect backoff growing meanwhile.
-func (k *ShootAPIServer) StartOnceEtcdServes(ctx context.Context) error {
-	svc := k.etcd.Name + "-client"
-	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
-		slices, err := k.site.Kube.DiscoveryV1().EndpointSlices(k.etcd.Namespace).List(ctx,
-			metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svc})
-		if err != nil {
-			return false, nil // the site's API server answers again on the next poll
+// StartOnceMemberServes waits until the Etcd's status shows one of its own
+// members voting and serving clients, then starts the server: gardenlet
+// sees that on the Etcd it waits on, 5-7 s before the member's pod is
+// ready (druid's readiness probe starts 15 s after the container, then
+// every 5 s), and the server's start (about 17 s of CPU on a busy 2-core
+// machine, which needs no storage for most of it) overlaps that. Its etcd
+// client retries on the client Service meanwhile, well within the 20 s
+// after which kube-apiserver gives up on its storage.
+func (k *ShootAPIServer) StartOnceMemberServes(ctx context.Context) error {
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		var e v1alpha1.Etcd
+		if err := k.site.Client.Get(ctx, k.etcd, &e); err != nil || e.Status.Membership == nil {
+			return false, nil // not created yet, or the site's API server answers again on the next poll
 		}
-		for _, es := range slices.Items {
-			for _, ep := range es.Endpoints {
-				if ep.Conditions.Ready != nil && *ep.Conditions.Ready {
-					return true, nil
-				}
+		for _, m := range e.Status.Membership.Members {
+			if m.Votes() && m.Healthy && (members.IsLocal(&e, m.Name) || m.Origin == v1alpha1.MemberOriginLocal) {
+				return true, nil
 			}
 		}
 		return false, nil
 	})
 	if err != nil {
-		return fmt.Errorf("waiting for a ready endpoint of Service %s/%s: %w", k.etcd.Namespace, svc, err)
+		return fmt.Errorf("waiting for a voting, serving member of Etcd %s in its status: %w", k.etcd, err)
 	}
 	return k.Start(ctx)
 }
