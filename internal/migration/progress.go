@@ -38,7 +38,7 @@ func Roles(src, dst *v1alpha1.Etcd) string {
 	for _, m := range best.e.Status.Membership.Members {
 		label := "?"
 		switch {
-		case members.IsLocal(best.e, m.Name) || m.Origin == v1alpha1.MemberOriginLocal:
+		case members.IsOwn(best.e, m):
 			label = best.mine
 		case m.Origin == v1alpha1.MemberOriginExternal:
 			label = best.ext

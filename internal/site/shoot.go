@@ -200,7 +200,7 @@ func (k *ShootAPIServer) StartOnceMemberServes(ctx context.Context) error {
 			return false, nil // not created yet, or the site's API server answers again on the next poll
 		}
 		for _, m := range e.Status.Membership.Members {
-			if m.Votes() && m.Healthy && (members.IsLocal(&e, m.Name) || m.Origin == v1alpha1.MemberOriginLocal) {
+			if m.Votes() && m.Healthy && members.IsOwn(&e, m) {
 				return true, nil
 			}
 		}

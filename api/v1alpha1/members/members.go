@@ -141,6 +141,15 @@ func IsLocal(e *v1alpha1.Etcd, memberName string) bool {
 	return ok && LocalOrdinals(e).Contains(o)
 }
 
+// IsOwn says whether a member of e's status is e's own: a pod of its current
+// ordinal range, or a member the controller observed as Local, such as a pod
+// that has left the range while its member still serves. The two Etcds of a
+// live move see the same members; this is how each tells its own from the
+// other's.
+func IsOwn(e *v1alpha1.Etcd, m v1alpha1.ObservedMember) bool {
+	return IsLocal(e, m.Name) || m.Origin == v1alpha1.MemberOriginLocal
+}
+
 // Peer is one member as etcd's --initial-cluster lists it.
 type Peer struct {
 	// Name is the etcd member name.

@@ -170,3 +170,23 @@ func TestStatefulSetOrdinals(t *testing.T) {
 		})
 	}
 }
+
+func TestIsOwn(t *testing.T) {
+	e := etcd(ptr.To("seed-b"), ptr.To[int32](3), 3)
+	tests := []struct {
+		name string
+		m    v1alpha1.ObservedMember
+		own  bool
+	}{
+		{"in the range, any origin", v1alpha1.ObservedMember{Name: "seed-b-etcd-main-4", Origin: v1alpha1.MemberOriginUnmanaged}, true},
+		{"left the range, observed as Local", v1alpha1.ObservedMember{Name: "seed-b-etcd-main-6", Origin: v1alpha1.MemberOriginLocal}, true},
+		{"unstarted learner observed as Local", v1alpha1.ObservedMember{Origin: v1alpha1.MemberOriginLocal}, true},
+		{"external", v1alpha1.ObservedMember{Name: "seed-a-etcd-main-0", Origin: v1alpha1.MemberOriginExternal}, false},
+		{"out of the range, unmanaged", v1alpha1.ObservedMember{Name: "seed-b-etcd-main-6", Origin: v1alpha1.MemberOriginUnmanaged}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			NewWithT(t).Expect(members.IsOwn(e, tc.m)).To(Equal(tc.own))
+		})
+	}
+}

@@ -319,7 +319,7 @@ func observed(e *v1alpha1.Etcd) []v1alpha1.ObservedMember {
 // localVoters counts e's own members that vote, and all its own members.
 func localVoters(e *v1alpha1.Etcd) (voters, all int) {
 	for _, m := range observed(e) {
-		if members.IsLocal(e, m.Name) || m.Origin == v1alpha1.MemberOriginLocal {
+		if members.IsOwn(e, m) {
 			all++
 			if m.Votes() {
 				voters++
@@ -396,7 +396,7 @@ func Voters(src, dst *v1alpha1.Etcd) (source, destination int, ok bool) {
 		if !m.Votes() || m.Origin == v1alpha1.MemberOriginUnmanaged {
 			continue
 		}
-		if local := members.IsLocal(view, m.Name) || m.Origin == v1alpha1.MemberOriginLocal; local == mine {
+		if local := members.IsOwn(view, m); local == mine {
 			source++
 		} else {
 			destination++
