@@ -269,6 +269,9 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 		s.unreachable(err)
 		return r.backoff(key, 0), nil
 	}
+	// Which sidecar's view the plan below rests on: a voter's transport
+	// evidence (how long it has had a member connected) is its own.
+	ctx = logf.IntoContext(ctx, logf.FromContext(ctx).WithValues("observedVia", obs.Via.Member))
 	s.adoptRecordedStep(obs.List.Step, r.cluster.Holder(), r.cluster.Token(), r.started)
 	// Before admitting a learner: its etcd resolves these names as it starts.
 	r.syncPeerNames(ctx, e, obs)
