@@ -347,7 +347,15 @@ func (g *Gate) notifyLocked() {
 func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if isGRPC(r) && streamingMethods[r.URL.Path] {
 		ctx, cancel := context.WithCancel(r.Context())
-		s := &stream{cancel: cancel}
+		// Cancelling the forwarded call alone does not end it: the
+		// HTTP/2 transport goes on reading the client's side of the
+		// stream, which a watch keeps open without sending, and abandons
+		// the response only once that read ends. Closing the body ends
+		// the read, so the client gets its stream reset at once, and a
+		// draining connection keeps nothing open (a drain of a member
+		// with watches took the whole closeGrace without it:
+		// BenchmarkDrain).
+		s := &stream{cancel: func() { cancel(); _ = r.Body.Close() }}
 		g.mu.Lock()
 		if g.streamsEnded {
 			g.mu.Unlock()
