@@ -314,7 +314,7 @@ func (v *view) healthGate(p Policy) (Step, bool) {
 	}
 	var down *member
 	for _, m := range v.voters {
-		if m.Healthy || connectedUnstarted(m, p) || connectedUnanswered(m, p) {
+		if !holdsChanges(m, p) {
 			continue
 		}
 		if m.role != departing || m.Leader {
@@ -371,7 +371,7 @@ func (v *view) learnerMayJoin(p Policy) bool {
 		return false
 	}
 	for _, m := range v.voters {
-		if m.Healthy || connectedUnstarted(m, p) || connectedUnanswered(m, p) {
+		if !holdsChanges(m, p) {
 			continue
 		}
 		if m.role == departing || m.ConnectedFor <= 0 || !(m.Unstarted || m.Unanswered) {
@@ -379,6 +379,13 @@ func (v *view) learnerMayJoin(p Policy) bool {
 		}
 	}
 	return true
+}
+
+// holdsChanges tells whether voter m holds rule 1's health gate: it is
+// neither healthy nor a voter whose raft has run, connected, for
+// MinHealthyFor without answering polls yet.
+func holdsChanges(m *member, p Policy) bool {
+	return !m.Healthy && !connectedUnstarted(m, p) && !connectedUnanswered(m, p)
 }
 
 // connectedUnstarted tells whether m has not published itself yet (it
