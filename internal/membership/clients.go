@@ -15,11 +15,11 @@ import (
 // sidecar's gate could not drain them; the removal is not sent.
 const ReasonDrainFailed = "ClientDrainFailed"
 
-// leaderTransferHold is how long the members' gates hold new calls for a
+// LeaderTransferHold is how long the members' gates hold new calls for a
 // leader transfer at most: MoveLeader takes 0.2 s within a site and 0.6 s
 // across sites at 180 ms RTT, and the hold is released as soon as it
 // answers.
-const leaderTransferHold = 2 * time.Second
+const LeaderTransferHold = 2 * time.Second
 
 // drainTimeout bounds a drain: the calls in flight at the member and a
 // second for its clients to leave. A sidecar that takes longer counts as
@@ -139,7 +139,7 @@ func (c *Cluster) holdClients(ctx context.Context, endpoints []Endpoint, transfe
 				defer wg.Done()
 				// Not the step's context: a hold must end even when the
 				// reconcile that took it was cancelled (it also ends by
-				// itself after leaderTransferHold).
+				// itself after LeaderTransferHold).
 				callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.CallTimeout)
 				defer cancel()
 				if err := cl.ReleaseClients(callCtx, sidecar.CallOptions{LockHolder: c.cfg.Holder}); err != nil {
@@ -167,9 +167,9 @@ func (c *Cluster) hold(ctx context.Context, endpoints []Endpoint, transferee str
 			// A gate that has not answered by the time the hold would have
 			// ended by itself is of no use to the transfer, which waits
 			// for this answer.
-			callCtx, cancel := context.WithTimeout(ctx, min(c.cfg.CallTimeout, leaderTransferHold))
+			callCtx, cancel := context.WithTimeout(ctx, min(c.cfg.CallTimeout, LeaderTransferHold))
 			defer cancel()
-			_, err := cl.HoldClients(callCtx, sidecar.ClientHold{Seconds: leaderTransferHold.Seconds(), UntilLeader: transferee},
+			_, err := cl.HoldClients(callCtx, sidecar.ClientHold{Seconds: LeaderTransferHold.Seconds(), UntilLeader: transferee},
 				sidecar.CallOptions{LockHolder: c.cfg.Holder})
 			switch {
 			case sidecar.IsReason(err, sidecar.ReasonNoClientGate):

@@ -3,7 +3,9 @@ package site
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -141,11 +143,57 @@ func (h *MembershipHistory) Transitions() []string {
 	return out
 }
 
+// TransitionsInApplyOrder is Transitions with each transition of several
+// changes split into single ones in the order an etcd member applied them
+// (applied, from AppliedConfChanges). Two changes a planner sends one
+// after the other may fall between two polls; the member's log, not the
+// poll, says which came first. A transition with a change applied does not
+// list stays whole.
+func (h *MembershipHistory) TransitionsInApplyOrder(applied []ConfChange) []string {
+	pos := map[ConfChange]int{}
+	for i, c := range applied {
+		if _, ok := pos[c]; !ok {
+			pos[c] = i
+		}
+	}
+	var out []string
+	for _, t := range h.TimedTransitions() {
+		ordered := slices.Clone(t.Changes)
+		known := len(ordered) > 1
+		for _, c := range ordered {
+			_, ok := pos[ConfChange{Kind: c.Kind, ID: c.ID}]
+			known = known && ok
+		}
+		if !known {
+			out = append(out, t.Change)
+			continue
+		}
+		slices.SortFunc(ordered, func(a, b MemberChange) int {
+			return cmp.Compare(pos[ConfChange{Kind: a.Kind, ID: a.ID}], pos[ConfChange{Kind: b.Kind, ID: b.ID}])
+		})
+		for _, c := range ordered {
+			out = append(out, c.Text)
+		}
+	}
+	return out
+}
+
 // Transition is a change of the member list, at the poll that first saw
 // it.
 type Transition struct {
-	At     time.Time
-	Change string
+	At time.Time
+	// Change names the changes, sorted by name and joined by " + ".
+	Change  string
+	Changes []MemberChange
+}
+
+// MemberChange is one member's change within a Transition.
+type MemberChange struct {
+	Kind ConfChangeKind
+	ID   uint64
+	// Text is "add learner (unnamed)" (etcd names a learner once it
+	// starts), "add voter <name>", "promote <name>" or "remove <name>".
+	Text string
 }
 
 // TimedTransitions are Transitions with when a poll first saw each.
@@ -162,25 +210,85 @@ func (h *MembershipHistory) TimedTransitions() []Transition {
 		for _, m := range lists[i] {
 			after[m.ID] = m
 		}
-		var changes []string
+		var changes []MemberChange
 		for id, m := range after {
 			old, ok := before[id]
 			switch {
 			case !ok && m.Learner:
-				changes = append(changes, "add learner (unnamed)")
+				changes = append(changes, MemberChange{Kind: ConfChangeAdd, ID: id, Text: "add learner (unnamed)"})
 			case !ok:
-				changes = append(changes, "add voter "+m.Name)
+				changes = append(changes, MemberChange{Kind: ConfChangeAdd, ID: id, Text: "add voter " + m.Name})
 			case old.Learner && !m.Learner:
-				changes = append(changes, "promote "+m.Name)
+				changes = append(changes, MemberChange{Kind: ConfChangePromote, ID: id, Text: "promote " + m.Name})
 			}
 		}
 		for id, m := range before {
 			if _, ok := after[id]; !ok {
-				changes = append(changes, "remove "+m.Name)
+				changes = append(changes, MemberChange{Kind: ConfChangeRemove, ID: id, Text: "remove " + m.Name})
 			}
 		}
-		slices.Sort(changes)
-		out = append(out, Transition{At: seen[i], Change: strings.Join(changes, " + ")})
+		slices.SortFunc(changes, func(a, b MemberChange) int { return cmp.Compare(a.Text, b.Text) })
+		texts := make([]string, 0, len(changes))
+		for _, c := range changes {
+			texts = append(texts, c.Text)
+		}
+		out = append(out, Transition{At: seen[i], Change: strings.Join(texts, " + "), Changes: changes})
+	}
+	return out
+}
+
+// ConfChangeKind is the kind of a membership change.
+type ConfChangeKind string
+
+// The membership changes etcd applies.
+const (
+	ConfChangeAdd     ConfChangeKind = "add"
+	ConfChangePromote ConfChangeKind = "promote"
+	ConfChangeRemove  ConfChangeKind = "remove"
+)
+
+// ConfChange is one membership change an etcd member applied.
+type ConfChange struct {
+	Kind ConfChangeKind
+	ID   uint64
+}
+
+// AppliedConfChanges are the membership changes an etcd member's log
+// (etcd's JSON lines; other lines are skipped) says it applied, in the
+// order it applied them, which is the raft log's. A member joined later
+// lists what it applied from its join on; a restarted member may list a
+// change again.
+func AppliedConfChanges(etcdLog string) []ConfChange {
+	var out []ConfChange
+	for line := range strings.Lines(etcdLog) {
+		if !strings.Contains(line, " member\"") {
+			continue // cheap: most lines are about something else
+		}
+		var l struct {
+			Msg      string `json:"msg"`
+			Added    string `json:"added-peer-id"`
+			Promoted string `json:"promoted-member-id"`
+			Removed  string `json:"removed-remote-peer-id"`
+		}
+		if json.Unmarshal([]byte(line), &l) != nil {
+			continue
+		}
+		kind, hex := ConfChangeKind(""), ""
+		switch l.Msg {
+		case "added member":
+			kind, hex = ConfChangeAdd, l.Added
+		case "promote member":
+			kind, hex = ConfChangePromote, l.Promoted
+		case "removed member":
+			kind, hex = ConfChangeRemove, l.Removed
+		default:
+			continue
+		}
+		id, err := strconv.ParseUint(hex, 16, 64)
+		if err != nil {
+			continue
+		}
+		out = append(out, ConfChange{Kind: kind, ID: id})
 	}
 	return out
 }

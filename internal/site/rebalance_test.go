@@ -19,6 +19,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
 	"github.com/druid-stretch/druid-stretch/internal/apiload"
+	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/workload"
 )
 
@@ -187,11 +188,16 @@ func TestRebalanceBetweenNodeGroups(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	// The client gate drains a member before its removal and holds calls
 	// through the leader transfer (chart value
-	// sidecar.clientGateBackendPort, on in every site).
-	expectKubeAPIServersSawNothing(t, api, s)
+	// sidecar.clientGateBackendPort, on in every site). Within one site
+	// the transfer's hold ends in well under a second (0.09-0.10 s write
+	// gaps on an idle machine); a CI machine running the other packages
+	// beside this one once stretched it to 1.02 s, so the gap is bounded
+	// by what the gates hold at most instead: a longer gap is a stall the
+	// hold does not explain.
+	expectKubeAPIServers(t, api, s, map[string]time.Duration{shoot.Name: membership.LeaderTransferHold})
 
 	history.Stop()
-	expectInterleavedMove(t, history, "an old member", false)
+	expectInterleavedMove(t, history, appliedConfChanges(t, s, ns, "etcd-main-3"), "an old member", false)
 	tie, polledTies := history.LongestTie(func(name string) bool { return memberOrdinal(name) >= 3 })
 	t.Logf("polls saw the voters tied %d time(s), the longest for %s; the controller measured %d tie(s), %.3f s in all",
 		polledTies, tie, ties, tieSum)

@@ -124,10 +124,13 @@ func Start(ctx context.Context, opts Options) (s *Site, err error) {
 	if opts.MaxLearners < 0 {
 		return nil, fmt.Errorf("site: Options.MaxLearners is %d: want 0 (the chart's default) or more", opts.MaxLearners)
 	}
-	s = &Site{Dir: opts.Dir, opts: opts, log: opts.Logger.WithName("site"), HostPathRoot: filepath.Join(opts.Dir, "hostpath")}
+	// started, not the named result: every error return below sets the
+	// result to nil before this deferred Stop runs.
+	started := &Site{Dir: opts.Dir, opts: opts, log: opts.Logger.WithName("site"), HostPathRoot: filepath.Join(opts.Dir, "hostpath")}
+	s = started
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, s.Stop())
+			err = errors.Join(err, started.Stop())
 			s = nil
 		}
 	}()
