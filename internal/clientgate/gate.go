@@ -81,6 +81,10 @@ type Gate struct {
 	// drain ended the others would keep the drain waiting.
 	streamsEnded bool
 	streams      map[*stream]struct{}
+	// conns counts the client connections open (http.Server's ConnState):
+	// a drain ends when they are gone, not at Shutdown's next poll of
+	// them, which backs off to 500 ms while the clients leave.
+	conns int
 }
 
 // stream is a streaming call (a watch, a lease keep-alive): it is not
@@ -192,8 +196,25 @@ func New(o Options) (*Gate, error) {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       5 * time.Minute,
 		ErrorLog:          log.New(logWriter{o.Log}, "", 0),
+		ConnState:         g.countConn,
 	}
 	return g, nil
+}
+
+// countConn keeps conns: a connection counts from its accept until it is
+// closed (or hijacked, which HTTP/2 and gRPC never do).
+func (g *Gate) countConn(_ net.Conn, state http.ConnState) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch state {
+	case http.StateNew:
+		g.conns++
+	case http.StateClosed, http.StateHijacked:
+		g.conns--
+	default:
+		return
+	}
+	g.notifyLocked()
 }
 
 // Serve serves the clients that l accepts (the member's advertised client
@@ -248,28 +269,42 @@ func (g *Gate) Drain(ctx context.Context) error {
 	g.mu.Unlock()
 
 	// Shutdown closes the listener and sends GOAWAY on every connection;
-	// it returns when every connection is closed, which the streams
-	// prevent until endStreams below.
-	shut := make(chan error, 1)
-	go func() { shut <- g.srv.Shutdown(context.WithoutCancel(ctx)) }()
+	// the clients close their connections once their calls are done,
+	// which the streams prevent until endStreams below. Shutdown itself
+	// returns at its next poll after that; the drain does not wait for
+	// it (connsClosed).
+	go func() { _ = g.srv.Shutdown(context.WithoutCancel(ctx)) }()
 	if err := g.waitIdle(ctx, false); err != nil {
 		return errors.Join(err, g.Close())
 	}
 	n := g.endStreams()
 	g.o.Log.Info("drained: unary calls finished, streams ended", "streams", n)
-	grace := time.NewTimer(closeGrace)
-	defer grace.Stop()
-	select {
-	case <-shut:
-	case <-grace.C:
+	graceCtx, cancel := context.WithTimeout(ctx, closeGrace)
+	defer cancel()
+	if g.connsClosed(graceCtx) != nil {
 		// A client that keeps a connection it was told to leave, with no
-		// call on it: closing it loses nothing.
-		_ = g.srv.Close()
-	case <-ctx.Done():
+		// call on it (or the caller's deadline): closing it loses nothing.
 		_ = g.srv.Close()
 	}
 	// A call that raced the GOAWAY finishes before the drain is done.
 	return g.waitIdle(ctx, false)
+}
+
+// connsClosed waits until no client connection is open.
+func (g *Gate) connsClosed(ctx context.Context) error {
+	for {
+		g.mu.Lock()
+		n, changed := g.conns, g.changed
+		g.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("clientgate: %d connection(s) still open: %w", n, ctx.Err())
+		}
+	}
 }
 
 // Hold makes new reads and proposals (see callKind) wait for at most max,

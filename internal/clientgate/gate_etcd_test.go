@@ -388,32 +388,45 @@ func BenchmarkMembershipChangeUnderLoad(b *testing.B) {
 	}
 }
 
-// BenchmarkDrain times a drain of a member whose client has watches open
+// BenchmarkDrain times a drain of a member whose clients have watches open
 // through the gate, as kube-apiserver keeps one per watched resource, against
 // a drain of one whose client has none (the baseline). A drain waits for
 // the clients to leave after GOAWAY, up to closeGrace; a stream that does
 // not end when the drain ends it holds the connection for all of that.
+// With clients>1 each client is a connection of its own, with writers, as
+// kube-apiserver opens several etcd clients: they leave one after the
+// other, and the drain ends when the last one has.
 func BenchmarkDrain(b *testing.B) {
-	for _, watches := range []int{0, 56} {
-		b.Run(fmt.Sprintf("watches=%d", watches), func(b *testing.B) {
+	for _, bc := range []struct{ clients, watches int }{{1, 0}, {1, 56}, {24, 56}} {
+		b.Run(fmt.Sprintf("clients=%d/watches=%d", bc.clients, bc.watches), func(b *testing.B) {
 			var took time.Duration
 			for range b.N {
 				b.StopTimer()
 				c := startGated(b)
 				victim := "m-0"
-				cli := c.client(b, victim)
 				ctx, cancel := context.WithCancel(context.Background())
-				for i := range watches {
-					wc := cli.Watch(clientv3.WithRequireLeader(ctx), fmt.Sprintf("/drain/%d/", i), clientv3.WithPrefix())
-					go func() {
-						for range wc { // until the client closes
-						}
-					}()
-				}
-				// A write through the gate: the connection is up, and a
-				// watch created before it is registered.
-				if _, err := cli.Put(ctx, "/drain/ready", "1"); err != nil {
-					b.Fatal(err)
+				var writers sync.WaitGroup
+				for i := range bc.clients {
+					cli := c.client(b, victim)
+					for j := i; j < bc.watches; j += bc.clients {
+						wc := cli.Watch(clientv3.WithRequireLeader(ctx), fmt.Sprintf("/drain/%d/", j), clientv3.WithPrefix())
+						go func() {
+							for range wc { // until the client closes
+							}
+						}()
+					}
+					// A write through the gate: the connection is up, and a
+					// watch created before it is registered.
+					if _, err := cli.Put(ctx, "/drain/ready", "1"); err != nil {
+						b.Fatal(err)
+					}
+					if bc.clients > 1 {
+						writers.Go(func() {
+							for ctx.Err() == nil {
+								_, _ = cli.Put(ctx, fmt.Sprintf("/drain/w/%d", i), "1")
+							}
+						})
+					}
 				}
 				b.StartTimer()
 				start := time.Now()
@@ -423,6 +436,7 @@ func BenchmarkDrain(b *testing.B) {
 				took += time.Since(start)
 				b.StopTimer()
 				cancel()
+				writers.Wait()
 			}
 			b.ReportMetric(took.Seconds()/float64(b.N), "drain-s/op")
 		})
