@@ -292,19 +292,7 @@ func (g *Gate) Drain(ctx context.Context) error {
 
 // connsClosed waits until no client connection is open.
 func (g *Gate) connsClosed(ctx context.Context) error {
-	for {
-		g.mu.Lock()
-		n, changed := g.conns, g.changed
-		g.mu.Unlock()
-		if n == 0 {
-			return nil
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return fmt.Errorf("clientgate: %d connection(s) still open: %w", n, ctx.Err())
-		}
-	}
+	return g.waitZero(ctx, "connection(s) still open", func() int { return g.conns })
 }
 
 // Hold makes new reads and proposals (see callKind) wait for at most max,
@@ -340,12 +328,20 @@ func (g *Gate) Hold(ctx context.Context, max time.Duration) (release func(), err
 // waitIdle waits until no unary call is in flight, or, with
 // proposalsOnly, no proposal.
 func (g *Gate) waitIdle(ctx context.Context, proposalsOnly bool) error {
+	return g.waitZero(ctx, "call(s) still in flight", func() int {
+		if proposalsOnly {
+			return g.proposals
+		}
+		return g.inFlight
+	})
+}
+
+// waitZero waits until count, read under g.mu, is zero; what names the
+// count in the error that ctx's end returns.
+func (g *Gate) waitZero(ctx context.Context, what string, count func() int) error {
 	for {
 		g.mu.Lock()
-		n, changed := g.inFlight, g.changed
-		if proposalsOnly {
-			n = g.proposals
-		}
+		n, changed := count(), g.changed
 		g.mu.Unlock()
 		if n == 0 {
 			return nil
@@ -353,7 +349,7 @@ func (g *Gate) waitIdle(ctx context.Context, proposalsOnly bool) error {
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return fmt.Errorf("clientgate: %d call(s) still in flight: %w", n, ctx.Err())
+			return fmt.Errorf("clientgate: %d %s: %w", n, what, ctx.Err())
 		}
 	}
 }

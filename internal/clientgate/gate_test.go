@@ -2,6 +2,7 @@ package clientgate_test
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -157,4 +158,29 @@ func TestHoldWaitsForAProposalInFlight(t *testing.T) {
 	close(backend.release)
 	g.Eventually(held).WithTimeout(5 * time.Second).Should(Receive(BeNil()))
 	g.Expect(returned(write, 5*time.Second)).To(BeTrue())
+}
+
+// A drain ends once its clients have closed their connections; one that
+// keeps a connection it was told to leave, with no call on it, has it
+// closed by the gate: the drain returns, and the connection is gone.
+func TestDrainClosesAConnectionItsClientKeeps(t *testing.T) {
+	g := NewWithT(t)
+	gate, gateURL, backend := startStalled(t)
+	close(backend.release) // every call is answered at once
+	u, err := url.Parse(gateURL)
+	g.Expect(err).NotTo(HaveOccurred())
+	kept, err := net.Dial("tcp", u.Host) // connects, then sends nothing
+	g.Expect(err).NotTo(HaveOccurred())
+	defer kept.Close()
+	// An answered call through the gate: the gate has accepted kept
+	// before it (one listener, accepted in order).
+	g.Expect(<-call(gateURL, "/etcdserverpb.Maintenance/Status")).To(Succeed())
+
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	g.Expect(gate.Drain(ctx)).To(Succeed())
+	g.Expect(gate.Ready()).To(BeFalse())
+	g.Expect(kept.SetReadDeadline(time.Now().Add(5 * time.Second))).To(Succeed())
+	_, err = kept.Read(make([]byte, 1))
+	g.Expect(err).To(MatchError(io.EOF), "the gate closed the connection its client kept")
 }
