@@ -85,6 +85,10 @@ type Gate struct {
 	// a drain ends when they are gone, not at Shutdown's next poll of
 	// them, which backs off to 500 ms while the clients leave.
 	conns int
+	// listenersClosed is closed once Shutdown has closed the listener
+	// (http.Server.RegisterOnShutdown): from then on no new client comes.
+	listenersClosed chan struct{}
+	closeListeners  sync.Once
 }
 
 // stream is a streaming call (a watch, a lease keep-alive): it is not
@@ -146,7 +150,7 @@ func New(o Options) (*Gate, error) {
 	if o.Log.GetSink() == nil {
 		o.Log = logr.Discard()
 	}
-	g := &Gate{o: o, changed: make(chan struct{}), streams: map[*stream]struct{}{}}
+	g := &Gate{o: o, changed: make(chan struct{}), streams: map[*stream]struct{}{}, listenersClosed: make(chan struct{})}
 
 	// HTTP/2 toward etcd for gRPC (prior knowledge without TLS), HTTP/1 for
 	// the rest (/health, /metrics): etcd serves both on its client port.
@@ -198,6 +202,7 @@ func New(o Options) (*Gate, error) {
 		ErrorLog:          log.New(logWriter{o.Log}, "", 0),
 		ConnState:         g.countConn,
 	}
+	g.srv.RegisterOnShutdown(func() { g.closeListeners.Do(func() { close(g.listenersClosed) }) })
 	return g, nil
 }
 
@@ -274,6 +279,11 @@ func (g *Gate) Drain(ctx context.Context) error {
 	// returns at its next poll after that; the drain does not wait for
 	// it (connsClosed).
 	go func() { _ = g.srv.Shutdown(context.WithoutCancel(ctx)) }()
+	select {
+	case <-g.listenersClosed:
+	case <-ctx.Done():
+		return errors.Join(fmt.Errorf("clientgate: the listener is not closed yet: %w", ctx.Err()), g.Close())
+	}
 	if err := g.waitIdle(ctx, false); err != nil {
 		return errors.Join(err, g.Close())
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -183,4 +184,27 @@ func TestDrainClosesAConnectionItsClientKeeps(t *testing.T) {
 	g.Expect(kept.SetReadDeadline(time.Now().Add(5 * time.Second))).To(Succeed())
 	_, err = kept.Read(make([]byte, 1))
 	g.Expect(err).To(MatchError(io.EOF), "the gate closed the connection its client kept")
+}
+
+// A drain returns only once the gate's listener is closed: a client that
+// comes after it is refused, not served by a drained gate.
+func TestDrainedGateTakesNoNewConnection(t *testing.T) {
+	g := NewWithT(t)
+	gate, gateURL, backend := startStalled(t)
+	close(backend.release)
+	u, err := url.Parse(gateURL)
+	g.Expect(err).NotTo(HaveOccurred())
+	// Served: the gate runs. The client's connection carries that one
+	// call only, so the drain has nobody to wait for and returns at once.
+	var h2c http.Protocols
+	h2c.SetUnencryptedHTTP2(true)
+	c := &http.Client{Transport: &http.Transport{Protocols: &h2c, DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	resp, err := c.Post(gateURL+"/etcdserverpb.Maintenance/Status", "application/grpc", strings.NewReader("\x00\x00\x00\x00\x00"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(resp.Body.Close()).To(Succeed())
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	g.Expect(gate.Drain(ctx)).To(Succeed())
+	_, err = net.Dial("tcp", u.Host)
+	g.Expect(err).To(MatchError(syscall.ECONNREFUSED))
 }
