@@ -309,6 +309,8 @@ type Observation struct {
 	Via Endpoint
 	// At is when the answer arrived.
 	At time.Time
+	// Began is when Observe began asking.
+	Began time.Time
 	// Failures are the sidecars asked before Via, and why they failed.
 	Failures []EndpointError
 }
@@ -340,6 +342,7 @@ func (o *Observation) LockedBy(holder, token string) bool {
 // serving yet) delays an observation by the stagger, not by a timeout. A
 // sidecar overtaken that way counts as failed for FailureMemory.
 func (c *Cluster) Observe(ctx context.Context, endpoints []Endpoint, hint Hint) (*Observation, error) {
+	began := time.Now()
 	order := c.order(endpoints, hint)
 	if len(order) == 0 {
 		return nil, &UnreachableError{}
@@ -382,7 +385,7 @@ func (c *Cluster) Observe(ctx context.Context, endpoints []Endpoint, hint Hint) 
 						c.noteOvertaken(order[i])
 					}
 				}
-				obs := &Observation{List: a.list, Via: order[a.i], At: time.Now()}
+				obs := &Observation{List: a.list, Via: order[a.i], At: time.Now(), Began: began}
 				for i := range launched {
 					if err, ok := failed[i]; ok {
 						obs.Failures = append(obs.Failures, EndpointError{Endpoint: order[i], Err: err})

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"slices"
 	"strings"
@@ -227,6 +228,7 @@ func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []End
 		out *sidecar.ChangeResult
 		err error
 	)
+	callStart := time.Now()
 	switch plan.Step.Kind {
 	case planner.AddLearner:
 		out, err = cl.AddLearner(callCtx, plan.Step.Member, plan.Step.PeerURLs, opts)
@@ -260,13 +262,29 @@ func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []End
 		res.ThenRemoved, res.ThenRemoveErr = out.Removed != nil, out.RemoveError
 		res.Gap = time.Duration(out.GapSeconds * float64(time.Second))
 		if out.Removed != nil {
-			c.cfg.Logger.Info("membership step executed", "step", string(then.Kind), "member", stepTarget(*then), "via", via.String(), "changed", true, "reason", "right after the promotion of "+stepTarget(plan.Step)+": "+then.Reason)
+			c.cfg.Logger.Info("membership step executed", append([]any{"step", string(then.Kind), "member", stepTarget(*then), "via", via.String(), "changed", true, "reason", "right after the promotion of " + stepTarget(plan.Step) + ": " + then.Reason}, stepTiming(obs, res.Start, callStart)...)...)
 		} else {
 			c.cfg.Logger.Info("the removal after the promotion did not happen; it is planned again", "member", stepTarget(*then), "error", out.RemoveError)
 		}
 	}
-	c.cfg.Logger.Info("membership step executed", "step", string(plan.Step.Kind), "member", stepTarget(plan.Step), "via", via.String(), "changed", out.Changed, "reason", plan.Step.Reason)
+	c.cfg.Logger.Info("membership step executed", append([]any{"step", string(plan.Step.Kind), "member", stepTarget(plan.Step), "via", via.String(), "changed", out.Changed, "reason", plan.Step.Reason}, stepTiming(obs, res.Start, callStart)...)...)
 	return res
+}
+
+// stepTiming are the log values that say where an executed step's time
+// went, in seconds: observeSeconds, the observation it was planned from
+// (the sidecar's poll of every member included); sinceObservedSeconds,
+// from that answer to the step's start (planning, status, admissions);
+// prepareSeconds, the drain, the retirement record and the hold before
+// the call; callSeconds, the sidecar call itself.
+func stepTiming(obs *Observation, start, callStart time.Time) []any {
+	secs := func(d time.Duration) float64 { return math.Round(d.Seconds()*1000) / 1000 }
+	kv := []any{"observedVia", obs.Via.Member}
+	if !obs.Began.IsZero() {
+		kv = append(kv, "observeSeconds", secs(obs.At.Sub(obs.Began)))
+	}
+	return append(kv, "sinceObservedSeconds", secs(start.Sub(obs.At)),
+		"prepareSeconds", secs(callStart.Sub(start)), "callSeconds", secs(time.Since(callStart)))
 }
 
 // onSideOf tells whether an endpoint's member is on the side of the member

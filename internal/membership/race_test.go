@@ -3,6 +3,7 @@ package membership_test
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -30,6 +31,19 @@ func (b *logBook) logger(t *testing.T, name string) logr.Logger {
 		b.mu.Unlock()
 		t.Logf("%s: %s %s", name, prefix, args)
 	}, funcr.Options{})
+}
+
+// matching returns the lines that match re.
+func (b *logBook) matching(re string) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for _, l := range b.lines {
+		if regexp.MustCompile(re).MatchString(l) {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 func (b *logBook) has(substr string) bool {
@@ -129,6 +143,13 @@ func TestTwoProcessesRaceForOneMove(t *testing.T) {
 	g.Expect(applied).To(HaveLen(4), "add, promote, move leader and remove: %v", applied)
 	for step, by := range applied {
 		g.Expect(by).To(Equal([]string{"y"}), "%s is applied exactly once, by the process that holds the lock", step)
+	}
+	// Each change's log line says where its time went: the observation
+	// it was planned from, until the step began, before the call, the call.
+	executed := logsY.matching(`"membership step executed"`)
+	g.Expect(executed).To(HaveLen(4), "a line per change")
+	for _, l := range executed {
+		g.Expect(l).To(MatchRegexp(`"observedVia"="[ab]-\d" "observeSeconds"=\d+(\.\d+)? "sinceObservedSeconds"=-?\d+(\.\d+)? "prepareSeconds"=\d+(\.\d+)? "callSeconds"=\d+(\.\d+)?$`))
 	}
 	final := strings.Join(tc.memberList(g), " ")
 	g.Expect(final).To(And(ContainSubstring(":a-1:voter"), ContainSubstring(":a-2:voter"), ContainSubstring(":b-0:voter"), Not(ContainSubstring(":a-0:"))), fmt.Sprint(final))
