@@ -160,6 +160,13 @@ func (c *Client) Ready(ctx context.Context) error {
 	return c.do(ctx, http.MethodGet, "/readyz", nil, CallOptions{}, nil)
 }
 
+// Healthy reports whether the sidecar itself answers (/healthz), without
+// asking its etcd member: it is answered at once, also while the member
+// starts.
+func (c *Client) Healthy(ctx context.Context) error {
+	return c.do(ctx, http.MethodGet, "/healthz", nil, CallOptions{}, nil)
+}
+
 // Join tells what the sidecar's member is and whether it waits for an
 // admission. A sidecar that is not etcd-wrapper's server (no Joining
 // configured) answers *Error with reason NotFound.

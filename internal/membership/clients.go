@@ -190,7 +190,10 @@ func (c *Cluster) hold(ctx context.Context, endpoints []Endpoint, transferee str
 // the clients are held: a sidecar the controller has not called lately
 // (another site's, whose member it does not observe through) would
 // otherwise cost a TCP handshake inside the hold, a round trip across
-// sites. The answers do not matter.
+// sites. The answers do not matter, so the sidecar is asked what it
+// answers at once (/healthz): /readyz asks its etcd member, and a member
+// that does not serve yet (one promoted right after its snapshot join)
+// held the warm-up, and the transfer, for that read's 1 s timeout.
 func (c *Cluster) warmConnections(ctx context.Context, endpoints []Endpoint) {
 	var wg sync.WaitGroup
 	for _, e := range endpoints {
@@ -200,7 +203,7 @@ func (c *Cluster) warmConnections(ctx context.Context, endpoints []Endpoint) {
 		wg.Go(func() {
 			callCtx, cancel := context.WithTimeout(ctx, min(c.cfg.CallTimeout, warmTimeout))
 			defer cancel()
-			_ = c.client(e.URL).Ready(callCtx)
+			_ = c.client(e.URL).Healthy(callCtx)
 		})
 	}
 	wg.Wait()

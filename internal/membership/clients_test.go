@@ -200,6 +200,40 @@ func TestOnlyMembersGatesAreHeld(t *testing.T) {
 	g.Expect(called).NotTo(ContainElement(HaveSuffix(" m-5")), "the sidecar of a pod that is no member is not called")
 }
 
+// The connections are warmed before the hold with a call the sidecar
+// answers at once: its /readyz asks its etcd member, which a member that
+// does not serve yet answers only when the read times out.
+func TestWarmingAsksNoMember(t *testing.T) {
+	g := NewWithT(t)
+	c, err := New(Config{Holder: "test"})
+	g.Expect(err).NotTo(HaveOccurred())
+	var (
+		mu     sync.Mutex
+		called []string
+	)
+	release := make(chan struct{})
+	defer close(release)
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		called = append(called, r.Method+" "+r.URL.Path)
+		mu.Unlock()
+		if r.URL.Path == "/readyz" {
+			<-release // a member that does not answer
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok"}`))
+	}))
+	t.Cleanup(s.Close)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	c.warmConnections(ctx, []Endpoint{{Member: "m-4", URL: s.URL}})
+	g.Expect(ctx.Err()).NotTo(HaveOccurred())
+	mu.Lock()
+	defer mu.Unlock()
+	g.Expect(called).To(Equal([]string{"GET /healthz"}))
+}
+
 // A sidecar that only answered an observation later than another (one
 // across sites always does) is asked after the others for a while, like
 // a failed one, but a step that belongs at the leader's sidecar still
