@@ -16,6 +16,25 @@ import (
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
+// callLog records what the test's sidecars were asked, safe for their
+// concurrent handlers.
+type callLog struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (l *callLog) add(call string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls = append(l.calls, call)
+}
+
+func (l *callLog) list() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.calls)
+}
+
 // A removal waits for the member's clients to be drained only when its
 // sidecar answers: a sidecar without a gate, or one that cannot be reached
 // (the member's pod is gone), must not keep a member in the cluster.
@@ -120,15 +139,8 @@ func TestHoldTheTransfereeSideLast(t *testing.T) {
 	g := NewWithT(t)
 	c, err := New(Config{Holder: "test"})
 	g.Expect(err).NotTo(HaveOccurred())
-	var (
-		mu     sync.Mutex
-		events []string
-	)
-	note := func(e string) {
-		mu.Lock()
-		defer mu.Unlock()
-		events = append(events, e)
-	}
+	var events callLog
+	note := events.add
 	gate := func(name string, delay time.Duration) string {
 		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
@@ -154,15 +166,13 @@ func TestHoldTheTransfereeSideLast(t *testing.T) {
 	endpoints := []Endpoint{{Member: "m-3", URL: gate("m-3", 0)}, {Member: "m-0", URL: gate("m-0", 100*time.Millisecond)}, {Member: "m-1", URL: gate("m-1", 0)}}
 
 	release := c.holdClients(context.Background(), endpoints, "b3", onSideOf(in, "b3"))
-	mu.Lock()
-	held := slices.Clone(events)
-	mu.Unlock()
+	held := events.list()
 	release()
 
 	g.Expect(held).To(HaveLen(6))
 	g.Expect(held[4:]).To(Equal([]string{"POST m-3", "held m-3"}), "the transferee's side is held last, after %v", held[:4])
 	g.Expect(held[:4]).To(ContainElements("POST m-0", "held m-0", "POST m-1", "held m-1"))
-	g.Expect(events[6:]).To(ConsistOf("DELETE m-0", "DELETE m-1", "DELETE m-3"), "release ends every hold")
+	g.Expect(events.list()[6:]).To(ConsistOf("DELETE m-0", "DELETE m-1", "DELETE m-3"), "release ends every hold")
 }
 
 // Only the gates of the cluster's members are held: the sidecar of a pod
@@ -173,15 +183,10 @@ func TestOnlyMembersGatesAreHeld(t *testing.T) {
 	g := NewWithT(t)
 	c, err := New(Config{Holder: "test"})
 	g.Expect(err).NotTo(HaveOccurred())
-	var (
-		mu     sync.Mutex
-		called []string
-	)
+	var calls callLog
 	gate := func(name string) string {
 		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			mu.Lock()
-			called = append(called, r.Method+" "+r.URL.Path+" "+name)
-			mu.Unlock()
+			calls.add(r.Method + " " + r.URL.Path + " " + name)
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = w.Write([]byte(`{"ready":true,"inFlight":0}`))
 		}))
@@ -194,8 +199,7 @@ func TestOnlyMembersGatesAreHeld(t *testing.T) {
 	release := c.holdClients(context.Background(), members(obs, endpoints), "b3", func(e Endpoint) bool { return e.Member == "m-3" })
 	release()
 
-	mu.Lock()
-	defer mu.Unlock()
+	called := calls.list()
 	g.Expect(called).To(ContainElements("POST /v1/clients/hold m-0", "POST /v1/clients/hold m-3", "DELETE /v1/clients/hold m-0", "DELETE /v1/clients/hold m-3"))
 	g.Expect(called).NotTo(ContainElement(HaveSuffix(" m-5")), "the sidecar of a pod that is no member is not called")
 }
@@ -207,16 +211,11 @@ func TestWarmingAsksNoMember(t *testing.T) {
 	g := NewWithT(t)
 	c, err := New(Config{Holder: "test"})
 	g.Expect(err).NotTo(HaveOccurred())
-	var (
-		mu     sync.Mutex
-		called []string
-	)
+	var calls callLog
 	release := make(chan struct{})
 	defer close(release)
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		called = append(called, r.Method+" "+r.URL.Path)
-		mu.Unlock()
+		calls.add(r.Method + " " + r.URL.Path)
 		if r.URL.Path == "/readyz" {
 			<-release // a member that does not answer
 		}
@@ -229,9 +228,7 @@ func TestWarmingAsksNoMember(t *testing.T) {
 	defer cancel()
 	c.warmConnections(ctx, []Endpoint{{Member: "m-4", URL: s.URL}})
 	g.Expect(ctx.Err()).NotTo(HaveOccurred())
-	mu.Lock()
-	defer mu.Unlock()
-	g.Expect(called).To(Equal([]string{"GET /healthz"}))
+	g.Expect(calls.list()).To(Equal([]string{"GET /healthz"}))
 }
 
 // A sidecar that only answered an observation later than another (one
