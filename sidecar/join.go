@@ -210,17 +210,22 @@ func (s *Server) joinRoutes(mux *http.ServeMux) {
 
 // initializationStatus answers the wrapper's poll the way backup-restore
 // does: Successful and Failed are told once, then the state is New again,
-// so a wrapper that restarts initialises anew.
+// so a wrapper that restarts initialises anew. A member that may start
+// (admitted, or with data) is Successful at once, even before the wrapper
+// triggered an initialisation: the sidecar validates and restores nothing,
+// so the trigger would change nothing, and the wrapper, which pauses a
+// second after every poll, starts etcd a poll earlier (etcd-wrapper
+// leaves its loop on Successful whether or not it triggered).
 func (j *joiner) initializationStatus(s *Server) string {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.state == InitProgress {
+	if j.state == InitProgress || j.state == InitNew {
 		st, err := j.status()
 		switch {
-		case err != nil:
+		case err != nil && j.state == InitProgress:
 			s.log.Error(err, "initialising the member failed", "member", j.self.Name)
 			j.state = InitFailed
-		case !st.Waiting():
+		case err == nil && !st.Waiting():
 			j.state = InitSuccessful
 		}
 	}

@@ -181,6 +181,22 @@ func TestInitialiseRetriesAfterFailedInitialisation(t *testing.T) {
 	g.Expect(fake.startModes()).To(Equal([]string{"full", "full", "full"}))
 }
 
+// etcd-wrapper leaves its loop on the first Successful, triggered or not
+// (its loop runs while the status is not Successful): druid-stretch's
+// sidecar answers so for a member that may start at once.
+func TestInitialiseNeedsNoTriggerWhenAlreadySuccessful(t *testing.T) {
+	g := NewWithT(t)
+	fake := newFakeBackupRestore(minimalEtcdConfig)
+	fake.status = "Successful"
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+
+	cfg, err := initialise(context.Background(), brClientFor(t, srv), testOptions(t), zaptest.NewLogger(t))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cfg.Name).To(Equal("etcd-main-0"))
+	g.Expect(fake.startModes()).To(BeEmpty(), "no initialisation was triggered")
+}
+
 func TestInitialiseAsksForSanityAfterOrderlyExit(t *testing.T) {
 	g := NewWithT(t)
 	fake := newFakeBackupRestore(minimalEtcdConfig)
