@@ -33,6 +33,9 @@ type clusterOptions struct {
 	heartbeat, election time.Duration
 	// logger receives the sidecars' and the runtime's logs (default testr).
 	logger logr.Logger
+	// pollInterval is the sidecars' background poll (0: the default; below
+	// 0: none).
+	pollInterval time.Duration
 }
 
 func startCluster(t testing.TB, n int, o clusterOptions) *testCluster {
@@ -44,6 +47,8 @@ func startCluster(t testing.TB, n int, o clusterOptions) *testCluster {
 		Heartbeat: o.heartbeat,
 		Election:  o.election,
 		Logger:    o.logger,
+
+		SidecarPollInterval: o.pollInterval,
 	})}
 }
 

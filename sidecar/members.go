@@ -760,7 +760,7 @@ func etcdError(doing string, err error) *Error {
 // caller calls done when the change is over.
 func (s *Server) beginChange(r *http.Request, health, fenced bool) (ctx context.Context, v *view, done func(), e *Error) {
 	// The fence needs the lock's remaining time when the caller holds it.
-	return s.beginChangeWith(r, observeOptions{health: health, lockTTL: fenced && r.Header.Get(HeaderLockHolder) != ""})
+	return s.beginChangeWith(r, observeOptions{health: health, transport: health, lockTTL: fenced && r.Header.Get(HeaderLockHolder) != ""})
 }
 
 // beginChangeWith is beginChange observing with o.

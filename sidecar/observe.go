@@ -128,6 +128,9 @@ type observeOptions struct {
 	health bool
 	// lockTTL reads how long the lock's lease has left (a GET shows it).
 	lockTTL bool
+	// transport scrapes the local member's raft transport alongside the
+	// member list when the view is older than transportFresh.
+	transport bool
 	// local reads the member list and the lock from the local member,
 	// serializable: no read index, which on a leader whose quorum is
 	// across a WAN costs a round trip. Only for a local member that leads:
@@ -161,6 +164,12 @@ func (s *Server) observe(ctx context.Context, o observeOptions) (*view, error) {
 		}
 		lock, step, lErr = s.readLockAndStep(ctx)
 	})
+	if o.transport {
+		// Local and quick next to the member list (a round trip to the
+		// leader on a follower); done before the polls below, which count
+		// each member's connected time from it.
+		wg.Go(func() { s.scrapeTransportIfStale(ctx) })
+	}
 	wg.Wait()
 	if listErr != nil {
 		return nil, fmt.Errorf("listing members: %w", listErr)
@@ -539,7 +548,7 @@ func (s *Server) listMembers(r *http.Request) (int, any, *Error) {
 		wg         sync.WaitGroup
 	)
 	wg.Go(func() { retired, retiredErr = s.retiredMembers(ctx) })
-	v, err := s.observe(ctx, observeOptions{health: true, lockTTL: true})
+	v, err := s.observe(ctx, observeOptions{health: true, lockTTL: true, transport: true})
 	wg.Wait()
 	if err != nil {
 		return 0, nil, etcdError("reading the membership", err)

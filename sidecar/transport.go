@@ -45,7 +45,19 @@ type transportView struct {
 	since       map[uint64]time.Time // remote member ID -> first scrape that saw it active
 	disconnects map[uint64]float64   // remote member ID -> its disconnection counter then
 	failed      string               // why the latest scrape failed; "" when it worked
+	// fetched is when the latest scrape applied began its request: a scrape
+	// that began earlier and answered later is older news and is dropped
+	// (the background poll and an observation scrape concurrently).
+	fetched time.Time
 }
+
+// transportFresh is how old the transport view may be when an observation
+// answers: an older one is scraped again alongside the member list. The
+// background poll alone refreshes it once a poll interval, and a poll that
+// waits on a member that does not answer lasts a status timeout more: the
+// view lagged etcd by up to 2 s, and every wait for a learner's 5 s
+// connected (etcd's strict reconfiguration check) lasted as much longer.
+const transportFresh = 200 * time.Millisecond
 
 // metricsClient fetches the local member's /metrics, over the same TLS and
 // dialer as the etcd clients.
@@ -68,10 +80,15 @@ func (s *Server) scrapeTransport(ctx context.Context) {
 	if local == 0 {
 		return // the labels name members by ID; the local one is not known yet
 	}
+	fetched := time.Now()
 	peers, err := s.transportPeers(ctx, local)
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if fetched.Before(s.transport.fetched) {
+		return // a scrape that began later has been applied already
+	}
+	s.transport.fetched = fetched
 	if err != nil {
 		if s.transport.failed != err.Error() && ctx.Err() == nil {
 			s.log.Info("cannot read the local member's raft transport; promotions wait for the learner's health instead", "error", err.Error())
@@ -85,7 +102,7 @@ func (s *Server) scrapeTransport(ctx context.Context) {
 	}
 	t := &s.transport
 	if t.of != local {
-		*t = transportView{of: local, since: map[uint64]time.Time{}, disconnects: map[uint64]float64{}}
+		*t = transportView{of: local, since: map[uint64]time.Time{}, disconnects: map[uint64]float64{}, fetched: fetched}
 	}
 	t.failed = ""
 	for id := range t.since {
@@ -100,6 +117,17 @@ func (s *Server) scrapeTransport(ctx context.Context) {
 			t.since[id] = now
 			s.log.Info("peer active in the local member's raft transport", "member", formatID(local), "peer", formatID(id))
 		}
+	}
+}
+
+// scrapeTransportIfStale scrapes the transport when the view is older than
+// transportFresh.
+func (s *Server) scrapeTransportIfStale(ctx context.Context) {
+	s.mu.Lock()
+	stale := time.Since(s.transport.fetched) > transportFresh
+	s.mu.Unlock()
+	if stale {
+		s.scrapeTransport(ctx)
 	}
 }
 

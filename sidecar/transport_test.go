@@ -58,6 +58,37 @@ func TestConnectedForFollowsTheTransport(t *testing.T) {
 	}).WithTimeout(30 * time.Second).WithPolling(250 * time.Millisecond).Should(Succeed())
 }
 
+// TestMembersScrapeTheTransport turns the sidecars' background poll off:
+// the member list still tells how long each peer has been connected,
+// because an observation scrapes the transport itself when its view is
+// older than a moment. With only the background poll, the view lagged
+// etcd by up to a poll and a status timeout, and every wait for a
+// learner's 5 s connected lasted as much longer.
+func TestMembersScrapeTheTransport(t *testing.T) {
+	tc := startCluster(t, 3, clusterOptions{pollInterval: -1})
+	g := NewWithT(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	via, peer := tc.Members[0], tc.Members[2]
+	c := tc.client(via)
+	connected := func(g Gomega) float64 {
+		l, err := c.Members(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(l.TransportError).To(BeEmpty())
+		m := memberByName(l, peer.Name)
+		g.Expect(m).NotTo(BeNil())
+		return m.ConnectedForSeconds
+	}
+	g.Eventually(func(g Gomega) {
+		g.Expect(connected(g)).To(BeNumerically(">", 0.5))
+	}).WithTimeout(30 * time.Second).WithPolling(250 * time.Millisecond).Should(Succeed())
+
+	g.Expect(peer.Stop(ctx)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(connected(g)).To(BeZero())
+	}).WithTimeout(30 * time.Second).WithPolling(250 * time.Millisecond).Should(Succeed())
+}
+
 // TestParseTransport reads etcd's transport metrics for the local member
 // only: whether each peer is active, and how often it was disconnected.
 func TestParseTransport(t *testing.T) {

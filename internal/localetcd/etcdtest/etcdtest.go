@@ -40,6 +40,9 @@ type Options struct {
 	Heartbeat, Election time.Duration
 	// Logger receives the runtime's and the sidecars' logs; default testr.
 	Logger logr.Logger
+	// SidecarPollInterval is the sidecars' background poll (sidecar
+	// Config.PollInterval); zero keeps its default, below zero turns it off.
+	SidecarPollInterval time.Duration
 	// Wrap, when set, serves the handler it returns in front of a member's
 	// sidecar (to inject faults); the sidecar is still closed with the
 	// runtime.
@@ -158,10 +161,11 @@ func Start(t testing.TB, o Options) *Cluster {
 func (c *Cluster) newSidecar(o Options) func(m *localetcd.Member) (http.Handler, error) {
 	return func(m *localetcd.Member) (http.Handler, error) {
 		s, err := sidecar.New(sidecar.Config{
-			Endpoints: localetcd.SidecarEndpoints(m, c.Runtime.Members()),
-			EtcdTLS:   m.ClientTLSConfig(),
-			Registry:  prometheus.NewRegistry(),
-			Logger:    o.Logger.WithValues("sidecar", m.Name),
+			Endpoints:    localetcd.SidecarEndpoints(m, c.Runtime.Members()),
+			EtcdTLS:      m.ClientTLSConfig(),
+			Registry:     prometheus.NewRegistry(),
+			Logger:       o.Logger.WithValues("sidecar", m.Name),
+			PollInterval: o.SidecarPollInterval,
 		})
 		if err != nil {
 			return nil, err
