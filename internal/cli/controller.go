@@ -84,6 +84,7 @@ reports status.membership, conditions, events and metrics. With
 	f.Int32Var(&sidecarPort, "sidecar-port", webhook.DefaultSidecarPort, "port the sidecars serve on (also injected by the webhook)")
 	f.DurationVar(&mo.Reconciler.LearnerProgressTimeout, "learner-progress-timeout", 5*time.Minute, "remove a learner again that made no progress for this long")
 	f.DurationVar(&mo.Reconciler.MinLearnerHealthy, "min-learner-healthy", 5*time.Second, "how long a learner must be connected (to the raft transport of the voter whose sidecar answers) or healthy before it is promoted")
+	f.DurationVar(&mo.Reconciler.ProgressInterval, "progress-interval", membershipctrl.DefaultProgressInterval, "how often an Etcd whose membership changes is observed again while a step waits (a learner starting, catching up or settling): the longest such a wait's end goes unseen")
 	f.IntVar(&mo.Reconciler.MaxLearners, "max-learners", 1, "learners that catch up at once (etcd's default is 1); above 1 the webhook also sets etcd's max-learners to it in the pods of the Etcds it manages")
 	f.IntVar(&mo.WebhookPort, "webhook-port", 9443, "port of the admission webhook server")
 	f.StringVar(&mo.WebhookCertDir, "webhook-cert-dir", "", "directory with tls.crt and tls.key of the webhook server")

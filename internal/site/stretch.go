@@ -99,6 +99,7 @@ func (s *Site) startDruidStretch(ctx context.Context) error {
 	fs.DurationVar(&mo.Reconciler.LearnerProgressTimeout, "learner-progress-timeout", 5*time.Minute, "")
 	fs.DurationVar(&mo.Reconciler.MinLearnerHealthy, "min-learner-healthy", 5*time.Second, "")
 	fs.IntVar(&mo.Reconciler.MaxLearners, "max-learners", 1, "")
+	fs.DurationVar(&mo.Reconciler.ProgressInterval, "progress-interval", membership.DefaultProgressInterval, "")
 	// The other flags place the controller in its pod (ports, certificate
 	// files, leader election), which this process replaces.
 	var known []string

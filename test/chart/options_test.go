@@ -84,6 +84,7 @@ var chartOptions = []chartOption{
 			g.Expect(args).To(HaveKeyWithValue("--sidecar-port", "8090"))
 			g.Expect(args).To(HaveKeyWithValue("--learner-progress-timeout", "5m"))
 			g.Expect(args).To(HaveKeyWithValue("--min-learner-healthy", "5s"))
+			g.Expect(args).To(HaveKeyWithValue("--progress-interval", "250ms"))
 			g.Expect(args).To(HaveKeyWithValue("--zap-log-level", "info"))
 			g.Expect(args).To(HaveKeyWithValue("--sidecar-image", c.Image), "the sidecar defaults to the controller image")
 			g.Expect(args).To(HaveKeyWithValue("--sidecar-image-pull-policy", "IfNotPresent"))
@@ -351,6 +352,7 @@ podAnnotations:
 controller:
   learnerProgressTimeout: 10m
   minLearnerHealthy: 7s
+  progressInterval: 1s
 logLevel: debug
 `,
 		kinds: baseKinds(map[string]int{"Secret": 1, "PodDisruptionBudget": 1}),
@@ -373,6 +375,7 @@ logLevel: debug
 			g.Expect(args).To(HaveKeyWithValue("--sidecar-image-pull-policy", "Always"), "and the pull policy")
 			g.Expect(args).To(HaveKeyWithValue("--learner-progress-timeout", "10m"))
 			g.Expect(args).To(HaveKeyWithValue("--min-learner-healthy", "7s"))
+			g.Expect(args).To(HaveKeyWithValue("--progress-interval", "1s"))
 			g.Expect(args).To(HaveKeyWithValue("--zap-log-level", "debug"))
 		},
 	},
