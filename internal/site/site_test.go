@@ -17,6 +17,7 @@ import (
 	. "github.com/onsi/gomega"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -133,10 +134,22 @@ func plainEtcdLifecycle(t *testing.T, s *Site) {
 		"a full snapshot in %s holds revision %d", store, rev)
 
 	// A deleted pod comes back, from druid's StatefulSet, as the same
-	// member with its data (its PVC outlives it).
+	// member with its data (its PVC outlives it). Its containers end within
+	// seconds of SIGTERM, and the node deletes its object then, as
+	// kubelet does, not when the grace period has passed: the StatefulSet
+	// replaces it long before 120 s.
 	victim := pods[1]
 	before := memberID(members, victim.Name)
-	g.Expect(s.Client.Delete(ctx, &victim)).To(Succeed())
+	g.Expect(s.Client.Delete(ctx, &victim, client.GracePeriodSeconds(120))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		var p corev1.Pod
+		err := s.Client.Get(ctx, client.ObjectKeyFromObject(&victim), &p)
+		if err == nil {
+			g.Expect(p.UID).NotTo(Equal(victim.UID), "the deleted pod's object is gone")
+		} else {
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%v", err)
+		}
+	}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
 	g.Eventually(func(g Gomega) {
 		var p corev1.Pod
 		g.Expect(s.Client.Get(ctx, client.ObjectKeyFromObject(&victim), &p)).To(Succeed())
