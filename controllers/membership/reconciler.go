@@ -466,11 +466,17 @@ func (r *Reconciler) execute(ctx context.Context, s *scope, key types.Namespaced
 			return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 		case sidecar.ReasonLearnerNotReady:
 			// The learner catches up (etcd's leader found its log behind:
-			// a snapshot join takes seconds at a WAN's round trip). Ask
-			// again at the sidecar's pace: the failure backoff waited up
-			// to 4 s longer than the learner needed after three such
-			// answers. One that stops progressing is removed (rule 8).
-			return ctrl.Result{RequeueAfter: max(res.RetryAfter, r.opts.ProgressInterval)}, nil
+			// a snapshot join takes seconds at a WAN's round trip), or the
+			// sidecar saw its connection restart since the observation (a
+			// learner applying its snapshot reconnects). Plan again from a
+			// fresh observation, not after the sidecar's hint (when this
+			// learner may go again): the planner then sees the same restart
+			// and waits for it on its own, or promotes another learner that
+			// is ready meanwhile; waiting out the hint held such a learner
+			// for 5 s. The failure backoff waited up to 4 s longer than the
+			// learner needed after three such answers. One that stops
+			// progressing is removed (rule 8).
+			return ctrl.Result{RequeueAfter: r.opts.ProgressInterval}, nil
 		}
 		return r.backoff(key, res.RetryAfter), nil
 	case membership.Uncertain:
