@@ -82,6 +82,12 @@ func (s *Server) scrapeTransport(ctx context.Context) {
 	}
 	fetched := time.Now()
 	peers, err := s.transportPeers(ctx, local)
+	if err != nil && ctx.Err() != nil {
+		// The caller gave up (an observation whose client hung up, the
+		// poll at shutdown): that says nothing of the connections, and
+		// forgetting them would restart every peer's 5 s.
+		return
+	}
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
