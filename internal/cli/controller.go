@@ -3,7 +3,6 @@ package cli
 import (
 	"flag"
 	"fmt"
-	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/tools/clientcmd"
@@ -77,17 +76,13 @@ reports status.membership, conditions, events and metrics. With
 	f.BoolVar(&mo.LeaderElection, "leader-elect", true, "let one replica act at a time")
 	f.StringVar(&mo.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election lease (default: the controller's own)")
 	f.StringVar(&mo.LeaderElectionID, "leader-election-id", "druid-stretch-membership", "name of the leader election lease; controllers sharing a namespace need different ones")
-	f.StringVar(&mo.Reconciler.ClusterIdentity, "cluster-identity", "", "names this controller in each etcd cluster's membership lock and retirement records; the same across restarts (default: the kube-system namespace UID)")
 	f.StringVar(&caFile, "sidecar-ca-file", "", "CA bundle verifying the sidecars' serving certificates")
 	f.StringVar(&certFile, "sidecar-cert-file", "", "client certificate presented to the sidecars (mutating calls need one)")
 	f.StringVar(&keyFile, "sidecar-key-file", "", "key of the client certificate")
 	f.Int32Var(&sidecarPort, "sidecar-port", webhook.DefaultSidecarPort, "port the sidecars serve on (also injected by the webhook)")
-	f.DurationVar(&mo.Reconciler.LearnerProgressTimeout, "learner-progress-timeout", 5*time.Minute, "remove a learner again that made no progress for this long")
-	f.DurationVar(&mo.Reconciler.MinLearnerHealthy, "min-learner-healthy", 5*time.Second, "how long a learner must be connected (to the raft transport of the voter whose sidecar answers) or healthy before it is promoted")
-	f.DurationVar(&mo.Reconciler.ProgressInterval, "progress-interval", membershipctrl.DefaultProgressInterval, "how often an Etcd whose membership changes is observed again while a step waits (a learner starting, catching up or settling): the longest such a wait's end goes unseen")
-	f.IntVar(&mo.Reconciler.MaxLearners, "max-learners", 1, "learners that catch up at once (etcd's default is 1); above 1 the webhook also sets etcd's max-learners to it in the pods of the Etcds it manages")
 	f.IntVar(&mo.WebhookPort, "webhook-port", 9443, "port of the admission webhook server")
 	f.StringVar(&mo.WebhookCertDir, "webhook-cert-dir", "", "directory with tls.crt and tls.key of the webhook server")
+	mo.Reconciler.AddFlags(f)
 	wo.AddFlags(f)
 	logFlags := flag.NewFlagSet("log", flag.ContinueOnError)
 	zapOpts.BindFlags(logFlags)

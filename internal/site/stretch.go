@@ -95,11 +95,7 @@ func (s *Site) startDruidStretch(ctx context.Context) error {
 	fs := pflag.NewFlagSet("controller", pflag.ContinueOnError)
 	wo.AddFlags(fs)
 	fs.Int32Var(&sidecarPort, "sidecar-port", webhook.DefaultSidecarPort, "")
-	fs.StringVar(&mo.Reconciler.ClusterIdentity, "cluster-identity", "", "")
-	fs.DurationVar(&mo.Reconciler.LearnerProgressTimeout, "learner-progress-timeout", 5*time.Minute, "")
-	fs.DurationVar(&mo.Reconciler.MinLearnerHealthy, "min-learner-healthy", 5*time.Second, "")
-	fs.IntVar(&mo.Reconciler.MaxLearners, "max-learners", 1, "")
-	fs.DurationVar(&mo.Reconciler.ProgressInterval, "progress-interval", membership.DefaultProgressInterval, "")
+	mo.Reconciler.AddFlags(fs)
 	// The other flags place the controller in its pod (ports, certificate
 	// files, leader election), which this process replaces.
 	var known []string

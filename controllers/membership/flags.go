@@ -1,0 +1,23 @@
+package membership
+
+import (
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// AddFlags binds the reconciler's settings to the controller's command-line
+// flags (the chart's controller values), with the Options defaults: the
+// shipped command and the test sites parse the same flags.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.ClusterIdentity, "cluster-identity", o.ClusterIdentity,
+		"names this controller in each etcd cluster's membership lock and retirement records; the same across restarts (default: the kube-system namespace UID)")
+	fs.DurationVar(&o.LearnerProgressTimeout, "learner-progress-timeout", 5*time.Minute,
+		"remove a learner again that made no progress for this long")
+	fs.DurationVar(&o.MinLearnerHealthy, "min-learner-healthy", 5*time.Second,
+		"how long a learner must be connected (to the raft transport of the voter whose sidecar answers) or healthy before it is promoted")
+	fs.DurationVar(&o.ProgressInterval, "progress-interval", DefaultProgressInterval,
+		"how often an Etcd whose membership changes is observed again while a step waits (a learner starting, catching up or settling): the longest such a wait's end goes unseen")
+	fs.IntVar(&o.MaxLearners, "max-learners", 1,
+		"learners that catch up at once (etcd's default is 1); above 1 the webhook also sets etcd's max-learners to it in the pods of the Etcds it manages")
+}
