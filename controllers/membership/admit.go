@@ -3,9 +3,12 @@ package membership
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
@@ -13,11 +16,12 @@ import (
 	"github.com/druid-stretch/druid-stretch/internal/membership"
 )
 
-// joiners are e's pods of the pod window as the admission sees them: member
-// name, the peer URLs the planner adds the member with, the sidecar.
-func (r *Reconciler) joiners(e *v1alpha1.Etcd) ([]membership.Joiner, error) {
+// joiners are e's pods of the pod window, every pod that runs included
+// (running), as the admission sees them: member name, the peer URLs the
+// planner adds the member with, the sidecar.
+func (r *Reconciler) joiners(e *v1alpha1.Etcd, running members.Ordinals) ([]membership.Joiner, error) {
 	var out []membership.Joiner
-	for _, o := range ordinals(members.PodWindow(e)) {
+	for _, o := range ordinals(members.KeptWindow(e, running)) {
 		name, pod := members.MemberName(e, o), members.PodName(e, o)
 		urls, err := r.resolver.PeerURLs(e, name, pod)
 		if err != nil {
@@ -36,8 +40,8 @@ func (r *Reconciler) joiners(e *v1alpha1.Etcd) ([]membership.Joiner, error) {
 // internal/membership/admit.go). A failure is logged and retried by the next
 // reconcile: the learner waits meanwhile, and the planner's progress
 // timeout covers one that never starts.
-func (r *Reconciler) admitLearners(ctx context.Context, e *v1alpha1.Etcd, obs *membership.Observation) {
-	js, err := r.joiners(e)
+func (r *Reconciler) admitLearners(ctx context.Context, e *v1alpha1.Etcd, running members.Ordinals, obs *membership.Observation) {
+	js, err := r.joiners(e, running)
 	if err == nil {
 		var admitted []string
 		admitted, err = r.cluster.Admit(ctx, obs, js)
@@ -52,18 +56,56 @@ func (r *Reconciler) admitLearners(ctx context.Context, e *v1alpha1.Etcd, obs *m
 
 // bootstrap starts a new Etcd's cluster when no sidecar could show one: only
 // for an Etcd with no external member whose status never recorded a member,
-// and only when every pod of its window waits with no data. It reports
-// whether it admitted the members, and otherwise why not.
-func (r *Reconciler) bootstrap(ctx context.Context, e *v1alpha1.Etcd) (bool, string, error) {
+// only when every pod of its window (every pod that runs included) waits
+// with no data, and only when no volume of another ordinal exists. The
+// status alone proves nothing, since others can drop it (druid's compaction
+// controller replaces the whole status): the pods' data and the volumes
+// are the facts that a cluster existed. It reports whether it admitted the
+// members, and otherwise why not.
+func (r *Reconciler) bootstrap(ctx context.Context, e *v1alpha1.Etcd, sts *appsv1.StatefulSet) (bool, string, error) {
 	if len(e.Spec.ExternalMembers) > 0 {
 		return false, "the Etcd lists external members: its pods join their cluster, they never bootstrap one", nil
 	}
 	if st := e.Status.Membership; st != nil && len(st.Members) > 0 {
 		return false, "status.membership recorded members before: the cluster existed, it is not bootstrapped again", nil
 	}
-	js, err := r.joiners(e)
+	running := members.RunningOrdinals(sts)
+	window := members.KeptWindow(e, running)
+	if vol, err := r.volumeOutside(ctx, sts, window); err != nil || vol != "" {
+		if err != nil {
+			return false, "", fmt.Errorf("not bootstrapping: listing the Etcd's volumes: %w", err)
+		}
+		return false, "", fmt.Errorf("not bootstrapping: the volume %s belongs to an ordinal outside the pods %s, so the cluster may have existed with data there; "+
+			"the pods wait until a member of the cluster answers (delete the volume if its data is not needed)", vol, window)
+	}
+	js, err := r.joiners(e, running)
 	if err != nil {
 		return false, "", err
 	}
 	return r.cluster.Bootstrap(ctx, js)
+}
+
+// volumeOutside names a PersistentVolumeClaim of sts's volume claim
+// templates whose ordinal is outside window ("" if none): a volume the
+// StatefulSet made for a pod it no longer runs, which may hold etcd data.
+func (r *Reconciler) volumeOutside(ctx context.Context, sts *appsv1.StatefulSet, window members.Ordinals) (string, error) {
+	if sts == nil || len(sts.Spec.VolumeClaimTemplates) == 0 {
+		return "", nil
+	}
+	var pvcs corev1.PersistentVolumeClaimList
+	if err := r.reader.List(ctx, &pvcs, client.InNamespace(sts.Namespace)); err != nil {
+		return "", err
+	}
+	for _, pvc := range pvcs.Items {
+		for _, t := range sts.Spec.VolumeClaimTemplates {
+			digits, ok := strings.CutPrefix(pvc.Name, t.Name+"-"+sts.Name+"-")
+			if !ok {
+				continue
+			}
+			if o, err := strconv.ParseInt(digits, 10, 64); err == nil && strconv.FormatInt(o, 10) == digits && !window.Contains(o) {
+				return pvc.Name, nil
+			}
+		}
+	}
+	return "", nil
 }

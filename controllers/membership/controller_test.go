@@ -247,6 +247,96 @@ func TestControllerRestartMidStep(t *testing.T) {
 	}
 }
 
+// TestDroppedStatusMidMove: druid's compaction controller replaces the
+// whole Etcd status, so status.membership vanishes, at any moment of a move
+// of the ordinal range. Right after each kind of step the status is
+// dropped, as druid's full Update drops it; the controller then writes its
+// own patch over what is left. The pods of the old range hold voters and
+// must not stop on the lost record: the move completes in its usual order,
+// on the same etcd cluster (no new one bootstrapped), with the key written
+// before it.
+func TestDroppedStatusMidMove(t *testing.T) {
+	for _, kind := range []string{"AddLearner", "Promote", "Remove"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			g := NewWithT(t)
+			e := newEnv(t)
+			prefix := "drop" + strings.ToLower(kind)
+			etcd := e.newEtcd(prefix, 3)
+			sts := druidStatefulSet(g, etcd)
+			e.startController()
+			before := converged(g, etcd, 1, 90*time.Second, names(prefix, 0, 1, 2)...)
+			g.Eventually(podWindow(sts)).WithTimeout(10 * time.Second).Should(Equal("[0, 3)"))
+			cli := e.etcdClient(g, etcd, 0, 1, 2)
+			_, err := cli.Put(t.Context(), "before-the-move", "kept")
+			g.Expect(err).NotTo(HaveOccurred())
+			e.calls.reset()
+
+			dropped := make(chan error, 1)
+			e.calls.armAfter(kind, func() { // in the sidecar's handler: no t.Fatal here
+				got := &v1alpha1.Etcd{}
+				err := k8s.Get(context.Background(), client.ObjectKeyFromObject(etcd), got)
+				if err == nil {
+					got.Status.Membership = nil
+					err = k8s.Status().Update(context.Background(), got)
+				}
+				dropped <- err
+			})
+			gen := update(g, etcd, func(x *v1alpha1.Etcd) { x.Spec.OrdinalStart = ptr.To[int32](3) })
+			g.Eventually(dropped).WithTimeout(2*time.Minute).Should(Receive(BeNil()), "status.membership dropped after the first %s", kind)
+			st := converged(g, etcd, gen, 3*time.Minute, names(prefix, 3, 4, 5)...)
+
+			calls := e.calls.snapshot()
+			g.Expect(memberCounts(3, calls)).To(Equal([]int{3, 4, 3, 4, 3, 4, 3}), "interleaved, never below 3 members")
+			g.Expect(count(calls)).To(Equal(map[string]int{"AddLearner": 3, "Promote": 3, "MoveLeader": 1, "Remove": 3}))
+			g.Expect(st.ClusterID).To(Equal(before.ClusterID), "the same etcd cluster, not a new one")
+			g.Expect(reasons(events(g, etcd))).NotTo(HaveKey(v1alpha1.ReasonBootstrapping))
+			cli = e.etcdClient(g, etcd, 3, 4, 5)
+			got, err := cli.Get(t.Context(), "before-the-move")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(got.Kvs).To(HaveLen(1))
+			g.Expect(string(got.Kvs[0].Value)).To(Equal("kept"))
+			g.Eventually(podWindow(sts)).WithTimeout(10*time.Second).Should(Equal("[3, 6)"), "the old pods go once their members are removed")
+		})
+	}
+}
+
+// TestLostExtensionFieldsAreReported: a CRD without druid-stretch's fields
+// (druid's own, as gardenlet re-applies it) prunes them and
+// status.membership. The controller then sees a plain Etcd whose
+// StatefulSet runs its sidecar: it changes nothing and says so (a Warning
+// event and a metric), and resumes once the fields are back.
+func TestLostExtensionFieldsAreReported(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t)
+	etcd := e.newEtcd("lost", 3)
+	sts := druidStatefulSet(g, etcd)
+	e.startController()
+	before := converged(g, etcd, 1, 90*time.Second, names("lost", 0, 1, 2)...)
+	g.Eventually(podWindow(sts)).WithTimeout(10 * time.Second).Should(Equal("[0, 3)"))
+	e.calls.reset()
+
+	update(g, etcd, func(x *v1alpha1.Etcd) { x.Spec.OrdinalStart = nil })
+	g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(etcd), etcd)).To(Succeed())
+	etcd.Status.Membership = nil
+	g.Expect(k8s.Status().Update(t.Context(), etcd)).To(Succeed())
+	lost := map[string]string{"namespace": etcd.Namespace, "etcd": etcd.Name}
+	g.Eventually(func(g Gomega) {
+		g.Expect(reasons(events(g, etcd))).To(HaveKey("ExtensionLost"))
+		g.Expect(counter(g, "druid_stretch_membership_extension_lost", lost)).To(BeNumerically("==", 1))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	g.Expect(changes(e.calls.snapshot())).To(BeEmpty(), "nothing is changed while the fields are gone")
+	for _, pod := range []string{"etcd-main-0", "etcd-main-1", "etcd-main-2"} {
+		g.Expect(e.runner.Running(e.ns, pod)).To(BeTrue(), "%s runs on", pod)
+	}
+
+	gen := update(g, etcd, func(x *v1alpha1.Etcd) { x.Spec.OrdinalStart = ptr.To[int32](0) })
+	st := converged(g, etcd, gen, 90*time.Second, names("lost", 0, 1, 2)...)
+	g.Expect(st.ClusterID).To(Equal(before.ClusterID))
+	g.Expect(counter(g, "druid_stretch_membership_extension_lost", lost)).To(BeNumerically("==", 0), "the series goes once the fields are back")
+	g.Expect(changes(e.calls.snapshot())).To(BeEmpty())
+}
+
 // TestSidecar5xxDegradesAndChangesNothing: while every sidecar answers the
 // membership calls with 500, the controller reports MembershipDegraded
 // naming the member and the cause, retries with backoff, and changes

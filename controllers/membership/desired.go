@@ -68,11 +68,12 @@ const (
 )
 
 // reach is how the controller reaches the cluster of one Etcd before it has
-// observed it: the sidecars of the pods that may run (members.PodWindow) and
-// of the external members, ordered by what status.membership last saw.
-func (r *Reconciler) reach(e *v1alpha1.Etcd) ([]membership.Endpoint, membership.Hint, error) {
+// observed it: the sidecars of the pods that may run (members.KeptWindow:
+// those the StatefulSet runs, whatever the status says) and of the external
+// members, ordered by what status.membership last saw.
+func (r *Reconciler) reach(e *v1alpha1.Etcd, running members.Ordinals) ([]membership.Endpoint, membership.Hint, error) {
 	var eps []membership.Endpoint
-	w := members.PodWindow(e)
+	w := members.KeptWindow(e, running)
 	for o := w.Start; o < w.End; o++ {
 		name, pod := members.MemberName(e, o), members.PodName(e, o)
 		url, err := r.resolver.SidecarURL(e, name, pod)
@@ -121,7 +122,7 @@ func (r *Reconciler) reach(e *v1alpha1.Etcd) ([]membership.Endpoint, membership.
 // only (one that votes already stays a voter: etcd cannot make a voter a
 // learner again), its external members kept or retired, and its local
 // members outside the range (a move of the range) departing.
-func (r *Reconciler) target(e *v1alpha1.Etcd, obs *membership.Observation) (membership.Target, error) {
+func (r *Reconciler) target(e *v1alpha1.Etcd, running members.Ordinals, obs *membership.Observation) (membership.Target, error) {
 	var t membership.Target
 	local := ordinals(members.LocalOrdinals(e))
 	firstLearner := max(1, len(local)-int(e.Spec.GetLearnerReplicas()))
@@ -148,11 +149,11 @@ func (r *Reconciler) target(e *v1alpha1.Etcd, obs *membership.Observation) (memb
 		}
 	}
 	for _, m := range obs.List.Members {
-		if side(e, m.Name) == sideLeaving && !slices.Contains(t.Remove, m.Name) {
+		if side(e, running, m.Name) == sideLeaving && !slices.Contains(t.Remove, m.Name) {
 			t.Remove = append(t.Remove, m.Name)
 		}
 	}
-	t.Side = func(name string) string { return side(e, name) }
+	t.Side = func(name string) string { return side(e, running, name) }
 	return t, nil
 }
 
@@ -183,20 +184,20 @@ func retainedExternal(e *v1alpha1.Etcd, obs *membership.Observation) map[string]
 	return present
 }
 
-// side places a member name: local (an ordinal of e's pod window),
-// leaving (one of e's own members whose ordinal is outside the window),
-// external, or unmanaged.
+// side places a member name: local (an ordinal of e's ordinal range),
+// leaving (one of e's own members whose ordinal is outside the range),
+// external, or unmanaged. running is the ordinals e's StatefulSet runs.
 //
-// A name of e's form outside the window is e's own only when e's status
-// says so (ownedBefore): a name alone proves nothing, since another Etcd
-// or an operator may have added a member that happens to look like one of
-// e's, and whatever is not e's is never removed (rule 7).
-func side(e *v1alpha1.Etcd, name string) string {
+// A name of e's form outside the range is e's own only when a fact says so
+// (owned): a name alone proves nothing, since another Etcd or an operator
+// may have added a member that happens to look like one of e's, and
+// whatever is not e's is never removed (rule 7).
+func side(e *v1alpha1.Etcd, running members.Ordinals, name string) string {
 	if o, ok := members.Ordinal(e, name); ok {
 		switch {
 		case members.LocalOrdinals(e).Contains(o):
 			return sideLocal
-		case ownedBefore(e, name):
+		case running.Contains(o) || ownedBefore(e, name):
 			return sideLeaving
 		}
 		return sideUnmanaged
@@ -210,7 +211,9 @@ func side(e *v1alpha1.Etcd, name string) string {
 // ownedBefore reports whether e's status shows name as e's own member: it
 // was observed as a local member (in e's window then), or it is the member
 // e's controller added last (a learner etcd knows only by its peer URLs
-// until it starts).
+// until it starts). The status is a hint that others can drop (druid's
+// compaction controller replaces the whole status); the durable fact is
+// the pod: a member whose pod e's StatefulSet runs is e's (side).
 func ownedBefore(e *v1alpha1.Etcd, name string) bool {
 	st := e.Status.Membership
 	if st == nil || name == "" {
@@ -226,7 +229,7 @@ func ownedBefore(e *v1alpha1.Etcd, name string) bool {
 
 // origin is the status origin of an observed member; an unstarted learner
 // (no name yet) is matched to a local member by its peer URLs.
-func origin(e *v1alpha1.Etcd, t membership.Target, name string, peerURLs []string) v1alpha1.MemberOrigin {
+func origin(e *v1alpha1.Etcd, running members.Ordinals, t membership.Target, name string, peerURLs []string) v1alpha1.MemberOrigin {
 	if name == "" {
 		for _, w := range t.Own() {
 			for _, u := range peerURLs {
@@ -237,7 +240,7 @@ func origin(e *v1alpha1.Etcd, t membership.Target, name string, peerURLs []strin
 		}
 		return v1alpha1.MemberOriginUnmanaged
 	}
-	switch side(e, name) {
+	switch side(e, running, name) {
 	case sideLocal, sideLeaving:
 		return v1alpha1.MemberOriginLocal
 	case sideExternal:

@@ -62,6 +62,10 @@ type Metrics struct {
 	// Ties times each tie from the change that made it to the change that
 	// ended it.
 	Ties prometheus.Histogram
+	// ExtensionLost is 1 for an Etcd whose druid-stretch fields are gone
+	// while its StatefulSet still runs druid-stretch's sidecar and pod
+	// window: the controller changes nothing until they are back.
+	ExtensionLost *prometheus.GaugeVec
 }
 
 // NewMetrics creates the metrics and registers them on reg (controller-
@@ -114,6 +118,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Duration of each tie, from the change that made it to the change that ended it.",
 			Buckets: []float64{0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60},
 		}),
+		ExtensionLost: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "druid_stretch", Subsystem: "membership", Name: "extension_lost",
+			Help: "1 for an Etcd whose druid-stretch fields are gone while its StatefulSet runs druid-stretch's sidecar: nothing is changed until they are back.",
+		}, []string{labelNamespace, labelEtcd}),
 	}
 	// A metric registered earlier in this process is taken over, so that
 	// every field points at the collector the registry serves.
@@ -121,7 +129,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		register(reg, &m.Steps), register(reg, &m.StepDuration), register(reg, &m.StepFailures),
 		register(reg, &m.Phase), register(reg, &m.Members), register(reg, &m.HealthyVoters),
 		register(reg, &m.LearnerLag), register(reg, &m.LearnerCatchUp), register(reg, &m.TieSeconds),
-		register(reg, &m.Ties),
+		register(reg, &m.Ties), register(reg, &m.ExtensionLost),
 	); err != nil {
 		return nil, err
 	}
@@ -225,4 +233,5 @@ func (m *Metrics) Forget(key types.NamespacedName) {
 	m.Members.DeletePartialMatch(match)
 	m.HealthyVoters.DeletePartialMatch(match)
 	m.LearnerLag.DeletePartialMatch(match)
+	m.ExtensionLost.DeletePartialMatch(match)
 }

@@ -53,6 +53,7 @@ func TestMetricsTableMatchesTheEndpoint(t *testing.T) {
 	m.LearnerCatchUp.Observe(1)
 	m.TieSeconds.Add(1)
 	m.Ties.Observe(1)
+	m.ExtensionLost.WithLabelValues(key.Namespace, key.Name).Set(1)
 
 	exposed, err := docscheck.Scrape(reg)
 	g.Expect(err).NotTo(HaveOccurred())

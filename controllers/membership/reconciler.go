@@ -19,8 +19,10 @@ import (
 	"sync"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -216,12 +218,27 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		// would only slow that down.
 		return ctrl.Result{}, nil
 	}
-	if !e.UsesExtension() && e.Status.Membership == nil {
-		// A plain Etcd is druid's alone: it has no sidecars to ask. One that
-		// used the extension before keeps being observed.
-		return ctrl.Result{}, nil
+	sts, err := r.statefulSet(ctx, e)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
+	if !e.UsesExtension() {
+		if w, ok := sts.GetAnnotations()[webhook.PodWindowAnnotation]; ok {
+			// Planned without its fields, the Etcd would read as druid's
+			// ordinals 0..replicas-1, and a move would undo itself.
+			r.extensionLost(ctx, e, w)
+			return ctrl.Result{RequeueAfter: r.opts.ConvergedInterval}, nil
+		}
+		if e.Status.Membership == nil {
+			// A plain Etcd is druid's alone: it has no sidecars to ask. One
+			// that used the extension before keeps being observed.
+			r.metrics.ExtensionLost.DeleteLabelValues(e.Namespace, e.Name)
+			return ctrl.Result{}, nil
+		}
+	}
+	r.metrics.ExtensionLost.DeleteLabelValues(e.Namespace, e.Name)
 	s := newScope(e, r.opts.ClusterIdentity)
+	s.sts, s.running = sts, members.RunningOrdinals(sts)
 	defer func() {
 		if s.died {
 			return
@@ -234,7 +251,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			}
 			return
 		}
-		r.syncPodWindow(ctx, s.etcd)
+		r.syncPodWindow(ctx, s.etcd, s.podWindow())
 	}()
 	return r.reconcile(logf.IntoContext(ctx, logf.FromContext(ctx).WithValues("etcd", req.NamespacedName)), s)
 }
@@ -254,7 +271,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 		s.scaledToZero()
 		return ctrl.Result{RequeueAfter: r.opts.ConvergedInterval}, nil
 	}
-	eps, hint, err := r.reach(e)
+	eps, hint, err := r.reach(e, s.running)
 	if err != nil {
 		s.blocked(reasonResolverFailed, err.Error())
 		return r.backoff(key, 0), nil
@@ -264,7 +281,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 		if ctx.Err() != nil {
 			return ctrl.Result{}, ctx.Err()
 		}
-		switch started, detail, berr := r.bootstrap(ctx, e); {
+		switch started, detail, berr := r.bootstrap(ctx, e, s.sts); {
 		case berr != nil:
 			s.blocked(v1alpha1.ReasonBootstrapping, berr.Error())
 			return r.backoff(key, 0), nil
@@ -284,9 +301,9 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 	s.adoptRecordedStep(obs.List.Step, r.cluster.Holder(), r.cluster.Token(), r.started)
 	// Before admitting a learner: its etcd resolves these names as it starts.
 	r.syncPeerNames(ctx, e, obs)
-	r.admitLearners(ctx, e, obs)
+	r.admitLearners(ctx, e, s.running, obs)
 	r.nameUnstartedLearner(e, s.st.LastStep, obs)
-	t, err := r.target(e, obs)
+	t, err := r.target(e, s.running, obs)
 	if err != nil {
 		s.blocked(reasonResolverFailed, err.Error())
 		return r.backoff(key, 0), nil
@@ -490,22 +507,52 @@ func (r *Reconciler) execute(ctx context.Context, s *scope, key types.Namespaced
 	}
 }
 
-// syncPodWindow lets druid's StatefulSet follow the pod window of the
-// status just written: druid rewrites its StatefulSet only on spec changes,
-// so without this the pod of a removed member would run (and crash-loop)
+// syncPodWindow puts druid's StatefulSet on the pod window w (scope's
+// podWindow): druid rewrites its StatefulSet only on spec changes, so
+// without this the pod of a removed member would run (and crash-loop)
 // until the next one. A failure is reported, not returned: an error would
 // trade the reconcile's requeue interval for the rate limiter's backoff,
 // and a refused patch (druid's component protection without the exemption
 // docs/install.md asks for) would then slow every membership step.
-func (r *Reconciler) syncPodWindow(ctx context.Context, e *v1alpha1.Etcd) {
-	changed, err := webhook.SyncPodWindow(ctx, r.client, e)
+func (r *Reconciler) syncPodWindow(ctx context.Context, e *v1alpha1.Etcd, w members.Ordinals) {
+	changed, err := webhook.SyncPodWindow(ctx, r.client, e, w)
 	switch {
 	case err != nil:
-		logf.FromContext(ctx).Error(err, "the StatefulSet does not follow the pod window; druid's next update of it will", "window", members.PodWindow(e).String())
+		logf.FromContext(ctx).Error(err, "the StatefulSet does not follow the pod window; druid's next update of it will", "window", w.String())
 		r.event(e, corev1.EventTypeWarning, "PodWindowNotSynced", "SyncPodWindow", "%v", err)
 	case changed:
-		r.event(e, corev1.EventTypeNormal, "PodWindowMoved", "SyncPodWindow", "the StatefulSet keeps the pods of ordinals %s", members.PodWindow(e))
+		r.event(e, corev1.EventTypeNormal, "PodWindowMoved", "SyncPodWindow", "the StatefulSet keeps the pods of ordinals %s", w)
 	}
+}
+
+// statefulSet is druid's StatefulSet of e, nil when there is none or it
+// is not e's. What it runs is the durable fact of which members are e's:
+// status.membership is a record that others can drop.
+func (r *Reconciler) statefulSet(ctx context.Context, e *v1alpha1.Etcd) (*appsv1.StatefulSet, error) {
+	sts := &appsv1.StatefulSet{}
+	if err := r.client.Get(ctx, types.NamespacedName{Namespace: e.Namespace, Name: e.Name}, sts); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading the StatefulSet of the Etcd: %w", err)
+	}
+	if !metav1.IsControlledBy(sts, e) {
+		return nil, nil
+	}
+	return sts, nil
+}
+
+// extensionLost reports an Etcd that no longer carries druid-stretch's
+// fields while its StatefulSet runs druid-stretch's sidecar and pod window
+// (window): a CRD without the fields pruned them, or someone removed them.
+// Nothing is changed: the webhook refuses druid's next write of the
+// StatefulSet, which would restart every pod without its sidecar.
+func (r *Reconciler) extensionLost(ctx context.Context, e *v1alpha1.Etcd, window string) {
+	msg := fmt.Sprintf("the Etcd no longer carries druid-stretch's fields (spec.ordinalStart, spec.externalMembers, spec.externalMembersPolicy), "+
+		"but its StatefulSet runs druid-stretch's sidecar on the pod window %s; no member is changed, and druid's updates of the StatefulSet are refused until the fields are back", window)
+	logf.FromContext(ctx).Info("druid-stretch's fields are gone from the Etcd; changing nothing", "etcd", client.ObjectKeyFromObject(e), "window", window)
+	r.event(e, corev1.EventTypeWarning, reasonExtensionLost, "Observe", "%s", msg)
+	r.metrics.ExtensionLost.WithLabelValues(e.Namespace, e.Name).Set(1)
 }
 
 // holdStalledLearner keeps a learner that was removed for making no

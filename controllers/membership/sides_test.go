@@ -8,6 +8,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
 	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
 	"github.com/druid-stretch/druid-stretch/sidecar"
@@ -39,11 +40,38 @@ func TestSidesOfAnOrdinalMove(t *testing.T) {
 		// operator's; never removed for their name alone.
 		"etcd-main-1": sideUnmanaged, "etcd-main-7": sideUnmanaged,
 	} {
-		g.Expect(side(e, name)).To(Equal(want), name)
+		g.Expect(side(e, members.Ordinals{}, name)).To(Equal(want), name)
 	}
-	g.Expect(origin(e, membership.Target{}, "etcd-main-0", nil)).To(Equal(v1alpha1.MemberOriginLocal), "a leaving member is still one of ours")
-	g.Expect(origin(e, membership.Target{}, "etcd-main-4", nil)).To(Equal(v1alpha1.MemberOriginLocal))
-	g.Expect(origin(e, membership.Target{}, "seed-a-etcd-main-0", nil)).To(Equal(v1alpha1.MemberOriginExternal))
+	g.Expect(origin(e, members.Ordinals{}, membership.Target{}, "etcd-main-0", nil)).To(Equal(v1alpha1.MemberOriginLocal), "a leaving member is still one of ours")
+	g.Expect(origin(e, members.Ordinals{}, membership.Target{}, "etcd-main-4", nil)).To(Equal(v1alpha1.MemberOriginLocal))
+	g.Expect(origin(e, members.Ordinals{}, membership.Target{}, "seed-a-etcd-main-0", nil)).To(Equal(v1alpha1.MemberOriginExternal))
+}
+
+// TestSidesWithoutStatus: druid's compaction controller replaces the whole
+// status, so status.membership can vanish mid-move. The members whose pods
+// the StatefulSet runs stay the Etcd's own (leaving, so removed in the
+// move's order, and their pods kept); names of its form that it does not
+// run stay unmanaged.
+func TestSidesWithoutStatus(t *testing.T) {
+	g := NewWithT(t)
+	e := &v1alpha1.Etcd{}
+	e.Name, e.Spec.Replicas = "etcd-main", 3
+	e.Spec.OrdinalStart = ptr.To[int32](3)
+	running := members.Ordinals{Start: 0, End: 6}
+	for name, want := range map[string]string{
+		"etcd-main-3": sideLocal, "etcd-main-5": sideLocal,
+		"etcd-main-0": sideLeaving, "etcd-main-2": sideLeaving,
+		"etcd-main-6": sideUnmanaged, "other-0": sideUnmanaged,
+	} {
+		g.Expect(side(e, running, name)).To(Equal(want), name)
+		g.Expect(side(e, members.Ordinals{}, name)).To(Equal(map[bool]string{true: sideUnmanaged, false: want}[want == sideLeaving]),
+			"%s: without the running pods and the status, a name of the Etcd's form outside its range is no proof", name)
+	}
+	g.Expect(origin(e, running, membership.Target{}, "etcd-main-1", nil)).To(Equal(v1alpha1.MemberOriginLocal))
+	e.Status.Membership = &v1alpha1.MembershipStatus{Members: []v1alpha1.ObservedMember{
+		{Name: "etcd-main-0", Origin: v1alpha1.MemberOriginLocal}, {Name: "etcd-main-3", Origin: v1alpha1.MemberOriginLocal},
+	}}
+	g.Expect(members.PodWindow(e)).To(Equal(members.Ordinals{Start: 0, End: 6}), "a status written from what runs keeps those pods")
 }
 
 // TestPollAfter: a wait whose end the planner knows is looked at again just

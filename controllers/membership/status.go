@@ -9,10 +9,12 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
 	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
 	"github.com/druid-stretch/druid-stretch/sidecar"
@@ -39,6 +41,9 @@ const (
 	// reasonLearnerLimit is the event of etcd refusing a learner for its
 	// --max-learners, below the controller's.
 	reasonLearnerLimit = "LearnerLimit"
+	// reasonExtensionLost is the Warning event of an Etcd whose
+	// druid-stretch fields are gone while its StatefulSet runs the sidecar.
+	reasonExtensionLost = "ExtensionLost"
 )
 
 // scope is one reconcile of one Etcd: the object as read, the status being
@@ -55,6 +60,14 @@ type scope struct {
 	degradedReason  string
 	degradedMessage string
 	unmanaged       []string
+	// sts is e's StatefulSet (nil if none), and running the ordinals it
+	// runs: the pods a status that someone else dropped must not stop
+	// (members.KeptWindow).
+	sts     *appsv1.StatefulSet
+	running members.Ordinals
+	// sawMembers: this reconcile observed etcd's member list, so the status
+	// it writes says which running pods still hold members.
+	sawMembers bool
 	// died: the reconcile ends as if its process died (Options.AfterStepSent);
 	// nothing is written.
 	died bool
@@ -69,8 +82,19 @@ func newScope(e *v1alpha1.Etcd, holder string) *scope {
 	return s
 }
 
+// podWindow is the window the StatefulSet is to run once the status is
+// written: from etcd's member list when this reconcile observed it, else
+// every pod that runs stays.
+func (s *scope) podWindow() members.Ordinals {
+	if s.sawMembers {
+		return members.PodWindow(s.etcd)
+	}
+	return members.KeptWindow(s.etcd, s.running)
+}
+
 // observed writes what the sidecar reported.
 func (s *scope) observed(obs *membership.Observation, t membership.Target, progress *membership.Progress, in planner.Observed) {
+	s.sawMembers = true
 	st := s.st
 	at := metav1.NewTime(obs.At)
 	st.ObservedGeneration = s.etcd.Generation
@@ -93,7 +117,7 @@ func (s *scope) observed(obs *membership.Observation, t membership.Target, progr
 			Name:     m.Name,
 			PeerURLs: slices.Clone(m.PeerURLs),
 			Role:     role,
-			Origin:   origin(s.etcd, t, m.Name, m.PeerURLs),
+			Origin:   origin(s.etcd, s.running, t, m.Name, m.PeerURLs),
 			Healthy:  m.Healthy,
 			CaughtUp: caughtUp(in, m.ID),
 		}

@@ -277,6 +277,10 @@ type callLog struct {
 	killKind string
 	kill     func()
 	killed   bool
+	// after runs once, after the first call of afterKind that changed
+	// etcd and before its caller hears the answer.
+	afterKind string
+	after     func()
 }
 
 func stepKind(r *http.Request) string {
@@ -306,6 +310,10 @@ func (l *callLog) wrap(pod string, h http.Handler) http.Handler {
 		if kind != "" && kind == l.killKind && l.kill != nil {
 			kill, l.kill = l.kill, nil
 		}
+		var after func()
+		if kind != "" && kind == l.afterKind && l.after != nil {
+			after, l.after = l.after, nil
+		}
 		l.mu.Unlock()
 		if fault != nil {
 			if code, body, ok := fault(r); ok {
@@ -330,6 +338,13 @@ func (l *callLog) wrap(pod string, h http.Handler) http.Handler {
 		l.record(call{At: time.Now(), Pod: pod, Kind: kind, Path: r.URL.Path, Code: rec.code, Changed: answer.Changed})
 		if kind == "Promote" && answer.Removed != nil {
 			l.record(call{At: time.Now(), Pod: pod, Kind: "Remove", Path: r.URL.RequestURI(), Code: rec.code, Changed: true})
+		}
+		if after != nil {
+			if rec.code < 300 && answer.Changed {
+				after()
+			} else {
+				l.armAfter(kind, after)
+			}
 		}
 		if kill != nil {
 			if rec.code < 300 && answer.Changed {
@@ -372,6 +387,14 @@ func (l *callLog) armKill(kind string, kill func()) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.killKind, l.kill = kind, kill
+}
+
+// armAfter runs f once the first call of kind changed etcd, before the
+// caller hears the answer.
+func (l *callLog) armAfter(kind string, f func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.afterKind, l.after = kind, f
 }
 
 func (l *callLog) fired() bool {
@@ -452,7 +475,8 @@ func histogram(g Gomega, name string) (uint64, float64) {
 	return 0, 0
 }
 
-// counter reads a counter with the given labels from the registry.
+// counter reads a counter (or gauge) with the given labels from the
+// registry; 0 when there is no such series.
 func counter(g Gomega, name string, labels map[string]string) float64 {
 	families, err := crmetrics.Registry.Gather()
 	g.Expect(err).NotTo(HaveOccurred())
@@ -466,6 +490,9 @@ func counter(g Gomega, name string, labels map[string]string) float64 {
 				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
 					continue metric
 				}
+			}
+			if m.Gauge != nil {
+				return m.GetGauge().GetValue()
 			}
 			return m.GetCounter().GetValue()
 		}

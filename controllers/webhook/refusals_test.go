@@ -179,6 +179,51 @@ func TestWebhookRefusals(t *testing.T) {
 			Answer: normalize(err.Error()), Before: "absent", After: "absent"})
 	})
 
+	// The StatefulSet mutator: druid's write of a StatefulSet that runs the
+	// sidecar, after druid-stretch's fields left the Etcd (a CRD without
+	// them pruned them, or someone removed them). The stored StatefulSet is
+	// compared before and after.
+	refusedStatefulSetWrite := func(input string, build func() *v1alpha1.Etcd, drop func(*v1alpha1.Etcd), write func(*appsv1.StatefulSet)) {
+		t.Helper()
+		t.Run(input, func(t *testing.T) {
+			g := NewWithT(t)
+			e := build()
+			g.Expect(k8s.Create(t.Context(), e)).To(Succeed())
+			g.Expect(k8s.Create(t.Context(), druidStatefulSet(e))).To(Succeed())
+			drop(e)
+			g.Expect(k8s.Update(t.Context(), e)).To(Succeed())
+			g.Expect(e.UsesExtension()).To(BeFalse())
+			before := &appsv1.StatefulSet{}
+			g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(e), before)).To(Succeed())
+			again := druidStatefulSet(e)
+			again.ResourceVersion = before.ResourceVersion
+			if write != nil {
+				write(again)
+			}
+			err := k8s.Update(t.Context(), again)
+			g.Expect(err).To(HaveOccurred(), "druid's write was admitted")
+			g.Expect(err.Error()).To(ContainSubstring("no longer carries druid-stretch's fields"))
+			after := &appsv1.StatefulSet{}
+			g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(e), after)).To(Succeed())
+			g.Expect(after.ResourceVersion).To(Equal(before.ResourceVersion), "nothing was written")
+			g.Expect(equality.Semantic.DeepEqual(after.Spec, before.Spec)).To(BeTrue())
+			state := func(sts *appsv1.StatefulSet) string {
+				return fmt.Sprintf("pod window %s, %d replicas from ordinal %d, containers %d", sts.Annotations["druid-stretch.druid.gardener.cloud/pod-window"],
+					ptr.Deref(sts.Spec.Replicas, 0), ptr.Deref(sts.Spec.Ordinals, appsv1.StatefulSetOrdinals{}).Start, len(sts.Spec.Template.Spec.Containers))
+			}
+			table.Add(refusaldoc.Row{Input: input, Target: "update StatefulSet", Answer: normalize(err.Error()),
+				Before: normalize(state(before)), After: normalize(state(after))})
+		})
+	}
+	noOrdinalStart := func(e *v1alpha1.Etcd) { e.Spec.OrdinalStart = nil }
+	refusedStatefulSetWrite("druid's StatefulSet after spec.ordinalStart left an Etcd without external members",
+		fresh(func(e *v1alpha1.Etcd) { e.Spec.ExternalMembers = nil }), noOrdinalStart, nil)
+	refusedStatefulSetWrite("druid's StatefulSet after every druid-stretch field left a stretched Etcd", fresh(nil), func(e *v1alpha1.Etcd) {
+		e.Spec.OrdinalStart, e.Spec.ExternalMembers, e.Spec.ExternalMembersPolicy = nil, nil, nil
+	}, nil)
+	refusedStatefulSetWrite("druid's StatefulSet with 5 replicas after spec.ordinalStart left an Etcd without external members",
+		fresh(func(e *v1alpha1.Etcd) { e.Spec.ExternalMembers = nil }), noOrdinalStart, func(sts *appsv1.StatefulSet) { sts.Spec.Replicas = ptr.To[int32](5) })
+
 	if !t.Failed() {
 		refusaldoc.Check(t, table, "security-refusals-webhooks.md")
 	}

@@ -9,6 +9,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -54,11 +55,31 @@ func (m *StatefulSetMutator) Handle(ctx context.Context, req admission.Request) 
 	if e == nil {
 		return admission.Allowed("not owned by an Etcd")
 	}
+	var old *appsv1.StatefulSet
+	if req.Operation == admissionv1.Update {
+		old = &appsv1.StatefulSet{}
+		if err := m.Decoder.DecodeRaw(req.OldObject, old); err != nil {
+			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the StatefulSet as stored: %w", err))
+		}
+	}
 	if !e.UsesExtension() {
+		if w, ok := storedWindow(old); ok && !equality.Semantic.DeepEqual(sts.Spec, old.Spec) {
+			// The fields went while the pods run with druid-stretch's
+			// sidecar and window: pruned by a CRD without them (gardenlet
+			// re-applies druid's own), or removed by hand. Letting druid's
+			// write through would restart every pod without its sidecar and
+			// stop the pods outside druid's ordinals, voters among them. A
+			// change of metadata alone goes through: removing the
+			// annotation hands the StatefulSet back to druid.
+			return admission.Denied(fmt.Sprintf("Etcd %s no longer carries druid-stretch's fields (spec.ordinalStart, spec.externalMembers, spec.externalMembersPolicy), "+
+				"but its StatefulSet %s runs druid-stretch's sidecar on the pod window %s: the update is refused so that no member loses its sidecar or its pod. "+
+				"Restore the fields, or hand the StatefulSet back to druid by removing its annotation %s once its pods are druid's ordinals 0..replicas-1",
+				e.Name, sts.Name, w, PodWindowAnnotation))
+		}
 		return admission.Allowed(fmt.Sprintf("Etcd %s uses no druid-stretch extension field", e.Name))
 	}
 	mutated := sts.DeepCopy()
-	if err := m.mutate(mutated, e); err != nil {
+	if err := m.mutate(mutated, e, old); err != nil {
 		return admission.Denied(err.Error())
 	}
 	raw, err := json.Marshal(mutated)
@@ -99,12 +120,22 @@ func (m *StatefulSetMutator) owner(ctx context.Context, namespace string, sts *a
 // recomputed when status.membership moved it.
 const PodWindowAnnotation = "druid-stretch.druid.gardener.cloud/pod-window"
 
-// mutate puts sts on e's pod window and injects the sidecar.
-func (m *StatefulSetMutator) mutate(sts *appsv1.StatefulSet, e *v1alpha1.Etcd) error {
+// mutate puts sts on e's pod window and injects the sidecar. old is sts as
+// stored (nil on create): an update keeps every pod old runs (KeptWindow),
+// unless it is SyncPodWindow's, which carries the window the controller
+// derived from etcd's member list.
+func (m *StatefulSetMutator) mutate(sts *appsv1.StatefulSet, e *v1alpha1.Etcd, old *appsv1.StatefulSet) error {
 	if err := validation.ValidatePodWindow(e); err != nil {
 		return err
 	}
 	w := members.PodWindow(e)
+	if old != nil {
+		running := members.RunningOrdinals(old)
+		if synced, ok := syncedWindow(sts, old); ok {
+			running = synced
+		}
+		w = members.KeptWindow(e, running)
+	}
 	if sts.Annotations == nil {
 		sts.Annotations = map[string]string{}
 	}
@@ -145,19 +176,43 @@ func (m *StatefulSetMutator) mutate(sts *appsv1.StatefulSet, e *v1alpha1.Etcd) e
 	return nil
 }
 
+// syncedWindow is the window SyncPodWindow wrote into sts: its
+// PodWindowAnnotation, when that differs from old's and parses. druid's own
+// writes of the StatefulSet drop every annotation, so they never carry one.
+func syncedWindow(sts, old *appsv1.StatefulSet) (members.Ordinals, bool) {
+	a, ok := sts.Annotations[PodWindowAnnotation]
+	if !ok || a == old.Annotations[PodWindowAnnotation] {
+		return members.Ordinals{}, false
+	}
+	w, err := members.ParseOrdinals(a)
+	return w, err == nil
+}
+
+// storedWindow is the PodWindowAnnotation of the stored StatefulSet old
+// (nil on create): the window the webhook put it on.
+func storedWindow(old *appsv1.StatefulSet) (string, bool) {
+	if old == nil {
+		return "", false
+	}
+	w, ok := old.Annotations[PodWindowAnnotation]
+	return w, ok
+}
+
 // DruidConfigChecksumAnnotation is the pod template annotation through
 // which druid rolls its pods whenever its etcd ConfigMap changes.
 const DruidConfigChecksumAnnotation = "checksum/etcd-configmap"
 
-// SyncPodWindow makes druid's StatefulSet of e follow e's pod window when
-// status.membership moved it (a member of the old ordinal range was removed,
-// so its pod may go): it patches PodWindowAnnotation, and the admission of
-// that patch puts spec.ordinals and spec.replicas on the window. The
-// membership controller calls it after writing status.membership; druid
-// itself writes the StatefulSet only when the Etcd's spec changes. It does
-// nothing when the window is already in place, when the StatefulSet does not
-// exist yet, or when it is not e's. It needs patch on statefulsets.
-func SyncPodWindow(ctx context.Context, c client.Client, e *v1alpha1.Etcd) (changed bool, err error) {
+// SyncPodWindow puts druid's StatefulSet of e on the pod window want: it
+// patches PodWindowAnnotation, and the admission of that patch puts
+// spec.ordinals and spec.replicas on want widened to e's PodWindow. The
+// membership controller calls it after writing status.membership, with the
+// window it derived from etcd's member list (a member of the old ordinal
+// range was removed, so its pod may go); druid itself writes the
+// StatefulSet only when the Etcd's spec changes, and such a write never
+// stops a running pod. It does nothing when the window is already in
+// place, when the StatefulSet does not exist yet, or when it is not e's.
+// It needs patch on statefulsets.
+func SyncPodWindow(ctx context.Context, c client.Client, e *v1alpha1.Etcd, want members.Ordinals) (changed bool, err error) {
 	if !e.UsesExtension() {
 		return false, nil
 	}
@@ -171,15 +226,14 @@ func SyncPodWindow(ctx context.Context, c client.Client, e *v1alpha1.Etcd) (chan
 	if !metav1.IsControlledBy(sts, e) {
 		return false, nil
 	}
-	want := members.PodWindow(e).String()
-	if sts.Annotations[PodWindowAnnotation] == want {
+	if sts.Annotations[PodWindowAnnotation] == want.String() {
 		return false, nil
 	}
 	patch := client.MergeFrom(sts.DeepCopy())
 	if sts.Annotations == nil {
 		sts.Annotations = map[string]string{}
 	}
-	sts.Annotations[PodWindowAnnotation] = want
+	sts.Annotations[PodWindowAnnotation] = want.String()
 	if err := c.Patch(ctx, sts, patch); err != nil {
 		return false, fmt.Errorf("moving the StatefulSet of Etcd %s/%s to the pod window %s: %w", e.Namespace, e.Name, want, err)
 	}

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
 )
 
@@ -408,7 +409,7 @@ func TestStatefulSetFollowsThePodWindow(t *testing.T) {
 	g.Expect(k8s.Update(t.Context(), again)).To(Succeed())
 	expectSpec(t, again.Spec, withWindow(twin.Spec, 1, 5, tlsSidecar(e.Namespace)))
 	g.Expect(again.Annotations).To(HaveKeyWithValue(webhook.PodWindowAnnotation, "[1, 6)"))
-	changed, err := webhook.SyncPodWindow(t.Context(), k8s, e)
+	changed, err := webhook.SyncPodWindow(t.Context(), k8s, e, members.PodWindow(e))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(changed).To(BeFalse(), "the window is in place")
 	g.Expect(get().ResourceVersion).To(Equal(again.ResourceVersion))
@@ -417,7 +418,7 @@ func TestStatefulSetFollowsThePodWindow(t *testing.T) {
 	// write the StatefulSet on a status change; SyncPodWindow has it
 	// admitted again.
 	observe("seed-b-etcd-main-2", "seed-b-etcd-main-3", "seed-b-etcd-main-4", "seed-b-etcd-main-5")
-	changed, err = webhook.SyncPodWindow(t.Context(), k8s, e)
+	changed, err = webhook.SyncPodWindow(t.Context(), k8s, e, members.PodWindow(e))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(changed).To(BeTrue())
 	sts := get()
@@ -426,7 +427,7 @@ func TestStatefulSetFollowsThePodWindow(t *testing.T) {
 
 	// The move is done: the range alone.
 	observe("seed-b-etcd-main-3", "seed-b-etcd-main-4", "seed-b-etcd-main-5", "seed-a-etcd-main-0")
-	changed, err = webhook.SyncPodWindow(t.Context(), k8s, e)
+	changed, err = webhook.SyncPodWindow(t.Context(), k8s, e, members.PodWindow(e))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(changed).To(BeTrue())
 	expectSpec(t, get().Spec, withWindow(twin.Spec, 3, 3, tlsSidecar(e.Namespace)))
@@ -436,9 +437,110 @@ func TestStatefulSetFollowsThePodWindow(t *testing.T) {
 	other.UID = "8a1a4d58-3c55-4bf8-9d0c-2e6f1d1b7f00"
 	other.Status.Membership = nil
 	other.Spec.OrdinalStart = ptr.To[int32](9)
-	changed, err = webhook.SyncPodWindow(t.Context(), k8s, other)
+	changed, err = webhook.SyncPodWindow(t.Context(), k8s, other, members.PodWindow(other))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(changed).To(BeFalse())
+}
+
+// TestDroppedStatusStopsNoPod: druid's compaction controller replaces the
+// whole Etcd status, dropping status.membership, and druid writes its
+// StatefulSet on every spec change. A write admitted after such a drop
+// keeps every pod the StatefulSet runs: the pods of the old ordinals still
+// hold voters. Only the window the membership controller derives from
+// etcd's member list (SyncPodWindow) stops them.
+func TestDroppedStatusStopsNoPod(t *testing.T) {
+	g := NewWithT(t)
+	e := etcdWithTLS(newNamespace(t))
+	e = createEtcd(t, e)
+	_, twin := createBoth(t, druidStatefulSet(e))
+	get := func() *appsv1.StatefulSet {
+		sts := &appsv1.StatefulSet{}
+		g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(e), sts)).To(Succeed())
+		return sts
+	}
+	apply := func() *appsv1.StatefulSet { // as druid does on a spec change
+		again := druidStatefulSet(e)
+		again.ResourceVersion = get().ResourceVersion
+		g.Expect(k8s.Update(t.Context(), again)).To(Succeed())
+		return get()
+	}
+
+	// A move from 0-2 to 3-5 begins: the status lists the voters 0-2.
+	e.Status.Membership = &v1alpha1.MembershipStatus{}
+	for _, n := range []string{"seed-b-etcd-main-0", "seed-b-etcd-main-1", "seed-b-etcd-main-2"} {
+		e.Status.Membership.Members = append(e.Status.Membership.Members, v1alpha1.ObservedMember{ID: n, Name: n, Role: v1alpha1.MemberRoleVoter, Origin: v1alpha1.MemberOriginLocal})
+	}
+	g.Expect(k8s.Status().Update(t.Context(), e)).To(Succeed())
+	e.Spec.OrdinalStart = ptr.To[int32](3)
+	g.Expect(k8s.Update(t.Context(), e)).To(Succeed())
+	expectSpec(t, apply().Spec, withWindow(twin.Spec, 0, 6, tlsSidecar(e.Namespace)))
+
+	// druid's compaction controller drops the status; druid applies its
+	// StatefulSet again. The status alone would say [3, 6).
+	e.Status.Membership = nil
+	g.Expect(k8s.Status().Update(t.Context(), e)).To(Succeed())
+	g.Expect(members.PodWindow(e)).To(Equal(members.Ordinals{Start: 3, End: 6}))
+	sts := apply()
+	expectSpec(t, sts.Spec, withWindow(twin.Spec, 0, 6, tlsSidecar(e.Namespace)))
+	g.Expect(sts.Annotations).To(HaveKeyWithValue(webhook.PodWindowAnnotation, "[0, 6)"))
+
+	// The controller saw members 0 and 1 removed: the window it derived
+	// from etcd's member list lets their pods go, and a later druid write
+	// keeps that window.
+	changed, err := webhook.SyncPodWindow(t.Context(), k8s, e, members.Ordinals{Start: 2, End: 6})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(changed).To(BeTrue())
+	expectSpec(t, get().Spec, withWindow(twin.Spec, 2, 4, tlsSidecar(e.Namespace)))
+	expectSpec(t, apply().Spec, withWindow(twin.Spec, 2, 4, tlsSidecar(e.Namespace)))
+
+	// A hand-written annotation that is no window changes nothing.
+	before := get()
+	bad := before.DeepCopy()
+	bad.Annotations[webhook.PodWindowAnnotation] = "[0, x)"
+	g.Expect(k8s.Update(t.Context(), bad)).To(Succeed())
+	expectSpec(t, get().Spec, before.Spec)
+}
+
+// TestLostExtensionFieldsKeepTheStatefulSet: druid-stretch's fields are
+// gone from an Etcd whose pods run its sidecar on its pod window (a CRD
+// without them pruned them, or someone removed them). druid's next write
+// of the StatefulSet is refused with a message that names the cause, and
+// the stored StatefulSet is unchanged: no pod restarts without its sidecar,
+// no pod outside druid's ordinals stops.
+func TestLostExtensionFieldsKeepTheStatefulSet(t *testing.T) {
+	g := NewWithT(t)
+	e := etcdWithTLS(newNamespace(t))
+	e.Spec.OrdinalStart = ptr.To[int32](3)
+	e = createEtcd(t, e)
+	createBoth(t, druidStatefulSet(e))
+	before := &appsv1.StatefulSet{}
+	g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(e), before)).To(Succeed())
+
+	e.Spec.OrdinalStart = nil
+	g.Expect(k8s.Update(t.Context(), e)).To(Succeed())
+	g.Expect(e.UsesExtension()).To(BeFalse())
+	again := druidStatefulSet(e)
+	again.ResourceVersion = before.ResourceVersion
+	err := k8s.Update(t.Context(), again)
+	g.Expect(err).To(MatchError(And(
+		ContainSubstring("no longer carries druid-stretch's fields"),
+		ContainSubstring("pod window [3, 6)"),
+		ContainSubstring(webhook.PodWindowAnnotation))))
+	after := &appsv1.StatefulSet{}
+	g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(e), after)).To(Succeed())
+	g.Expect(after.ResourceVersion).To(Equal(before.ResourceVersion), "nothing was written")
+	expectSpec(t, after.Spec, before.Spec)
+
+	// Handing the StatefulSet back to druid on purpose: the annotation
+	// removed by hand (a change of metadata only), druid's write goes
+	// through and puts the pods on druid's ordinals without the sidecar.
+	delete(after.Annotations, webhook.PodWindowAnnotation)
+	g.Expect(k8s.Update(t.Context(), after)).To(Succeed())
+	again = druidStatefulSet(e)
+	again.ResourceVersion = after.ResourceVersion
+	g.Expect(k8s.Update(t.Context(), again)).To(Succeed())
+	g.Expect(again.Spec.Ordinals).To(BeNil())
+	g.Expect(again.Spec.Template.Spec.Containers).To(HaveLen(len(druidStatefulSet(e).Spec.Template.Spec.Containers)), "no sidecar")
 }
 
 func TestStatefulSetsTheWebhookLeavesAlone(t *testing.T) {

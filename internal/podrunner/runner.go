@@ -3,9 +3,11 @@
 // Kubernetes cluster and keeps a real local etcd member (package localetcd),
 // with its sidecar, running for every pod the StatefulSet would have.
 //
-// The pods are members.PodWindow: the Etcd's ordinal range, widened to every
-// local member still in the etcd membership (status.membership), so a pod is
-// stopped only once its member has been removed. A pod whose member is not in
+// The pods are those of the Etcd's StatefulSet where a test made one (its
+// window is the webhook's), else members.PodWindow: the Etcd's ordinal
+// range, widened to every local member still in the etcd membership
+// (status.membership), so a pod is stopped only once its member has been
+// removed. A pod whose member is not in
 // the cluster yet starts like a crash-looping pod would: it tries to join
 // (--initial-cluster-state=existing, the initial cluster from the observed
 // members, external members included) and retries with backoff until the
@@ -35,10 +37,16 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
+	"github.com/druid-stretch/druid-stretch/controllers/webhook"
 	"github.com/druid-stretch/druid-stretch/internal/linkemu"
 	"github.com/druid-stretch/druid-stretch/internal/localetcd"
 	"github.com/druid-stretch/druid-stretch/internal/pki"
@@ -261,6 +269,32 @@ func (r *Runner) pod(e *v1alpha1.Etcd, podName, memberName string) (*pod, error)
 	return p, nil
 }
 
+// window is the ordinals of e's pods. Where a test made e's StatefulSet
+// (druid's), the runner plays druid, the StatefulSet webhook and the
+// StatefulSet controller together: the pods are the window the webhook
+// would put the StatefulSet on at druid's next write, members.KeptWindow of
+// what it runs (its pod-window annotation, which the membership controller
+// moves, else its ordinals), so a dropped status stops no pod here either.
+// Without a StatefulSet: members.PodWindow.
+func (r *Runner) window(ctx context.Context, e *v1alpha1.Etcd) (members.Ordinals, error) {
+	sts := &appsv1.StatefulSet{}
+	if err := r.opts.Client.Get(ctx, client.ObjectKeyFromObject(e), sts); err != nil {
+		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) || runtime.IsNotRegisteredError(err) {
+			// No StatefulSet, or a client that knows none (the demo's).
+			return members.PodWindow(e), nil
+		}
+		return members.Ordinals{}, err
+	}
+	if !metav1.IsControlledBy(sts, e) {
+		return members.PodWindow(e), nil
+	}
+	running := members.RunningOrdinals(sts)
+	if w, err := members.ParseOrdinals(sts.Annotations[webhook.PodWindowAnnotation]); err == nil {
+		running = w
+	}
+	return members.KeptWindow(e, running), nil
+}
+
 // sync reads the Etcd objects and starts and stops pods to match.
 func (r *Runner) sync(ctx context.Context) error {
 	var list v1alpha1.EtcdList
@@ -279,7 +313,10 @@ func (r *Runner) sync(ctx context.Context) error {
 		if !e.DeletionTimestamp.IsZero() {
 			continue
 		}
-		w := members.PodWindow(e)
+		w, err := r.window(ctx, e)
+		if err != nil {
+			return err
+		}
 		for o := w.Start; o < w.End; o++ {
 			p, err := r.pod(e, members.PodName(e, o), members.MemberName(e, o))
 			if err != nil {
@@ -429,7 +466,7 @@ func (r *Runner) initialCluster(e *v1alpha1.Etcd, p *pod) (string, localetcd.Clu
 	if e.Status.Membership != nil {
 		observed = e.Status.Membership.Members
 	}
-	if len(observed) == 0 && len(e.Spec.ExternalMembers) == 0 {
+	if len(observed) == 0 && len(e.Spec.ExternalMembers) == 0 && !r.hasData(e) {
 		return members.InitialCluster(e, r.peerURLsOf(e)), localetcd.ClusterStateNew
 	}
 	var peers []members.Peer
@@ -455,6 +492,23 @@ func (r *Runner) initialCluster(e *v1alpha1.Etcd, p *pod) (string, localetcd.Clu
 	return members.FormatInitialCluster(peers), localetcd.ClusterStateExisting
 }
 
+// hasData says whether a pod of e has etcd data: then e's cluster exists,
+// whatever its status says (others can drop status.membership), and no pod
+// bootstraps a new one.
+func (r *Runner) hasData(e *v1alpha1.Etcd) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.pods {
+		if p.Namespace != e.Namespace || p.Etcd != e.Name {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(p.m.DataDir, "member", "wal")); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
 // needsFreshData says whether the pod must start on an empty data dir: its
 // member is not in the cluster (not added yet, or removed), or was added
 // again under a new ID, or an earlier attempt left a data dir without a WAL.
@@ -464,6 +518,9 @@ func (r *Runner) needsFreshData(e *v1alpha1.Etcd, p *pod, state localetcd.Cluste
 	}
 	if state == localetcd.ClusterStateNew {
 		return false
+	}
+	if e.Status.Membership == nil || len(e.Status.Membership.Members) == 0 {
+		return false // no record says its member is gone: its data stays
 	}
 	var observed *v1alpha1.ObservedMember
 	if e.Status.Membership != nil {

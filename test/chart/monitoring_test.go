@@ -66,9 +66,10 @@ func TestMonitoringObjects(t *testing.T) {
 		alerts[rule["alert"].(string)] = rule
 		exprs = append(exprs, rule["expr"].(string))
 	}
-	g.Expect(alerts).To(HaveLen(4))
+	g.Expect(alerts).To(HaveLen(5))
 	g.Expect(alerts).To(HaveKey("DruidStretchQuorumAtRisk"))
 	g.Expect(alerts).To(HaveKey("DruidStretchStepsFailing"))
+	g.Expect(alerts).To(HaveKey("DruidStretchExtensionLost"))
 	g.Expect(alerts["DruidStretchMembershipStuck"]).To(HaveKeyWithValue("for", "45m"))
 	g.Expect(alerts["DruidStretchLearnerLagging"]["expr"]).To(HaveSuffix("> 5000"))
 

@@ -33,6 +33,36 @@ func (o Ordinals) String() string {
 // Contains says whether ordinal is in the range.
 func (o Ordinals) Contains(ordinal int64) bool { return ordinal >= o.Start && ordinal < o.End }
 
+// Empty says whether the range holds no ordinal.
+func (o Ordinals) Empty() bool { return o.End <= o.Start }
+
+// Union is the smallest range that covers both o and p: a StatefulSet runs
+// one contiguous range. An empty range adds nothing.
+func (o Ordinals) Union(p Ordinals) Ordinals {
+	switch {
+	case p.Empty():
+		if o.Empty() {
+			return Ordinals{}
+		}
+		return o
+	case o.Empty():
+		return p
+	}
+	return Ordinals{Start: min(o.Start, p.Start), End: max(o.End, p.End)}
+}
+
+// ParseOrdinals reads a range as String writes it: "[3, 6)" or "[]".
+func ParseOrdinals(s string) (Ordinals, error) {
+	if s == "[]" {
+		return Ordinals{}, nil
+	}
+	var o Ordinals
+	if n, err := fmt.Sscanf(s, "[%d, %d)", &o.Start, &o.End); err != nil || n != 2 || o.Start < 0 || o.End <= o.Start || o.String() != s {
+		return Ordinals{}, fmt.Errorf("%q is not an ordinal range: want \"[start, end)\" with 0 <= start < end, or \"[]\"", s)
+	}
+	return o, nil
+}
+
 // LocalOrdinals is the ordinal range of e's pods:
 // [ordinalStart, ordinalStart+replicas).
 func LocalOrdinals(e *v1alpha1.Etcd) Ordinals {

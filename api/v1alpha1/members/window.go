@@ -1,6 +1,10 @@
 package members
 
-import "github.com/druid-stretch/druid-stretch/api/v1alpha1"
+import (
+	appsv1 "k8s.io/api/apps/v1"
+
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+)
 
 // PodWindow is the ordinals whose pods must run for e: the ordinal range,
 // widened to cover every local member that is still in the etcd membership as
@@ -37,6 +41,33 @@ func PodWindow(e *v1alpha1.Etcd) Ordinals {
 		w.Start, w.End = min(w.Start, o), max(w.End, o+1)
 	}
 	return w
+}
+
+// RunningOrdinals is the ordinals whose pods sts runs:
+// [spec.ordinals.start, start+spec.replicas); empty for a nil sts.
+func RunningOrdinals(sts *appsv1.StatefulSet) Ordinals {
+	if sts == nil || sts.Spec.Replicas == nil {
+		return Ordinals{}
+	}
+	var start int64
+	if sts.Spec.Ordinals != nil {
+		start = int64(sts.Spec.Ordinals.Start)
+	}
+	return Ordinals{Start: start, End: start + int64(*sts.Spec.Replicas)}.Union(Ordinals{})
+}
+
+// KeptWindow is the pod window where nobody has just observed etcd's
+// members: PodWindow widened to every ordinal the StatefulSet runs
+// (running). PodWindow reads status.membership, which others can drop
+// (druid's compaction controller replaces the whole status): a window that
+// shrank on a dropped status would stop the pods of voters. A pod that runs
+// stops only once an observation of etcd's member list showed its member
+// gone (the membership controller's SyncPodWindow), or when e hibernates.
+func KeptWindow(e *v1alpha1.Etcd, running Ordinals) Ordinals {
+	if Hibernated(e) {
+		return Ordinals{}
+	}
+	return PodWindow(e).Union(running)
 }
 
 // Hibernated reports whether e asks for no pod and takes part in no move:
