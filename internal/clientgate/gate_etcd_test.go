@@ -570,6 +570,11 @@ func TestMemberThatStopsFailsNoWrite(t *testing.T) {
 			g.Expect(tc.stop(m)).To(Succeed())
 			dead := time.Now()
 			w.grows(g, 300)
+			if tc.all {
+				g.Expect(w.failedSince(time.Time{})).To(BeEmpty(), "no write failed while %s stopped", victim)
+			} else {
+				g.Expect(w.failedSince(dead)).To(BeEmpty(), "no write begun after %s died failed", victim)
+			}
 			g.Eventually(c.gates[victim].Serving).WithTimeout(5*time.Second).Should(BeFalse(), "the gate of a member that is gone does not listen")
 			u, err := url.Parse(c.addrs[victim])
 			g.Expect(err).NotTo(HaveOccurred())
