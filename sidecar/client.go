@@ -131,10 +131,21 @@ func (c *Client) ReleaseLock(ctx context.Context, holder, token string) error {
 }
 
 // DrainClients moves the clients of the sidecar's member to other members
-// and returns once none is left (*Error NoClientGate without a gate).
-func (c *Client) DrainClients(ctx context.Context, o CallOptions) (*ClientGateStatus, error) {
+// for the lease d names, and returns once none is left (*Error
+// NoClientGate without a gate); on a drained gate it renews the lease.
+func (c *Client) DrainClients(ctx context.Context, d ClientDrain, o CallOptions) (*ClientGateStatus, error) {
 	var out ClientGateStatus
-	if err := c.do(ctx, http.MethodPost, "/v1/clients/drain", nil, o, &out); err != nil {
+	if err := c.do(ctx, http.MethodPost, "/v1/clients/drain", d, o, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// UndrainClients undoes a drain: the member takes clients again (*Error
+// ChangeInFlight while its removal is under way).
+func (c *Client) UndrainClients(ctx context.Context, o CallOptions) (*ClientGateStatus, error) {
+	var out ClientGateStatus
+	if err := c.do(ctx, http.MethodDelete, "/v1/clients/drain", nil, o, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil

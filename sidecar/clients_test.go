@@ -85,7 +85,9 @@ func etcdClientT(t *testing.T, c *etcdtest.Cluster, url string) *clientv3.Client
 func TestClientGateEndpoints(t *testing.T) {
 	g := NewWithT(t)
 	c := etcdtest.Start(t, etcdtest.Options{Names: etcdtest.Numbered("m", 3)})
-	sc, gate, gateURL := gatedSidecar(t, c, c.Members[0])
+	// A follower: a drained leader's gate reopens (TestUndrainClients).
+	_, follower := leaderAndFollower(t, c)
+	sc, gate, gateURL := gatedSidecar(t, c, follower)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	cli := etcdClientT(t, c, gateURL)
@@ -116,7 +118,7 @@ func TestClientGateEndpoints(t *testing.T) {
 	g.Expect(took).To(And(BeNumerically(">=", 250*time.Millisecond), BeNumerically("<", 2*time.Second)),
 		"the write waited for the hold and went on at its release")
 
-	st, err = sc.DrainClients(ctx, sidecar.CallOptions{})
+	st, err = sc.DrainClients(ctx, sidecar.ClientDrain{}, sidecar.CallOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(st.Ready).To(BeFalse())
 	g.Expect(gate.Ready()).To(BeFalse())
@@ -134,7 +136,7 @@ func TestNoClientGate(t *testing.T) {
 	c := tc.client(tc.Members[0])
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	_, err := c.DrainClients(ctx, sidecar.CallOptions{})
+	_, err := c.DrainClients(ctx, sidecar.ClientDrain{}, sidecar.CallOptions{})
 	g.Expect(sidecar.IsReason(err, sidecar.ReasonNoClientGate)).To(BeTrue(), "%v", err)
 	_, err = c.HoldClients(ctx, sidecar.ClientHold{Seconds: 1}, sidecar.CallOptions{})
 	g.Expect(sidecar.IsReason(err, sidecar.ReasonNoClientGate)).To(BeTrue(), "%v", err)
@@ -255,4 +257,163 @@ func TestMoveLeaderThroughTheLeadersSidecar(t *testing.T) {
 	l, err := c.Members(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(leaderName(l)).To(Equal(next), "leadership stays")
+}
+
+// leaderAndFollower names c's leader and one of its followers.
+func leaderAndFollower(t *testing.T, c *etcdtest.Cluster) (leader, follower *localetcd.Member) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	for _, m := range c.Members {
+		st, err := etcdClientT(t, c, m.ClientURL).Status(ctx, m.ClientURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Leader == st.Header.MemberId {
+			leader = m
+		} else if follower == nil {
+			follower = m
+		}
+	}
+	if leader == nil || follower == nil {
+		t.Fatal("no leader and follower")
+	}
+	return leader, follower
+}
+
+// putThrough writes once through the gate at gateURL, with a short
+// timeout: a drained gate takes no call.
+func putThrough(t *testing.T, c *etcdtest.Cluster, gateURL string) error {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	_, err := etcdClientT(t, c, gateURL).Put(ctx, "/through/the/gate", "x")
+	return err
+}
+
+// A drain whose member's removal does not come ends with its lease: the
+// gate reopens by itself, without a call from anyone, and serves clients
+// again; the sidecar is ready again. Renewing keeps it drained past the
+// first lease.
+func TestDrainLeaseRunsOut(t *testing.T) {
+	g := NewWithT(t)
+	c := etcdtest.Start(t, etcdtest.Options{Names: etcdtest.Numbered("m", 3)})
+	_, follower := leaderAndFollower(t, c)
+	sc, gate, gateURL := gatedSidecar(t, c, follower)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	g.Expect(putThrough(t, c, gateURL)).To(Succeed())
+
+	for _, bad := range []float64{-1, (sidecar.MaxClientDrain + time.Second).Seconds()} {
+		_, err := sc.DrainClients(ctx, sidecar.ClientDrain{Seconds: bad}, sidecar.CallOptions{})
+		g.Expect(sidecar.IsReason(err, sidecar.ReasonInvalidArgument)).To(BeTrue(), "a lease of %v s is refused: %v", bad, err)
+	}
+	g.Expect(gate.Ready()).To(BeTrue(), "the refused drains drained nothing")
+
+	const lease = 4 * time.Second
+	drained := time.Now()
+	st, err := sc.DrainClients(ctx, sidecar.ClientDrain{Seconds: lease.Seconds()}, sidecar.CallOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(st.Ready).To(BeFalse())
+	g.Expect(st.DrainSeconds).To(BeNumerically("~", lease.Seconds(), 0.5))
+	g.Expect(sidecar.IsReason(sc.Ready(ctx), sidecar.ReasonNotReady)).To(BeTrue())
+	g.Expect(putThrough(t, c, gateURL)).NotTo(Succeed(), "a drained gate takes no call")
+	// Renewed before it ends: it lasts another lease from now.
+	time.Sleep(lease / 2)
+	_, err = sc.DrainClients(ctx, sidecar.ClientDrain{Seconds: lease.Seconds()}, sidecar.CallOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	renewed := time.Now()
+	g.Eventually(gate.Ready).WithTimeout(10*time.Second).WithPolling(20*time.Millisecond).Should(BeTrue(), "the gate reopens when the lease runs out")
+	g.Expect(time.Since(renewed)).To(BeNumerically(">=", lease), "not before the renewed lease ran out")
+	t.Logf("reopened %s after the drain, %s after its renewal", time.Since(drained), time.Since(renewed))
+	g.Eventually(func() error { return putThrough(t, c, gateURL) }).WithTimeout(10*time.Second).Should(Succeed(), "the reopened gate serves clients")
+	g.Expect(sc.Ready(ctx)).To(Succeed(), "the sidecar is ready again")
+	_, err = sc.DrainClients(ctx, sidecar.ClientDrain{Seconds: lease.Seconds(), Renew: true}, sidecar.CallOptions{})
+	g.Expect(sidecar.IsReason(err, sidecar.ReasonNotDrained)).To(BeTrue(), "a drain the sidecar ended is not renewed: %v", err)
+	g.Expect(gate.Ready()).To(BeTrue())
+}
+
+// A drain is undone at once by DELETE /v1/clients/drain, but only by the
+// lock's holder when the caller names one; a renewal likewise. A drain of
+// the member that leads ends by itself, whatever its lease.
+func TestUndrainClients(t *testing.T) {
+	g := NewWithT(t)
+	c := etcdtest.Start(t, etcdtest.Options{Names: etcdtest.Numbered("m", 3)})
+	leader, follower := leaderAndFollower(t, c)
+	sc, gate, gateURL := gatedSidecar(t, c, follower)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	const holder, token = "controller-a", "1-a"
+	_, err := sc.AcquireLock(ctx, holder, token, 30*time.Second)
+	g.Expect(err).NotTo(HaveOccurred())
+	mine := sidecar.CallOptions{LockHolder: holder, LockToken: token}
+
+	_, err = sc.DrainClients(ctx, sidecar.ClientDrain{Seconds: 60}, mine)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(gate.Ready()).To(BeFalse())
+	for name, o := range map[string]sidecar.CallOptions{
+		"another holder":                {LockHolder: "controller-b"},
+		"a stale process of the holder": {LockHolder: holder, LockToken: "0-old"},
+	} {
+		_, err := sc.UndrainClients(ctx, o)
+		g.Expect(sidecar.IsReason(err, sidecar.ReasonLockHeld) || sidecar.IsReason(err, sidecar.ReasonStaleToken)).To(BeTrue(), "%s may not undo the drain: %v", name, err)
+		_, err = sc.DrainClients(ctx, sidecar.ClientDrain{Seconds: 60}, o)
+		g.Expect(sidecar.IsReason(err, sidecar.ReasonLockHeld) || sidecar.IsReason(err, sidecar.ReasonStaleToken)).To(BeTrue(), "%s may not renew the drain: %v", name, err)
+	}
+	g.Expect(gate.Ready()).To(BeFalse(), "the refused calls changed nothing")
+
+	st, err := sc.UndrainClients(ctx, mine)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(st.Ready).To(BeTrue())
+	g.Expect(st.DrainSeconds).To(BeZero())
+	g.Eventually(func() error { return putThrough(t, c, gateURL) }).WithTimeout(5*time.Second).Should(Succeed(), "the undrained gate serves clients")
+	g.Expect(sc.Ready(ctx)).To(Succeed())
+	_, err = sc.UndrainClients(ctx, mine)
+	g.Expect(err).NotTo(HaveOccurred(), "undoing no drain is a success")
+
+	// The leader's gate, drained for a minute, reopens at the sidecar's
+	// next observation.
+	lsc, lgate, lgateURL := gatedSidecar(t, c, leader)
+	_, err = lsc.DrainClients(ctx, sidecar.ClientDrain{Seconds: 60}, mine)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(lgate.Ready).WithTimeout(10*time.Second).Should(BeTrue(), "a drained leader's gate reopens")
+	g.Eventually(func() error { return putThrough(t, c, lgateURL) }).WithTimeout(5 * time.Second).Should(Succeed())
+}
+
+// A drain whose member was removed stays: its lease running out does not
+// reopen the gate of a member that left the cluster.
+func TestDrainOfARemovedMemberStays(t *testing.T) {
+	g := NewWithT(t)
+	c := etcdtest.Start(t, etcdtest.Options{Names: etcdtest.Numbered("m", 3)})
+	leader, follower := leaderAndFollower(t, c)
+	sc, gate, _ := gatedSidecar(t, c, follower)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	// The sidecar learns its member's ID from a poll.
+	g.Eventually(func() error { return sc.Ready(ctx) }).WithTimeout(10 * time.Second).Should(Succeed())
+	const lease = 2 * time.Second
+	_, err := sc.DrainClients(ctx, sidecar.ClientDrain{Seconds: lease.Seconds()}, sidecar.CallOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	via := etcdClientT(t, c, leader.ClientURL)
+	members, err := via.MemberList(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	var id uint64
+	for _, m := range members.Members {
+		if m.Name == follower.Name {
+			id = m.ID
+		}
+	}
+	// etcd refuses a removal until every member was connected for 5 s;
+	// the drain is renewed meanwhile, as the controller renews it until
+	// it sends the removal.
+	g.Eventually(func() error {
+		if _, err := sc.DrainClients(ctx, sidecar.ClientDrain{Seconds: lease.Seconds()}, sidecar.CallOptions{}); err != nil {
+			return err
+		}
+		_, err := via.MemberRemove(ctx, id)
+		return err
+	}).WithTimeout(15 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+	g.Consistently(gate.Ready).WithTimeout(2*lease+2*time.Second).Should(BeFalse(), "the gate of a removed member stays drained")
+	_, err = sc.UndrainClients(ctx, sidecar.CallOptions{})
+	g.Expect(sidecar.IsReason(err, sidecar.ReasonMemberNotFound)).To(BeTrue(), "%v", err)
+	g.Expect(gate.Ready()).To(BeFalse())
 }

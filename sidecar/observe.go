@@ -141,6 +141,7 @@ type observeOptions struct {
 // observe reads the member list and the lock, then the tombstones, then
 // polls every member that is not being removed.
 func (s *Server) observe(ctx context.Context, o observeOptions) (*view, error) {
+	began := time.Now()
 	var (
 		list          *clientv3.MemberListResponse
 		lock, step    *mvccpb.KeyValue
@@ -220,6 +221,9 @@ func (s *Server) observe(ctx context.Context, o observeOptions) (*view, error) {
 	}
 	wg.Wait()
 	s.noteView(v, removing)
+	if o.health {
+		s.settleDrain(v, removing, began)
+	}
 	return v, nil
 }
 

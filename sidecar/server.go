@@ -207,6 +207,11 @@ type Server struct {
 	removalsSent  map[uint64]time.Time // member ID -> until when it stays unpolled
 	tombstones    tombstoneLease
 	releaseHold   func() // ends the client gate's current hold
+	// drain is the lease of the gate's drain in force (clients.go); nil
+	// for none. drainCalls serializes the calls that drain, renew and
+	// undo it, and the observations that end it.
+	drain      *drainLease
+	drainCalls sync.Mutex
 	// transport is the local member's raft transport as its metrics
 	// showed it (transport.go), read with metricsClient.
 	transport     transportView

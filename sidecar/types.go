@@ -88,6 +88,9 @@ const (
 	ReasonEtcdUnavailable = "EtcdUnavailable"
 	// ReasonNotReady: the local etcd member does not answer (readyz).
 	ReasonNotReady = "NotReady"
+	// ReasonNotDrained: a renewal of a drain the sidecar has ended (its
+	// lease ran out, or its member leads): the gate stays open.
+	ReasonNotDrained = "NotDrained"
 )
 
 // Headers a mutating call may carry.

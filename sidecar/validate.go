@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -86,6 +87,20 @@ func decodeJSON(r *http.Request, v any) *Error {
 		return badRequest(ReasonMalformedRequest, "the request body has data after the JSON object")
 	}
 	return nil
+}
+
+// decodeOptionalJSON is decodeJSON for a body that may be left out: an
+// empty body leaves v as it is.
+func decodeOptionalJSON(r *http.Request, v any) *Error {
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxBodyBytes))
+	if err != nil {
+		return bodyError(err)
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return decodeJSON(r, v)
 }
 
 func badRequest(reason, format string, args ...any) *Error {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"net/url"
 	"strings"
 	"time"
@@ -252,8 +251,9 @@ func (g *gateFlags) add(f *pflag.FlagSet) {
 	f.StringVar(&g.key, "client-gate-key", "", "the key of --client-gate-cert")
 }
 
-// start runs the gate when --client-gate-address is set; stop closes it.
-// The gate listens only once its member serves (see serveWhenReady).
+// start runs the gate when --client-gate-address is set; stop sends its
+// clients away and closes it. The gate listens only while its member
+// serves (clientgate.Gate.ListenAndServe).
 func (g *gateFlags) start(backendTLS *tls.Config, log logr.Logger) (*clientgate.Gate, func(), error) {
 	if g.address == "" {
 		if g.backend != "" || g.cert != "" || g.key != "" {
@@ -280,51 +280,26 @@ func (g *gateFlags) start(backendTLS *tls.Config, log logr.Logger) (*clientgate.
 	if err != nil {
 		return nil, nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		g.serveWhenReady(ctx, gate, backend, backendTLS, log)
+		if err := gate.ListenAndServe(g.address); err != nil {
+			log.Error(err, "client gate")
+		}
 	}()
 	return gate, func() {
-		cancel()
+		// The pod ends (SIGTERM): its clients go to other members with
+		// their calls answered, as at a drain, instead of losing them.
+		ctx, cancel := context.WithTimeout(context.Background(), gateStopTimeout)
+		defer cancel()
+		if err := gate.Drain(ctx); err != nil {
+			log.Info("sending the clients away at the end", "error", err.Error())
+		}
 		_ = gate.Close()
 		<-done
 	}, nil
 }
 
-// serveWhenReady listens on the gate's address once etcd answers on the
-// backend, and serves until the gate is drained or closed. Before that,
-// a client's connection is refused, as by a member that is not up: a gate
-// that accepted it would only have errors to give (the member does not
-// serve yet, or, for a learner waiting for its admission, not at all).
-func (g *gateFlags) serveWhenReady(ctx context.Context, gate *clientgate.Gate, backend *url.URL, backendTLS *tls.Config, log logr.Logger) {
-	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: backendTLS}}
-	defer hc.CloseIdleConnections()
-	health := backend.JoinPath("/health").String()
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		// Any HTTP answer, 503 included, means etcd serves its client port.
-		if resp, err := hc.Get(health); err == nil {
-			_ = resp.Body.Close()
-			if !gate.Ready() {
-				return // drained before it ever served
-			}
-			l, err := net.Listen("tcp", g.address)
-			if err == nil {
-				log.Info("client gate serving", "address", l.Addr().String(), "backend", backend.String(), "tls", g.cert != "")
-				if err := gate.Serve(l); err != nil {
-					log.Error(err, "client gate")
-				}
-				return
-			}
-			log.Error(err, "listening on --client-gate-address; trying again", "address", g.address)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
-}
+// gateStopTimeout bounds the drain of the gate when the sidecar stops:
+// within the pod's termination grace period.
+const gateStopTimeout = 5 * time.Second

@@ -18,7 +18,12 @@
 //     keep-alives), which their clients re-establish elsewhere. A member
 //     whose gate drained serves nobody and can be removed without a failed
 //     request. etcd itself cannot do this when it serves TLS: its graceful
-//     stop applies only to plain listeners.
+//     stop applies only to plain listeners. A drain is undone by Undrain:
+//     the removal it prepared may not come (a failed step, the member
+//     became leader), and a member whose gate stays drained serves no
+//     client, answers no poll through its client port and cannot be led
+//     away from (the sidecar bounds every drain with a lease, so that
+//     undoing it does not depend on the controller).
 //   - Hold makes new data calls (KV, lease grants) wait, and returns once
 //     the proposals already forwarded (writes, compactions, lease grants
 //     and revokes) have finished: with every member's gate held, no
@@ -30,13 +35,24 @@
 //     the transfer by a read's round trip. A hold ends at Release or after
 //     its maximum duration, whichever comes first, so a controller that
 //     dies mid-transfer stalls clients for that long at most.
+//   - The gate listens only while its member serves (a probe of the
+//     member's /health, and any call whose connection the member refused):
+//     a member that is gone (its etcd stopped, crashed or restarts) has no
+//     listener in front of it, so its clients' connections are refused as
+//     by the member itself and their balancer moves them to another
+//     endpoint, instead of a gate that accepts them and fails their calls.
+//     A call that races the member's end and was never sent to it is
+//     answered so that etcd's client retries it elsewhere, writes included
+//     (notSentStatus).
 package clientgate
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -44,6 +60,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -60,15 +77,19 @@ type Options struct {
 	ServerTLS *tls.Config
 	// BackendTLS is the client TLS configuration toward an https Backend.
 	BackendTLS *tls.Config
+	// ProbeInterval is how often the gate asks its member whether it
+	// serves (default 200 ms): the gate listens only while it does.
+	ProbeInterval time.Duration
 	// Log receives drains, holds and proxy errors.
 	Log logr.Logger
 }
 
 // Gate is a running gate. It is safe for concurrent use.
 type Gate struct {
-	o     Options
-	srv   *http.Server
-	proxy *httputil.ReverseProxy
+	o      Options
+	proxy  *httputil.ReverseProxy
+	probe  *http.Client
+	health string // the member's health URL the probe asks
 
 	mu        sync.Mutex
 	changed   chan struct{} // closed and replaced on every state change
@@ -76,19 +97,42 @@ type Gate struct {
 	proposals int           // of them, proposals (see callKind)
 	heldTill  time.Time     // new reads and proposals wait until then, or Release
 	hold      uint64        // the current hold, so a stale Release is a no-op
-	draining  bool
-	// streamsEnded refuses new streaming calls: a stream opened after the
-	// drain ended the others would keep the drain waiting.
-	streamsEnded bool
-	streams      map[*stream]struct{}
-	// conns counts the client connections open (http.Server's ConnState):
-	// a drain ends when they are gone, not at Shutdown's next poll of
-	// them, which backs off to 500 ms while the clients leave.
-	conns int
+	// drained is true from Drain to Undrain: the gate does not listen.
+	drained bool
+	// memberDown is true once the member refused a connection or its
+	// probe, until it answers a probe again: the gate does not listen.
+	memberDown bool
+	closed     bool
+	// addr is where the gate listens, once Serve or ListenAndServe ran.
+	addr string
+	// sess is the period the gate listens in; nil while it does not.
+	sess *session
+	// live are the sessions whose server runs: sess, and those that
+	// still send their clients away.
+	live map[*session]struct{}
+	// wake makes the supervisor (run) look at the state at once.
+	wake chan struct{}
+}
+
+// session is one period in which the gate listens: an http.Server of its
+// own, because a server that was shut down cannot serve again, and a
+// drain that is undone, or a member that comes back, opens a new one.
+type session struct {
+	srv *http.Server
 	// listenersClosed is closed once Shutdown has closed the listener
 	// (http.Server.RegisterOnShutdown): from then on no new client comes.
 	listenersClosed chan struct{}
 	closeListeners  sync.Once
+	// The fields below are guarded by Gate.mu.
+	//
+	// conns counts the client connections open (http.Server's ConnState):
+	// a drain ends when they are gone, not at Shutdown's next poll of
+	// them, which backs off to 500 ms while the clients leave.
+	conns int
+	// streamsEnded refuses new streaming calls: a stream opened after the
+	// drain ended the others would keep the drain waiting.
+	streamsEnded bool
+	streams      map[*stream]struct{}
 }
 
 // stream is a streaming call (a watch, a lease keep-alive): it is not
@@ -139,7 +183,15 @@ func kindOf(r *http.Request) callKind {
 	return passCall
 }
 
-// New builds a gate; Serve runs it on a listener.
+const (
+	defaultProbeInterval = 200 * time.Millisecond
+	// probeTimeout bounds a probe of the member. A probe that times out
+	// changes nothing: a member slow to answer (a starved machine) is not
+	// taken for one that is gone.
+	probeTimeout = time.Second
+)
+
+// New builds a gate; Serve or ListenAndServe runs it.
 func New(o Options) (*Gate, error) {
 	if o.Backend == nil {
 		return nil, errors.New("clientgate: Backend is required")
@@ -150,7 +202,10 @@ func New(o Options) (*Gate, error) {
 	if o.Log.GetSink() == nil {
 		o.Log = logr.Discard()
 	}
-	g := &Gate{o: o, changed: make(chan struct{}), streams: map[*stream]struct{}{}, listenersClosed: make(chan struct{})}
+	if o.ProbeInterval <= 0 {
+		o.ProbeInterval = defaultProbeInterval
+	}
+	g := &Gate{o: o, changed: make(chan struct{}), live: map[*session]struct{}{}, wake: make(chan struct{}, 1)}
 
 	// HTTP/2 toward etcd for gRPC (prior knowledge without TLS), HTTP/1 for
 	// the rest (/health, /metrics): etcd serves both on its client port.
@@ -185,71 +240,259 @@ func New(o Options) (*Gate, error) {
 		// copy: expected, so at V(1).
 		ErrorLog: log.New(logWriter{o.Log.V(1)}, "", 0),
 	}
+	// The probe keeps one connection open, so that asking costs no
+	// handshake: a serializable read on the member itself.
+	g.probe = &http.Client{Timeout: probeTimeout, Transport: &http.Transport{Protocols: &h1, TLSClientConfig: o.BackendTLS.Clone(),
+		DialContext: dialer.DialContext, MaxIdleConnsPerHost: 1}}
+	g.health = o.Backend.JoinPath("/health").String() + "?serializable=true"
+	return g, nil
+}
 
+// newSession builds the server of one listening period.
+func (g *Gate) newSession() *session {
+	s := &session{listenersClosed: make(chan struct{}), streams: map[*stream]struct{}{}}
 	var served http.Protocols
 	served.SetHTTP1(true)
-	if o.ServerTLS != nil {
+	if g.o.ServerTLS != nil {
 		served.SetHTTP2(true)
 	} else {
 		served.SetUnencryptedHTTP2(true)
 	}
-	g.srv = &http.Server{
-		Handler:           g,
+	s.srv = &http.Server{
+		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serve(s, w, r) }),
 		Protocols:         &served,
-		TLSConfig:         o.ServerTLS,
+		TLSConfig:         g.o.ServerTLS,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       5 * time.Minute,
-		ErrorLog:          log.New(logWriter{o.Log}, "", 0),
-		ConnState:         g.countConn,
+		ErrorLog:          log.New(logWriter{g.o.Log}, "", 0),
+		ConnState:         func(_ net.Conn, state http.ConnState) { g.countConn(s, state) },
 	}
-	g.srv.RegisterOnShutdown(func() { g.closeListeners.Do(func() { close(g.listenersClosed) }) })
-	return g, nil
+	s.srv.RegisterOnShutdown(func() { s.closeListeners.Do(func() { close(s.listenersClosed) }) })
+	return s
 }
 
-// countConn keeps conns: a connection counts from its accept until it is
+// countConn keeps s.conns: a connection counts from its accept until it is
 // closed (or hijacked, which HTTP/2 and gRPC never do).
-func (g *Gate) countConn(_ net.Conn, state http.ConnState) {
+func (g *Gate) countConn(s *session, state http.ConnState) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	switch state {
 	case http.StateNew:
-		g.conns++
+		s.conns++
 	case http.StateClosed, http.StateHijacked:
-		g.conns--
+		s.conns--
 	default:
 		return
 	}
 	g.notifyLocked()
 }
 
-// Serve serves the clients that l accepts (the member's advertised client
-// port) until Drain or Close, and closes l; it returns nil after either,
-// also when either came first.
-func (g *Gate) Serve(l net.Listener) error {
-	var err error
-	if g.o.ServerTLS != nil {
-		err = g.srv.ServeTLS(l, "", "")
-	} else {
-		err = g.srv.Serve(l)
+// Serve runs the gate until Close, with l (the member's advertised client
+// port) as its first listener: it serves while its member answers and no
+// drain is in force, and listens on l's address again when it may serve
+// again. It closes l when it does not serve at once. It returns nil after
+// Close, also when Close came first.
+func (g *Gate) Serve(l net.Listener) error { return g.run(l.Addr().String(), l) }
+
+// ListenAndServe is Serve on addr, listened on once the member serves.
+// Before that a client's connection is refused, as by a member that is
+// not up: a gate that accepted it would only have errors to give.
+func (g *Gate) ListenAndServe(addr string) error { return g.run(addr, nil) }
+
+// run is the gate's supervisor: it probes the member, and listens while
+// the member serves and no drain is in force.
+//
+// Why the gate stops listening when its member is gone: kube-apiserver's
+// etcd client balances over its endpoints and moves away from one whose
+// connection is refused, but a gate that accepts the connection and fails
+// every call keeps it there, each write failed (a write is retried only
+// when provably never sent).
+func (g *Gate) run(addr string, first net.Listener) error {
+	g.mu.Lock()
+	if g.addr != "" {
+		g.mu.Unlock()
+		if first != nil {
+			_ = first.Close()
+		}
+		return errors.New("clientgate: the gate runs already")
 	}
-	if errors.Is(err, http.ErrServerClosed) {
+	g.addr = addr
+	g.mu.Unlock()
+	defer g.probe.CloseIdleConnections()
+	tick := time.NewTicker(g.o.ProbeInterval)
+	defer tick.Stop()
+	for {
+		g.mu.Lock()
+		closed, drained, serving := g.closed, g.drained, g.sess != nil
+		g.mu.Unlock()
+		if closed {
+			if first != nil {
+				_ = first.Close()
+			}
+			return nil
+		}
+		if !drained {
+			up, sure := g.probeMember()
+			switch {
+			case up && !serving:
+				l := first
+				first = nil
+				if l == nil {
+					var err error
+					if l, err = net.Listen("tcp", addr); err != nil {
+						g.o.Log.Error(err, "listening; trying again", "address", addr)
+						break
+					}
+				}
+				g.open(l)
+			case !up && sure && serving:
+				g.memberGone("it does not answer its probe")
+			case !up && sure:
+				g.mu.Lock()
+				g.memberDown = true
+				g.mu.Unlock()
+			}
+		}
+		// A listener not served keeps clients waiting in its backlog.
+		if first != nil && (drained || !serving) {
+			g.mu.Lock()
+			idle := g.sess == nil
+			g.mu.Unlock()
+			if idle {
+				_ = first.Close()
+				first = nil
+			}
+		}
+		select {
+		case <-g.wake:
+		case <-tick.C:
+		}
+	}
+}
+
+// probeMember asks the member whether it serves: any HTTP answer says it
+// does (a learner's, one without a leader); an error that is not a timeout
+// says it does not (sure is then true).
+func (g *Gate) probeMember() (up, sure bool) {
+	resp, err := g.probe.Get(g.health)
+	if err == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return true, true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return false, false
+	}
+	return false, true
+}
+
+// kick makes the supervisor look at the state now.
+func (g *Gate) kick() {
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+}
+
+// open serves a new session on l, unless a drain or Close came meanwhile.
+func (g *Gate) open(l net.Listener) {
+	s := g.newSession()
+	g.mu.Lock()
+	if g.drained || g.closed || g.sess != nil {
+		g.mu.Unlock()
 		_ = l.Close()
-		return nil
+		return
 	}
-	return err
+	wasDown := g.memberDown
+	g.sess, g.memberDown = s, false
+	g.live[s] = struct{}{}
+	g.notifyLocked()
+	g.mu.Unlock()
+	g.o.Log.Info("client gate serving", "address", l.Addr().String(), "backend", g.o.Backend.String(), "tls", g.o.ServerTLS != nil, "memberBack", wasDown)
+	go func() {
+		var err error
+		if g.o.ServerTLS != nil {
+			err = s.srv.ServeTLS(l, "", "")
+		} else {
+			err = s.srv.Serve(l)
+		}
+		g.mu.Lock()
+		delete(g.live, s)
+		ended := g.sess == s
+		if ended {
+			g.sess = nil
+		}
+		g.notifyLocked()
+		g.mu.Unlock()
+		if ended && !errors.Is(err, http.ErrServerClosed) {
+			// The listener failed: the supervisor listens anew.
+			g.o.Log.Error(err, "client gate listener")
+			_ = s.srv.Close()
+			g.kick()
+		}
+	}()
 }
 
-// Close ends every connection at once.
+// memberGone stops listening because the member does not serve, and sends
+// the gate's clients away (GOAWAY), as a drain does; the supervisor listens
+// again once the member answers its probe.
+func (g *Gate) memberGone(why string) {
+	g.mu.Lock()
+	s := g.sess
+	g.sess, g.memberDown = nil, true
+	g.notifyLocked()
+	g.mu.Unlock()
+	if s == nil {
+		return
+	}
+	g.o.Log.Info("the member does not serve: the gate stops listening and sends its clients to other members", "reason", why)
+	g.kick()
+	// The calls in flight at a member that is gone are not waited for:
+	// they end with their connection to it.
+	go func() { _ = g.stop(context.Background(), s, false) }()
+}
+
+// Close ends every connection at once; Serve returns.
 func (g *Gate) Close() error {
-	g.endStreams()
-	return g.srv.Close()
+	g.mu.Lock()
+	g.closed = true
+	g.sess = nil
+	live := make([]*session, 0, len(g.live))
+	for s := range g.live {
+		live = append(live, s)
+	}
+	g.notifyLocked()
+	g.mu.Unlock()
+	g.kick()
+	var errs []error
+	for _, s := range live {
+		errs = append(errs, g.closeSession(s))
+	}
+	return errors.Join(errs...)
 }
 
-// Ready tells whether the gate takes clients: false once a drain began.
+// closeSession ends a session's streams and connections at once.
+func (g *Gate) closeSession(s *session) error {
+	g.endStreams(s)
+	return s.srv.Close()
+}
+
+// Ready tells whether the gate takes clients as far as the membership
+// controller is concerned: false from Drain to Undrain. (Whether the
+// member serves is the member's readiness.)
 func (g *Gate) Ready() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return !g.draining
+	return !g.drained && !g.closed
+}
+
+// Serving tells whether the gate listens now: not drained, and its member
+// answered the last probe.
+func (g *Gate) Serving() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.sess != nil
 }
 
 // InFlight is the number of unary calls forwarded and not yet answered.
@@ -266,43 +509,77 @@ const closeGrace = time.Second
 
 // Drain moves the gate's clients away (see the package comment) and
 // returns once no call is left, or with ctx's error after ending whatever
-// was left. The gate serves nobody afterwards.
+// was left. The gate serves nobody until Undrain.
 func (g *Gate) Drain(ctx context.Context) error {
 	g.mu.Lock()
-	g.draining = true
+	g.drained = true
+	s := g.sess
+	g.sess = nil
 	g.notifyLocked()
 	g.mu.Unlock()
+	if s == nil {
+		// Not listening (drained already, or its member is gone): the
+		// calls still in flight are waited for all the same.
+		return g.waitIdle(ctx, false)
+	}
+	return g.stop(ctx, s, true)
+}
 
+// Undrain ends a drain: the gate listens again once its member answers
+// its probe. It does nothing to a gate that is not drained.
+func (g *Gate) Undrain() {
+	g.mu.Lock()
+	was := g.drained
+	g.drained = false
+	g.notifyLocked()
+	g.mu.Unlock()
+	if was {
+		g.o.Log.Info("drain undone: the gate takes clients again once its member serves")
+		g.kick()
+	}
+}
+
+// stop sends the clients of session s away: its listener closes, every
+// connection gets GOAWAY (a gRPC client then opens its next calls on
+// another address and keeps the calls it has in flight), the unary calls
+// in flight are waited for when waitCalls, then the streams end. It
+// returns with ctx's error after closing whatever was left.
+func (g *Gate) stop(ctx context.Context, s *session, waitCalls bool) error {
 	// Shutdown closes the listener and sends GOAWAY on every connection;
 	// the clients close their connections once their calls are done,
 	// which the streams prevent until endStreams below. Shutdown itself
 	// returns at its next poll after that; the drain does not wait for
 	// it (connsClosed).
-	go func() { _ = g.srv.Shutdown(context.WithoutCancel(ctx)) }()
+	go func() { _ = s.srv.Shutdown(context.WithoutCancel(ctx)) }()
 	select {
-	case <-g.listenersClosed:
+	case <-s.listenersClosed:
 	case <-ctx.Done():
-		return errors.Join(fmt.Errorf("clientgate: the listener is not closed yet: %w", ctx.Err()), g.Close())
+		return errors.Join(fmt.Errorf("clientgate: the listener is not closed yet: %w", ctx.Err()), g.closeSession(s))
 	}
-	if err := g.waitIdle(ctx, false); err != nil {
-		return errors.Join(err, g.Close())
+	if waitCalls {
+		if err := g.waitIdle(ctx, false); err != nil {
+			return errors.Join(err, g.closeSession(s))
+		}
 	}
-	n := g.endStreams()
-	g.o.Log.Info("drained: unary calls finished, streams ended", "streams", n)
+	n := g.endStreams(s)
+	g.o.Log.Info("clients sent away: unary calls finished, streams ended", "streams", n)
 	graceCtx, cancel := context.WithTimeout(ctx, closeGrace)
 	defer cancel()
-	if g.connsClosed(graceCtx) != nil {
+	if g.connsClosed(graceCtx, s) != nil {
 		// A client that keeps a connection it was told to leave, with no
 		// call on it (or the caller's deadline): closing it loses nothing.
-		_ = g.srv.Close()
+		_ = s.srv.Close()
+	}
+	if !waitCalls {
+		return nil
 	}
 	// A call that raced the GOAWAY finishes before the drain is done.
 	return g.waitIdle(ctx, false)
 }
 
-// connsClosed waits until no client connection is open.
-func (g *Gate) connsClosed(ctx context.Context) error {
-	return g.waitZero(ctx, "connection(s) still open", func() int { return g.conns })
+// connsClosed waits until no client connection of s is open.
+func (g *Gate) connsClosed(ctx context.Context, s *session) error {
+	return g.waitZero(ctx, "connection(s) still open", func() int { return s.conns })
 }
 
 // Hold makes new reads and proposals (see callKind) wait for at most max,
@@ -364,15 +641,16 @@ func (g *Gate) waitZero(ctx context.Context, what string, count func() int) erro
 	}
 }
 
-// endStreams cancels every streaming call and says how many there were.
-func (g *Gate) endStreams() int {
+// endStreams cancels every streaming call of s and says how many there
+// were.
+func (g *Gate) endStreams(s *session) int {
 	g.mu.Lock()
-	streams := g.streams
-	g.streams = map[*stream]struct{}{}
-	g.streamsEnded = true
+	streams := s.streams
+	s.streams = map[*stream]struct{}{}
+	s.streamsEnded = true
 	g.mu.Unlock()
-	for s := range streams {
-		s.cancel()
+	for st := range streams {
+		st.cancel()
 	}
 	return len(streams)
 }
@@ -383,9 +661,12 @@ func (g *Gate) notifyLocked() {
 	g.changed = make(chan struct{})
 }
 
-// ServeHTTP forwards one call, counting unary calls in flight and making
-// new ones wait while a hold is in force.
-func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// errNotForwarded is a call the gate answered without sending it on.
+var errNotForwarded = errors.New("the member is being drained")
+
+// serve forwards one call of session s, counting unary calls in flight and
+// making new ones wait while a hold is in force.
+func (g *Gate) serve(s *session, w http.ResponseWriter, r *http.Request) {
 	if isGRPC(r) && streamingMethods[r.URL.Path] {
 		ctx, cancel := context.WithCancel(r.Context())
 		// Cancelling the forwarded call alone does not end it: the
@@ -396,19 +677,19 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// draining connection keeps nothing open (a drain of a member
 		// with watches took the whole closeGrace without it:
 		// BenchmarkDrain).
-		s := &stream{cancel: func() { cancel(); _ = r.Body.Close() }}
+		st := &stream{cancel: func() { cancel(); _ = r.Body.Close() }}
 		g.mu.Lock()
-		if g.streamsEnded {
+		if s.streamsEnded {
 			g.mu.Unlock()
 			cancel()
-			g.proxyError(w, r, errors.New("the member is being drained"))
+			g.proxyError(w, r, errNotForwarded)
 			return
 		}
-		g.streams[s] = struct{}{}
+		s.streams[st] = struct{}{}
 		g.mu.Unlock()
 		defer func() {
 			g.mu.Lock()
-			delete(g.streams, s)
+			delete(s.streams, st)
 			g.mu.Unlock()
 			cancel()
 		}()
@@ -421,7 +702,50 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer g.leave(kind)
+	if isGRPC(r) {
+		resendable(r)
+	}
 	g.proxy.ServeHTTP(w, r)
+}
+
+// maxResendable bounds the unary requests the gate keeps to send again:
+// etcd's client sends at most 2 MiB (its MaxCallSendMsgSize), etcd takes
+// at most 1.5 MiB by default.
+const maxResendable = 4 << 20
+
+// resendable reads a unary call's request (one message, sent at once)
+// whole, so that it can be sent again (GetBody). Go's HTTP/2 transport
+// does that by itself when the member's connection ends before the member
+// took the call (GOAWAY, as a member that stops sends); without GetBody it
+// fails such a call once it began to read its body, and etcd's client
+// would not retry the write. A larger request is sent as it comes.
+func resendable(r *http.Request) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return
+	}
+	buf, err := io.ReadAll(io.LimitReader(r.Body, maxResendable+1))
+	if err != nil || len(buf) > maxResendable {
+		r.Body = readCloser{io.MultiReader(bytes.NewReader(buf), errReader{err}, r.Body), r.Body}
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(buf))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
+}
+
+// readCloser reads from one reader and closes another.
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+// errReader returns err, or EOF for none.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	return 0, io.EOF
 }
 
 // enter counts the call in flight; a read or a proposal first waits while
@@ -457,19 +781,45 @@ func (g *Gate) leave(kind callKind) {
 	g.mu.Unlock()
 }
 
+// notSentStatus is the gRPC status message of a call the gate did not
+// send to its member. etcd's client retries a write on another endpoint
+// only when its Unavailable error has this description (or "there is no
+// address available"; client/v3 retry.go, isSafeRetryMutableRPC): the one
+// gRPC gave for a call that found no connection, which is what the gate
+// has. Any other message fails the write at kube-apiserver.
+const notSentStatus = "there is no connection available"
+
+// notSent tells an error that proves the call never reached the member:
+// the gate did not forward it, or the connection to the member could not
+// be made.
+func notSent(err error) bool {
+	var op *net.OpError
+	return errors.Is(err, errNotForwarded) || (errors.As(err, &op) && op.Op == "dial")
+}
+
 // proxyError answers a call the gate could not forward: as gRPC status
 // Unavailable for gRPC (the code etcd's own clients treat as "try another
-// member" for reads), as 502 otherwise.
+// member" for reads; for writes only with notSentStatus, given when the
+// call provably did not reach the member), as 502 otherwise. A member
+// that refused the connection is gone: the gate stops listening.
 func (g *Gate) proxyError(w http.ResponseWriter, r *http.Request, err error) {
-	g.o.Log.Info("could not forward a call", "method", r.URL.Path, "error", err.Error())
+	unsent := notSent(err)
+	g.o.Log.Info("could not forward a call", "method", r.URL.Path, "sent", !unsent, "error", err.Error())
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		g.memberGone("it refused a connection: " + err.Error())
+	}
 	if isGRPC(r) {
+		msg := "druid-stretch client gate: " + err.Error()
+		if unsent {
+			msg = notSentStatus
+		}
 		// gRPC reads the status from the trailers: HTTP/2 sends the
 		// response headers without END_STREAM, so a status there would
 		// read as "closed the stream without sending trailers".
 		w.Header().Set("Content-Type", "application/grpc")
 		w.WriteHeader(http.StatusOK)
 		w.Header().Set(http.TrailerPrefix+"Grpc-Status", "14")
-		w.Header().Set(http.TrailerPrefix+"Grpc-Message", url.PathEscape("druid-stretch client gate: "+err.Error()))
+		w.Header().Set(http.TrailerPrefix+"Grpc-Message", url.PathEscape(msg))
 		return
 	}
 	http.Error(w, "druid-stretch client gate: "+err.Error(), http.StatusBadGateway)

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,8 +16,6 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/druid-stretch/druid-stretch/internal/clientgate"
 	"github.com/druid-stretch/druid-stretch/internal/localetcd"
@@ -112,6 +111,8 @@ type writers struct {
 	writes  int
 	failed  []string
 	slowest time.Duration
+	// failedFrom are the start times of the failed operations.
+	failedFrom []time.Time
 }
 
 func startWriters(cli *clientv3.Client, n int) *writers {
@@ -151,6 +152,7 @@ func startLoad(n int, op func(ctx context.Context, i, seq int) error) *writers {
 				w.slowest = max(w.slowest, took)
 				if err != nil {
 					w.failed = append(w.failed, err.Error())
+					w.failedFrom = append(w.failedFrom, start)
 				}
 				w.mu.Unlock()
 				time.Sleep(5 * time.Millisecond)
@@ -170,6 +172,19 @@ func (w *writers) finish() (writes int, failed []string, slowest time.Duration) 
 	close(w.stop)
 	w.wg.Wait()
 	return w.writes, w.failed, w.slowest
+}
+
+// failedSince are the failures of operations started at or after t.
+func (w *writers) failedSince(t time.Time) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for i, at := range w.failedFrom {
+		if !at.Before(t) {
+			out = append(out, w.failed[i])
+		}
+	}
+	return out
 }
 
 // grows waits until the writers completed n more writes.
@@ -490,10 +505,10 @@ func transferLeader(t testing.TB, c *gated, gateOn bool) {
 	}
 }
 
-// A call the gate cannot forward (its member is down) gets gRPC's
-// Unavailable with the gate's reason, the code etcd's clients take as "try
-// another member".
-func TestUnforwardableCallIsUnavailable(t *testing.T) {
+// A gate whose member does not serve takes no connection: etcd's client
+// is refused, as by the member itself, instead of being accepted and
+// failed call after call.
+func TestGateOfAMemberThatIsDownRefusesConnections(t *testing.T) {
 	g := NewWithT(t)
 	down, err := net.Listen("tcp", "127.0.0.1:0")
 	g.Expect(err).NotTo(HaveOccurred())
@@ -507,16 +522,116 @@ func TestUnforwardableCallIsUnavailable(t *testing.T) {
 	served := make(chan error, 1)
 	go func() { served <- gate.Serve(l) }()
 	defer func() { _ = gate.Close(); <-served }()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + l.Addr().String()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	g.Expect(err).NotTo(HaveOccurred())
-	defer cli.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	g.Eventually(func() error {
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err == nil {
+			_ = c.Close()
+		}
+		return err
+	}).WithTimeout(5 * time.Second).Should(MatchError(syscall.ECONNREFUSED))
+	g.Consistently(gate.Serving).WithTimeout(500 * time.Millisecond).Should(BeFalse())
+}
+
+// A member whose etcd stops (a deleted pod: SIGTERM) or crashes (SIGKILL)
+// fails no write of a client of every gate: its gate stops listening, and
+// a call that reaches it once the member is gone is answered so that
+// etcd's client sends it to another member. With SIGKILL the writes in
+// flight at the member when it died are lost with it, as without a gate
+// (whether etcd applied them is unknown, so no one may send them again):
+// only the writes begun after its death count. Once the member is back,
+// its gate serves again.
+func TestMemberThatStopsFailsNoWrite(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		stop func(*localetcd.Member) error
+		// all: every write counts, also those in flight at the stop.
+		all bool
+	}{
+		{"SIGTERM", func(m *localetcd.Member) error {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			return m.Stop(ctx)
+		}, true},
+		{"SIGKILL", (*localetcd.Member).Kill, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			c := startGated(t)
+			leader := leaderName(t, c)
+			names := []string{"m-0", "m-1", "m-2"}
+			// A follower: a leader's end loses the proposals forwarded to
+			// it, whatever is in front of its client port.
+			victim := names[slices.IndexFunc(names, func(n string) bool { return n != leader })]
+			cli := c.client(t, names...)
+			w := startWriters(cli, 6)
+			w.grows(g, 300)
+
+			m := c.cluster.Runtime.Member(victim)
+			g.Expect(tc.stop(m)).To(Succeed())
+			dead := time.Now()
+			w.grows(g, 300)
+			if tc.all {
+				g.Expect(w.failedSince(time.Time{})).To(BeEmpty(), "no write failed while %s stopped", victim)
+			} else {
+				g.Expect(w.failedSince(dead)).To(BeEmpty(), "no write begun after %s died failed", victim)
+			}
+			g.Eventually(c.gates[victim].Serving).WithTimeout(5*time.Second).Should(BeFalse(), "the gate of a member that is gone does not listen")
+			u, err := url.Parse(c.addrs[victim])
+			g.Expect(err).NotTo(HaveOccurred())
+			_, err = net.Dial("tcp", u.Host)
+			g.Expect(err).To(MatchError(syscall.ECONNREFUSED))
+
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			g.Expect(m.Restart(ctx)).To(Succeed())
+			g.Eventually(c.gates[victim].Serving).WithTimeout(10*time.Second).Should(BeTrue(), "the gate listens again once its member serves")
+			_, err = c.client(t, victim).Put(ctx, "/gate/back", "1")
+			g.Expect(err).NotTo(HaveOccurred(), "the member's own gate serves again")
+			w.grows(g, 300)
+
+			writes, failed, slowest := w.finish()
+			t.Logf("%d writes, slowest %s, failed: %v", writes, slowest, failed)
+			if tc.all {
+				g.Expect(failed).To(BeEmpty(), "no write failed while %s stopped and came back", victim)
+			} else {
+				g.Expect(w.failedSince(dead)).To(BeEmpty(), "no write begun after %s died failed", victim)
+			}
+		})
+	}
+}
+
+// A drain that is undone lets the clients back: the gate listens again
+// and serves writes, as before the drain.
+func TestUndrainedGateServesAgain(t *testing.T) {
+	g := NewWithT(t)
+	c := startGated(t)
+	cli := c.client(t, "m-0", "m-1", "m-2")
+	w := startWriters(cli, 3)
+	w.grows(g, 100)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	_, err = cli.Put(ctx, "/k", "v")
-	st, ok := status.FromError(err)
-	g.Expect(ok).To(BeTrue(), "a gRPC status: %v", err)
-	g.Expect(st.Code()).To(Equal(codes.Unavailable))
-	g.Expect(st.Message()).To(ContainSubstring("druid-stretch client gate"))
+	gate := c.gates["m-0"]
+	g.Expect(gate.Drain(ctx)).To(Succeed())
+	g.Expect(gate.Ready()).To(BeFalse())
+	u, err := url.Parse(c.addrs["m-0"])
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = net.Dial("tcp", u.Host)
+	g.Expect(err).To(MatchError(syscall.ECONNREFUSED), "a drained gate takes no connection")
+	w.grows(g, 100)
+
+	gate.Undrain()
+	g.Expect(gate.Ready()).To(BeTrue())
+	g.Eventually(gate.Serving).WithTimeout(5 * time.Second).Should(BeTrue())
+	_, err = c.client(t, "m-0").Put(ctx, "/gate/undrained", "1")
+	g.Expect(err).NotTo(HaveOccurred(), "the undrained gate serves writes")
+	// And a drain after it works as the first did.
+	g.Expect(gate.Drain(ctx)).To(Succeed())
+	_, err = net.Dial("tcp", u.Host)
+	g.Expect(err).To(MatchError(syscall.ECONNREFUSED))
+	w.grows(g, 100)
+	writes, failed, _ := w.finish()
+	t.Logf("%d writes, failed: %v", writes, failed)
+	g.Expect(failed).To(BeEmpty())
 }
 
 // etcd's own errors reach the client through the gate as etcd sent them:

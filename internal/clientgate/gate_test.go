@@ -26,6 +26,10 @@ type stalledBackend struct {
 }
 
 func (b *stalledBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/health" { // the gate's probe: the member serves
+		w.WriteHeader(http.StatusOK)
+		return
+	}
 	b.arrived <- r.URL.Path
 	<-b.release
 	w.Header().Set("Content-Type", "application/grpc")
@@ -40,6 +44,7 @@ func startStalled(t *testing.T) (*clientgate.Gate, string, *stalledBackend) {
 	b := &stalledBackend{arrived: make(chan string, 16), release: make(chan struct{})}
 	var h2c http.Protocols
 	h2c.SetUnencryptedHTTP2(true)
+	h2c.SetHTTP1(true) // as etcd: the gate probes /health over HTTP/1
 	backend := &http.Server{Handler: b, Protocols: &h2c, ReadHeaderTimeout: 5 * time.Second}
 	bl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -1,11 +1,14 @@
 package clientgate_test
 
 import (
+	"bufio"
 	"context"
 	"net"
+	"net/http"
 	"net/url"
 	"sync"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	"google.golang.org/grpc"
@@ -42,8 +45,12 @@ func TestTrailersOnlyAnswerKeepsItsStatus(t *testing.T) {
 	healthpb.RegisterHealthServer(srv, refusingHealth{})
 	bl, err := net.Listen("tcp", "127.0.0.1:0")
 	g.Expect(err).NotTo(HaveOccurred())
-	go func() { _ = srv.Serve(bl) }()
+	grpcL, httpL := splitHTTP1(bl)
+	go func() { _ = srv.Serve(grpcL) }()
 	defer srv.Stop()
+	probes := &http.Server{Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = probes.Serve(httpL) }()
+	defer probes.Close()
 	burl, err := url.Parse("http://" + bl.Addr().String())
 	g.Expect(err).NotTo(HaveOccurred())
 	gate, err := clientgate.New(clientgate.Options{Backend: burl})
@@ -81,3 +88,70 @@ func TestTrailersOnlyAnswerKeepsItsStatus(t *testing.T) {
 	wg.Wait()
 	g.Expect(codesSeen).To(Equal(map[codes.Code]int{codes.Unavailable: calls}), "every call got etcd's status")
 }
+
+// splitHTTP1 hands the HTTP/1 connections that l accepts (the gate's
+// probe of /health) to one listener and the rest (gRPC) to another, as
+// etcd serves both on its client port.
+func splitHTTP1(l net.Listener) (grpcL, httpL net.Listener) {
+	g, h := newChanListener(l.Addr()), newChanListener(l.Addr())
+	go func() {
+		defer g.Close()
+		defer h.Close()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				br := bufio.NewReader(c)
+				first, err := br.Peek(4)
+				if err != nil {
+					_ = c.Close()
+					return
+				}
+				pc := peekedConn{Conn: c, r: br}
+				if string(first) == "GET " {
+					h.conns <- pc
+				} else {
+					g.conns <- pc
+				}
+			}()
+		}
+	}()
+	return g, h
+}
+
+type peekedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c peekedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// chanListener accepts the connections sent to it.
+type chanListener struct {
+	addr   net.Addr
+	conns  chan net.Conn
+	closed chan struct{}
+	once   sync.Once
+}
+
+func newChanListener(addr net.Addr) *chanListener {
+	return &chanListener{addr: addr, conns: make(chan net.Conn, 16), closed: make(chan struct{})}
+}
+
+func (l *chanListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *chanListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return nil
+}
+
+func (l *chanListener) Addr() net.Addr { return l.addr }

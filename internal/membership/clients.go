@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/druid-stretch/druid-stretch/internal/planner"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -27,42 +28,139 @@ const LeaderTransferHold = 2 * time.Second
 // for a whole call timeout.
 const drainTimeout = 5 * time.Second
 
+// DrainLease is how long a member's clients stay drained unless the
+// controller renews the drain: it renews it while the step that removes
+// the member runs, and undoes it when the removal does not come. A
+// controller that dies, or an undo that is lost, leaves the member
+// drained for this long at most (the sidecar reopens the gate by itself:
+// sidecar.ClientDrain).
+const DrainLease = 10 * time.Second
+
+// drainRenewal is how often a drain is renewed while its step runs: a
+// third of its lease, so that one lost renewal does not end it.
+var drainRenewal = DrainLease / 3
+
+// drain is a drain of a member's clients made for its removal.
+type drain struct {
+	c      *Cluster
+	cl     *sidecar.Client
+	member string
+	id     string
+	stop   chan struct{}
+	done   chan struct{}
+}
+
 // drainClients moves the clients of member (etcd's ID id), which the step
 // removes, to other members through its sidecar's client gate: a member
 // nobody talks to is removed without failing a client's call
 // (kube-apiserver does not retry a write once sent). A sidecar without a
-// gate, or one that does not answer, is passed by: the removal goes on as
-// etcd alone would do it. A sidecar that answers with a refusal postpones
-// the removal. A drained member is remembered (noteDrained).
-func (c *Cluster) drainClients(ctx context.Context, endpoints []Endpoint, member, id string) error {
+// gate, or one that does not answer, is passed by (nil drain): the
+// removal goes on as etcd alone would do it. A sidecar that answers with
+// a refusal postpones the removal (the drain it returns then undoes
+// whatever the refused drain left). A drained member is remembered
+// (noteDrained), and its drain is renewed until the step ends (end).
+func (c *Cluster) drainClients(ctx context.Context, endpoints []Endpoint, member, id string) (*drain, error) {
 	for _, e := range endpoints {
 		if e.Member != member || e.URL == "" {
 			continue
 		}
 		callCtx, cancel := context.WithTimeout(ctx, min(c.cfg.CallTimeout, drainTimeout))
 		start := time.Now()
-		_, err := c.client(e.URL).DrainClients(callCtx, sidecar.CallOptions{LockHolder: c.cfg.Holder})
+		cl := c.client(e.URL)
+		_, err := cl.DrainClients(callCtx, sidecar.ClientDrain{Seconds: DrainLease.Seconds()}, c.drainOptions())
 		cancel()
 		var refused *sidecar.Error
 		switch {
 		case sidecar.IsReason(err, sidecar.ReasonNoClientGate):
-			return nil
+			return nil, nil
 		case errors.As(err, &refused):
-			return fmt.Errorf("draining the clients of %s before its removal: %w", member, err)
+			d := &drain{c: c, cl: cl, member: member, id: id}
+			return d, fmt.Errorf("draining the clients of %s before its removal: %w", member, err)
 		case err != nil:
 			// A sidecar that does not answer cannot drain, and a member
 			// whose pod is gone must still go: the removal proceeds as
 			// etcd alone would do it.
 			c.cfg.Logger.Info("could not reach the sidecar to drain a member's clients; removing it without", "member", member, "error", err.Error())
-			return nil
+			return nil, nil
 		}
 		c.cfg.Logger.Info("drained the clients of a member before its removal", "member", member, "took", time.Since(start).String())
 		c.noteDrained(id, start)
-		return nil
+		d := &drain{c: c, cl: cl, member: member, id: id, stop: make(chan struct{}), done: make(chan struct{})}
+		go d.renew(context.WithoutCancel(ctx))
+		return d, nil
 	}
 	// No sidecar of the member is known (an external member of another
 	// cluster whose sidecar is not listed): nothing to drain through.
-	return nil
+	return nil, nil
+}
+
+// drainOptions are the lock headers of drain calls: the sidecar renews or
+// undoes a drain only for the lock's holder.
+func (c *Cluster) drainOptions() sidecar.CallOptions {
+	return sidecar.CallOptions{LockHolder: c.cfg.Holder, LockToken: c.token}
+}
+
+// renew renews the drain's lease until stop.
+func (d *drain) renew(ctx context.Context) {
+	defer close(d.done)
+	t := time.NewTicker(drainRenewal)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.stop:
+			return
+		case <-t.C:
+		}
+		callCtx, cancel := context.WithTimeout(ctx, min(d.c.cfg.CallTimeout, drainRenewal))
+		_, err := d.cl.DrainClients(callCtx, sidecar.ClientDrain{Seconds: DrainLease.Seconds(), Renew: true}, d.c.drainOptions())
+		cancel()
+		if sidecar.IsReason(err, sidecar.ReasonNotDrained) {
+			d.c.cfg.Logger.Info("the sidecar ended the drain of a member's clients (its lease ran out, or the member leads); not renewed", "member", d.member)
+			return
+		}
+		if err != nil {
+			d.c.cfg.Logger.Info("could not renew the drain of a member's clients; it ends with its lease unless renewed", "member", d.member, "error", err.Error())
+		}
+	}
+}
+
+// end ends the drain's renewal once its step is over, and undoes the
+// drain unless the member's removal happened or may have happened (an
+// uncertain outcome: the sidecar keeps a gate drained while the removal
+// is under way, and ends it with its lease otherwise). A drain whose
+// removal does not come must not stay: its member still votes, serves no
+// client and, once it leads, could never be led away from.
+func (d *drain) end(removed bool) {
+	if d == nil {
+		return
+	}
+	if d.stop != nil {
+		close(d.stop)
+		<-d.done
+	}
+	if removed {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), min(d.c.cfg.CallTimeout, drainTimeout))
+	defer cancel()
+	if _, err := d.cl.UndrainClients(ctx, d.c.drainOptions()); err != nil {
+		d.c.cfg.Logger.Info("could not undo the drain of a member whose removal did not happen; its sidecar ends it with its lease", "member", d.member, "lease", DrainLease.String(), "error", err.Error())
+		return
+	}
+	d.c.cfg.Logger.Info("undid the drain of a member whose removal did not happen: it takes clients again", "member", d.member)
+	d.c.forgetDrained(d.id)
+}
+
+// drainKept tells whether the step's result leaves the drained member
+// drained: its removal happened, or its outcome is unknown.
+func drainKept(plan Plan, res Result) bool {
+	switch res.Outcome {
+	case Uncertain:
+		return true
+	case Succeeded:
+		return plan.Step.Kind == planner.Remove || res.ThenRemoved
+	}
+	return false
 }
 
 // drainedMemory is how long a drained member is remembered: its removal
@@ -91,6 +189,13 @@ func (c *Cluster) noteDrained(id string, at time.Time) {
 		}
 	}
 	c.drained[strings.ToLower(id)] = at
+}
+
+// forgetDrained forgets that member id was drained: its drain was undone.
+func (c *Cluster) forgetDrained(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.drained, strings.ToLower(id))
 }
 
 // wasDrained tells whether this Cluster drained member id within

@@ -2,6 +2,8 @@ package membership
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -65,7 +67,8 @@ func TestDrainBeforeRemoval(t *testing.T) {
 		{"refused", answer(http.StatusServiceUnavailable, `{"reason":"EtcdUnavailable","message":"still in flight"}`), true},
 		{"unreachable", unreachable, false},
 	} {
-		err := c.drainClients(context.Background(), []Endpoint{{Member: "m-1", URL: "http://127.0.0.1:1"}, {Member: "m-0", URL: tc.url}}, "m-0", "a0")
+		d, err := c.drainClients(context.Background(), []Endpoint{{Member: "m-1", URL: "http://127.0.0.1:1"}, {Member: "m-0", URL: tc.url}}, "m-0", "a0")
+		d.end(true)
 		if tc.postponed {
 			g.Expect(err).To(MatchError(ContainSubstring("draining the clients of m-0")), tc.name)
 		} else {
@@ -117,7 +120,9 @@ func TestDrainedDepartingVoterHoldsNoMove(t *testing.T) {
 
 	c, err := New(Config{Holder: "test"})
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(c.drainClients(context.Background(), []Endpoint{{Member: "a-1", URL: drainedGate.URL}}, "a-1", "A1")).To(Succeed())
+	d, err := c.drainClients(context.Background(), []Endpoint{{Member: "a-1", URL: drainedGate.URL}}, "a-1", "A1")
+	g.Expect(err).NotTo(HaveOccurred())
+	d.end(true)
 	p = plan(c, 60)
 	g.Expect(p.Step.Kind).To(Equal(planner.Promote), "%s", p.Step)
 	g.Expect(p.Step.Member).To(Equal("b-4"))
@@ -251,4 +256,74 @@ func TestOvertakenIsNotAnError(t *testing.T) {
 
 	c.noteFailure(far, false)
 	g.Expect(c.failedRecently(far)).To(BeFalse(), "an answer clears it")
+}
+
+// A drain made for a removal is renewed while the step runs, with the
+// lock's holder and token, and undone when the step ends without the
+// removal; one whose removal happened is left to its sidecar.
+func TestDrainIsRenewedThenUndone(t *testing.T) {
+	g := NewWithT(t)
+	defer func(d time.Duration) { drainRenewal = d }(drainRenewal)
+	drainRenewal = 50 * time.Millisecond
+	var calls callLog
+	gate := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body sidecar.ClientDrain
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		calls.add(fmt.Sprintf("%s %s %v %v %s/%s", r.Method, r.URL.Path, body.Seconds, body.Renew, r.Header.Get(sidecar.HeaderLockHolder), r.Header.Get(sidecar.HeaderLockToken)))
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"ready":false,"inFlight":0}`))
+	}))
+	t.Cleanup(gate.Close)
+	c, err := New(Config{Holder: "test"})
+	g.Expect(err).NotTo(HaveOccurred())
+	drainCall := fmt.Sprintf("POST /v1/clients/drain %v false test/%s", DrainLease.Seconds(), c.Token())
+	renewCall := fmt.Sprintf("POST /v1/clients/drain %v true test/%s", DrainLease.Seconds(), c.Token())
+	undoCall := fmt.Sprintf("DELETE /v1/clients/drain 0 false test/%s", c.Token())
+
+	for _, removed := range []bool{false, true} {
+		calls = callLog{}
+		d, err := c.drainClients(context.Background(), []Endpoint{{Member: "m-0", URL: gate.URL}}, "m-0", "a0")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(c.wasDrained("a0", time.Now())).To(BeTrue())
+		time.Sleep(8 * drainRenewal)
+		d.end(removed)
+		got := calls.list()
+		time.Sleep(3 * drainRenewal)
+		g.Expect(calls.list()).To(Equal(got), "no renewal after the step ended")
+		g.Expect(got[0]).To(Equal(drainCall))
+		if removed {
+			g.Expect(got[1:]).To(HaveEach(renewCall), "the drain, then its renewals; no undo")
+			g.Expect(c.wasDrained("a0", time.Now())).To(BeTrue())
+		} else {
+			g.Expect(got[len(got)-1]).To(Equal(undoCall), "the undo comes last")
+			g.Expect(got[1 : len(got)-1]).To(HaveEach(renewCall))
+			g.Expect(c.wasDrained("a0", time.Now())).To(BeFalse(), "an undone drain is forgotten")
+		}
+		g.Expect(len(got)).To(BeNumerically(">=", 4), "renewed while the step ran: %v", got)
+	}
+}
+
+// Which step results keep the departing member drained: those whose
+// removal happened or may have happened.
+func TestDrainKept(t *testing.T) {
+	g := NewWithT(t)
+	remove := Plan{Step: planner.Step{Kind: planner.Remove, Member: "a-1"}}
+	tie := Plan{Step: planner.Step{Kind: planner.Promote, Member: "b-1"}, ThenRemove: &planner.Step{Kind: planner.Remove, Member: "a-1"}}
+	for _, tc := range []struct {
+		name string
+		plan Plan
+		res  Result
+		kept bool
+	}{
+		{"removed", remove, Result{Outcome: Succeeded}, true},
+		{"removal refused", remove, Result{Outcome: Refused}, false},
+		{"removal to retry", remove, Result{Outcome: Retry}, false},
+		{"removal of unknown outcome", remove, Result{Outcome: Uncertain}, true},
+		{"promoted and removed", tie, Result{Outcome: Succeeded, ThenRemoved: true}, true},
+		{"promoted, the removal refused", tie, Result{Outcome: Succeeded}, false},
+		{"the promotion refused", tie, Result{Outcome: Retry}, false},
+		{"the promotion of unknown outcome", tie, Result{Outcome: Uncertain}, true},
+	} {
+		g.Expect(drainKept(tc.plan, tc.res)).To(Equal(tc.kept), tc.name)
+	}
 }

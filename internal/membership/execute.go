@@ -163,20 +163,30 @@ func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []End
 	// (each a round trip across sites in a move). A member drained whose
 	// removal then does not follow is departing anyway: its clients went
 	// to the others, and the removal is planned again, with the member
-	// counted as healthy while its raft is connected (noteDrained).
-	drained := make(chan error, 1)
+	// counted as healthy while its raft is connected (noteDrained), and
+	// its drain is undone when the step ends without the removal.
+	type drainResult struct {
+		d   *drain
+		err error
+	}
+	drained := make(chan drainResult, 1)
 	if m := obs.Member(cmp.Or(removal.ID, removal.Member)); removal.Kind == planner.Remove && (m == nil || !m.IsLearner) {
 		id := removal.ID
 		if m != nil {
 			id = m.ID
 		}
-		go func() { drained <- c.drainClients(ctx, endpoints, removal.Member, id) }()
+		go func() {
+			d, err := c.drainClients(ctx, endpoints, removal.Member, id)
+			drained <- drainResult{d, err}
+		}()
 	} else {
-		drained <- nil
+		drained <- drainResult{}
 	}
+	var dr drainResult
+	defer func() { dr.d.end(drainKept(plan, res)) }()
 	if plan.Retiring {
 		if r, ok := retire(plan.Step.Member); !ok {
-			<-drained
+			dr = <-drained
 			return r
 		}
 	}
@@ -186,7 +196,8 @@ func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []End
 			then = nil // the promotion alone; the removal is planned again
 		}
 	}
-	if err := <-drained; err != nil && (plan.Step.Kind == planner.Remove || then != nil) {
+	dr = <-drained
+	if err := dr.err; err != nil && (plan.Step.Kind == planner.Remove || then != nil) {
 		res.Outcome, res.Reason, res.RetryAfter, res.Err = Retry, ReasonDrainFailed, time.Second, err
 		c.cfg.Logger.Info("membership step postponed", "step", string(plan.Step.Kind), "member", stepTarget(plan.Step), "reason", ReasonDrainFailed, "error", err.Error())
 		return res

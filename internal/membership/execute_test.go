@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -178,18 +179,7 @@ func TestExecuteOutcomes(t *testing.T) {
 		t.Fatalf("moving leadership to x-0: %v", err)
 	}
 
-	for _, c := range []struct {
-		name       string
-		step       planner.Step
-		fault      func(w http.ResponseWriter, r *http.Request) bool
-		faultAt    int // the member whose sidecar fault answers for
-		setup      func(g Gomega, c *membership.Cluster)
-		mutateObs  func(o *membership.Observation)
-		via        string
-		outcome    membership.Outcome
-		reason     string
-		retryAfter time.Duration
-	}{
+	for _, c := range []outcomeCase{
 		{name: "5xx: outcome unknown", step: newcomer, outcome: membership.Uncertain, reason: "Internal",
 			fault: func(w http.ResponseWriter, r *http.Request) bool {
 				if r.Method == http.MethodPost && r.URL.Path == "/v1/members" {
@@ -234,6 +224,7 @@ func TestExecuteOutcomes(t *testing.T) {
 			}},
 		{name: "a stale plan: the real sidecar refuses, retry", step: remove, outcome: membership.Retry, reason: sidecar.ReasonMembershipChanged,
 			mutateObs: func(o *membership.Observation) { o.List.Fingerprint = "0123456789abcdef" }},
+		drainUndone(remove),
 		{name: "the lock held by another: retry when it may expire", step: remove, outcome: membership.Retry, reason: sidecar.ReasonLockHeld, retryAfter: time.Second,
 			setup: func(g Gomega, c *membership.Cluster) {
 				cl := sidecar.NewClient(tc.Members[1].SidecarURL, tc.ClientTLS)
@@ -279,6 +270,54 @@ func TestExecuteOutcomes(t *testing.T) {
 			g.Expect(res.Err).To(HaveOccurred())
 			g.Expect(res.Err.Error()).To(ContainSubstring(c.step.Member), "the error names the member")
 			g.Expect(tc.memberList(g)).To(ConsistOf(before), "nothing changed")
+			if c.check != nil {
+				c.check(g)
+			}
 		})
 	}
+}
+
+// outcomeCase is a case of TestExecuteOutcomes.
+type outcomeCase struct {
+	name       string
+	step       planner.Step
+	fault      func(w http.ResponseWriter, r *http.Request) bool
+	faultAt    int // the member whose sidecar fault answers for
+	setup      func(g Gomega, c *membership.Cluster)
+	mutateObs  func(o *membership.Observation)
+	via        string
+	outcome    membership.Outcome
+	reason     string
+	retryAfter time.Duration
+	// check, when set, looks at what the faulty sidecar saw.
+	check func(g Gomega)
+}
+
+// drainUndone is the case of TestExecuteOutcomes in which the departing
+// member's gate drained and the removal was then refused: the drain is
+// undone, so the member takes clients again instead of staying drained.
+func drainUndone(remove planner.Step) (c outcomeCase) {
+	var (
+		mu    sync.Mutex
+		calls []string
+	)
+	c.name, c.step, c.faultAt = "a removal refused after its drain: the drain is undone", remove, 2
+	c.outcome, c.reason = membership.Retry, sidecar.ReasonMembershipChanged
+	c.mutateObs = func(o *membership.Observation) { o.List.Fingerprint = "0123456789abcdef" }
+	c.fault = func(w http.ResponseWriter, r *http.Request) bool {
+		if r.URL.Path != "/v1/clients/drain" {
+			return false
+		}
+		mu.Lock()
+		calls = append(calls, r.Method)
+		mu.Unlock()
+		answer(w, 200, `{"ready":false,"inFlight":0}`)
+		return true
+	}
+	c.check = func(g Gomega) {
+		mu.Lock()
+		defer mu.Unlock()
+		g.Expect(calls).To(Equal([]string{http.MethodPost, http.MethodDelete}), "drained, then undone")
+	}
+	return c
 }
