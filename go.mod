@@ -5,7 +5,7 @@ go 1.26.0
 require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/druid-stretch/druid-stretch/api v0.0.0
-	github.com/gardener/etcd-druid/api v0.38.0
+	github.com/gardener/etcd-druid/api v0.38.1
 	github.com/go-logr/logr v1.4.4
 	github.com/google/go-cmp v0.7.0
 	github.com/google/go-containerregistry v0.22.1

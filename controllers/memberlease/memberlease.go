@@ -1,15 +1,17 @@
 // Package memberlease bridges druid's member leases and the pods of an Etcd
 // whose ordinals do not start at 0.
 //
-// etcd-druid v0.38.0 names member leases after the ordinals 0..replicas-1
-// (GetMemberLeaseNames) and reads only those: for the members' status and
-// the Etcd's Ready condition (internal/health/etcdmember), and, with peer
-// TLS, before every StatefulSet patch (its tls-enabled annotation). Each
-// pod's backup-restore renews the lease named after its own member. An
-// Etcd with spec.ordinalStart 3 runs the members 3..5: druid creates leases
-// 0..2 that nobody renews, and the leases 3..5 that backup-restore would
-// renew do not exist. druid then reports no members and never Ready, and
-// with peer TLS its spec reconciliation waits forever.
+// etcd-druid (v0.38.1, as v0.38.0) names member leases after the ordinals
+// 0..replicas-1 (GetMemberLeaseNames) and reads only those: for the members'
+// status and the Etcd's Ready condition (internal/health/etcdmember), and,
+// with peer TLS, before every StatefulSet patch (its tls-enabled
+// annotation). Each pod's backup-restore renews the lease named after its
+// own member. An Etcd with spec.ordinalStart 3 runs the members 3..5: druid
+// creates leases 0..2 that nobody renews, and the leases 3..5 that
+// backup-restore would renew do not exist. druid then reports no members
+// and never Ready, and with peer TLS its spec reconciliation waits forever.
+// druid deletes leases it does not name only for externally managed
+// members, so the leases created here stay.
 //
 // The Reconciler creates the leases of the members druid does not name
 // (with druid's labels and owner, so druid deletes them with the Etcd) and

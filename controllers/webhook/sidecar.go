@@ -165,7 +165,9 @@ func sidecarContainer(e *v1alpha1.Etcd, o Options) (corev1.Container, []corev1.V
 		args = append(args, "--insecure-transport=true")
 	}
 	endpoints := fmt.Sprintf("--endpoints=%s://%s-local:%d", scheme, e.Name, clientPort)
-	if druidv1alpha1.IsEtcdRuntimeComponentCreationEnabled(e.ObjectMeta) {
+	// druid creates the client Service only for the pods it runs; an Etcd of
+	// externally managed members has none.
+	if druidv1alpha1.ArePodsManagedByEtcdDruid(e.DruidEtcd()) {
 		endpoints += fmt.Sprintf(",%s://%s:%d", scheme, druidv1alpha1.GetClientServiceName(e.ObjectMeta), clientPort)
 	}
 	args = append(args, endpoints)

@@ -61,10 +61,11 @@ func TestInjectSidecar(t *testing.T) {
 		g.Expect(*pod.Volumes[1].Secret.DefaultMode).To(Equal(int32(0o640)))
 	})
 
-	t.Run("no client Service without druid's runtime components", func(t *testing.T) {
+	t.Run("no client Service for externally managed members", func(t *testing.T) {
 		g := NewWithT(t)
 		e := backupTLSEtcd()
-		e.Annotations = map[string]string{druidv1alpha1.DisableEtcdRuntimeComponentCreationAnnotation: ""}
+		e.Spec.Replicas = 1
+		e.Spec.ExternallyManagedMemberAddresses = []string{"10.0.0.1"}
 		e.Spec.Etcd.ClientPort = ptr.To[int32](12379)
 		c, _ := sidecarContainer(e, opts)
 		g.Expect(c.Args).To(ContainElement("--endpoints=http://etcd-main-local:12379"))

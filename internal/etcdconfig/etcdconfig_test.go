@@ -8,7 +8,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// druidFile is what etcd-druid v0.38.0 renders for an Etcd etcd-main in
+// druidFile is what etcd-druid v0.38.1 renders for an Etcd etcd-main in
 // namespace ns with three replicas, memberNamePrefix seed-b, no TLS and an
 // additional advertise peer URL for pod 1 (abridged to the keys that
 // matter, plus two it never changes).
@@ -17,7 +17,7 @@ data-dir: /var/etcd/data/new.etcd
 quota-backend-bytes: 8589934592
 initial-cluster-token: etcd-cluster
 initial-cluster-state: new
-initial-cluster: seed-b-etcd-main-0=http://etcd-main-0.etcd-main-peer.ns.svc:2380,seed-b-etcd-main-1=http://etcd-main-1.etcd-main-peer.ns.svc:2380,seed-b-etcd-main-1=https://etcd-main-1.seed-b.example:2380,seed-b-etcd-main-2=http://etcd-main-2.etcd-main-peer.ns.svc:2380
+initial-cluster: seed-b-etcd-main-0=http://etcd-main-0.etcd-main-peer.ns.svc:2380,seed-b-etcd-main-1=http://etcd-main-1.etcd-main-peer.ns.svc:2380,seed-b-etcd-main-2=http://etcd-main-2.etcd-main-peer.ns.svc:2380,seed-b-etcd-main-1=https://etcd-main-1.seed-b.example:2380
 listen-peer-urls: http://0.0.0.0:2380
 initial-advertise-peer-urls:
   seed-b-etcd-main-0: [http://etcd-main-0.etcd-main-peer.ns.svc:2380]

@@ -25,7 +25,7 @@ type Image struct {
 type Images map[string]Image
 
 // Lookup finds the image for a reference such as
-// "registry.example/gardener/etcdbrctl:v0.43.0" or "repo@sha256:...".
+// "registry.example/gardener/etcdbrctl:v0.44.1" or "repo@sha256:...".
 func (im Images) Lookup(ref string) (Image, error) {
 	repo := repository(ref)
 	if img, ok := im[repo]; ok {

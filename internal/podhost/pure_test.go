@@ -51,7 +51,7 @@ func TestImagesLookupByRepositoryOrLastElement(t *testing.T) {
 		"etcdbrctl":                            {Binary: "/b/etcdbrctl", Entrypoint: "/etcdbrctl"},
 		"registry.example:5000/team/etcdbrctl": {Binary: "/b/other", Entrypoint: "/etcdbrctl"},
 	}
-	img, err := im.Lookup("europe-docker.pkg.dev/gardener-project/public/gardener/etcdbrctl:v0.43.0")
+	img, err := im.Lookup("europe-docker.pkg.dev/gardener-project/public/gardener/etcdbrctl:v0.44.1")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(img.Binary).To(Equal("/b/etcdbrctl"))
 

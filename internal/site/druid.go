@@ -60,9 +60,9 @@ func druidCRDs() (string, error) {
 // ServiceAccount; its operator configuration is the chart's ConfigMap, with
 // the ports moved to free ones on 127.0.0.1 (druid runs on the host, not in
 // a pod) and the UpgradeEtcdVersion feature gate on, which makes druid pick
-// the etcd-wrapper v0.8.0 and etcdbrctl v0.43.0 images: v0.43.0 is the
-// backup-restore release the site runs (druid's default, v0.41.2, is not on
-// the module proxy).
+// the etcd-wrapper v0.8.1 and etcdbrctl v0.44.1 images, the ones Gardener
+// ships: v0.44.1 is the backup-restore release the site runs (druid's
+// default, v0.41.2, is not on the module proxy).
 func (s *Site) startDruid(ctx context.Context) error {
 	mod, err := druidModuleDir()
 	if err != nil {

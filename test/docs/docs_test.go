@@ -142,7 +142,7 @@ var foreignFlags = map[string][]string{
 	"kube-controller-mgr": {"--use-service-account-credentials", "--controllers"},
 	"etcd-druid":          {"--enable-etcd-spec-auto-reconcile", "--etcd-components-webhook-exempt-service-accounts", "--enable-member-lease-renewal"},
 	"hack/site":           {"--dir", "--druid-stretch"},
-	"etcdbrctl":           {"--use-etcd-wrapper", "--store-prefix", "--storage-provider", "--etcd-connection-timeout-leader-election", "--k8s-heartbeat-duration", "--reelection-period", "--service-endpoints"},
+	"etcdbrctl":           {"--use-etcd-wrapper", "--store-prefix", "--storage-provider", "--etcd-connection-timeout-leader-election", "--k8s-heartbeat-duration", "--reelection-period", "--service-endpoints", "--defragmentation-schedule", "--etcd-defrag-timeout", "--freespace-threshold"},
 }
 
 // commands are every druid-stretch and druid-stretch-dev command by its

@@ -20,7 +20,7 @@ import (
 )
 
 // fakeBackupRestore answers like the initialisation handlers of
-// etcd-backup-restore v0.43.0's HTTP server: /initialization/start moves
+// etcd-backup-restore v0.44.1's HTTP server: /initialization/start moves
 // "New" to "Progress" (and is ignored otherwise); /initialization/status
 // serves the status and resets "Successful" and "Failed" to "New" once
 // served; /config serves etcd's configuration. The real server finishes an
@@ -139,7 +139,7 @@ initial-cluster-state: new
 
 func TestParseInitStatus(t *testing.T) {
 	g := NewWithT(t)
-	// backup-restore v0.43.0 serves New, Progress, Successful and Failed.
+	// backup-restore v0.44.1 serves New, Progress, Successful and Failed.
 	g.Expect(parseInitStatus("New")).To(Equal(statusNew))
 	g.Expect(parseInitStatus("Successful")).To(Equal(statusSuccessful))
 	g.Expect(parseInitStatus("Progress")).To(Equal(statusInProgress))

@@ -23,7 +23,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 	}))
 }
 
-// The argument lists are the ones etcd-druid v0.38.0 writes into the etcd
+// The argument lists are the ones etcd-druid v0.38.1 writes into the etcd
 // container of its StatefulSet.
 func TestParseFlagsDruidArguments(t *testing.T) {
 	tests := []struct {

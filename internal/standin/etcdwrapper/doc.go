@@ -1,8 +1,10 @@
 // Package etcdwrapper is the test site's stand-in for the etcd container of
 // an etcd-druid Pod: the etcd-wrapper image (github.com/gardener/etcd-wrapper
-// v0.6.2, the tag etcd-druid v0.38.0 deploys by default). That image is not a
-// Go module the project can build, so this package re-implements its one
-// command, `etcd-wrapper start-etcd`:
+// v0.6.2, the tag etcd-druid v0.38.1 deploys by default, or v0.8.1, which it
+// deploys under its UpgradeEtcdVersion feature gate and Gardener ships; the
+// wrapper's own logic is the same in both). That image is not a Go module
+// the project can build, so this package re-implements its one command,
+// `etcd-wrapper start-etcd`:
 //
 //  1. Ask etcd-backup-restore (--backup-restore-host-port) to initialise the
 //     data directory: poll GET /initialization/status once a second; on
@@ -26,11 +28,13 @@
 // Where it deviates from etcd-wrapper v0.6.2, and why:
 //
 //   - The embedded etcd is v3.6.16, the project's etcd, not v3.4.34 (v0.6.2)
-//     or v3.5.27 (v0.8.0, which etcd-druid v0.38.0 pairs with
-//     etcd-backup-restore v0.43.0 under its UpgradeEtcdVersion feature
-//     gate); the wrapper logic of both tags is the same. etcd's file loader
-//     ignores keys it does not know, such as druid's
-//     next-cluster-version-compatible (a v3.5 key) and member-name-prefix.
+//     or v3.5.27 (v0.7.0 onwards, v0.8.1 among them, which etcd-druid
+//     v0.38.1 pairs with etcd-backup-restore v0.44.1 under its
+//     UpgradeEtcdVersion feature gate); the wrapper logic of these tags is
+//     the same. etcd's file loader ignores keys it does not know, such as
+//     druid's next-cluster-version-compatible (a v3.5 key) and
+//     member-name-prefix, and reads druid's
+//     peer-transport-security.skip-client-san-verification itself.
 //   - Flags are parsed with pflag, as the project does elsewhere, not with
 //     Go's flag package: the same names, types, defaults and --name=value
 //     form, but single-dash long flags are refused and the help text
