@@ -48,7 +48,7 @@ func TestPrometheusRuleParses(t *testing.T) {
 			groups, errs := rulefmt.Parse(spec, false, model.UTF8Validation, parser.NewParser(parser.Options{}), slog.New(slog.DiscardHandler))
 			g.Expect(errs).To(BeEmpty(), "%s", spec)
 			g.Expect(groups.Groups).To(HaveLen(1))
-			g.Expect(groups.Groups[0].Rules).To(HaveLen(4))
+			g.Expect(groups.Groups[0].Rules).To(HaveLen(5))
 		})
 	}
 }
