@@ -222,6 +222,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	r.metrics.ExtensionLost.DeleteLabelValues(e.Namespace, e.Name) // set again below while the fields are gone
 	if !e.UsesExtension() {
 		if w, ok := sts.GetAnnotations()[webhook.PodWindowAnnotation]; ok {
 			// Planned without its fields, the Etcd would read as druid's
@@ -232,11 +233,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		if e.Status.Membership == nil {
 			// A plain Etcd is druid's alone: it has no sidecars to ask. One
 			// that used the extension before keeps being observed.
-			r.metrics.ExtensionLost.DeleteLabelValues(e.Namespace, e.Name)
 			return ctrl.Result{}, nil
 		}
 	}
-	r.metrics.ExtensionLost.DeleteLabelValues(e.Namespace, e.Name)
 	s := newScope(e, r.opts.ClusterIdentity)
 	s.sts, s.running = sts, members.RunningOrdinals(sts)
 	defer func() {
