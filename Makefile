@@ -60,18 +60,22 @@ lint: ## go vet and a gofmt check, in every module
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 CRD_DIR := charts/druid-stretch/crds
-API_DIR := api/v1alpha1
+# The extended Etcd (druid's group) and the EtcdMembership (druid-stretch's
+# own group) each have a package: controller-gen takes one group per package.
+API_DIRS := api/v1alpha1 api/stretch/v1alpha1
 CONTROLLER_GEN := $(GO) tool controller-gen
 
-generate: ## deepcopy and the Etcd CRD from the API types
-	$(CONTROLLER_GEN) object paths=./$(API_DIR)
-	$(CONTROLLER_GEN) crd paths=./$(API_DIR) output:crd:dir=$(CRD_DIR)
+generate: ## deepcopy and the CRDs from the API types
+	for d in $(API_DIRS); do $(CONTROLLER_GEN) object paths=./$$d || exit 1; done
+	$(CONTROLLER_GEN) crd $(foreach d,$(API_DIRS),paths=./$(d)) output:crd:dir=$(CRD_DIR)
 
-verify-generate: ## fails when the generated deepcopy or CRD are not current
+verify-generate: ## fails when the generated deepcopy or CRDs are not current
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
-	$(CONTROLLER_GEN) object paths=./$(API_DIR) output:object:dir="$$tmp/object" && \
-	$(CONTROLLER_GEN) crd paths=./$(API_DIR) output:crd:dir="$$tmp/crd" && \
-	diff -u $(API_DIR)/zz_generated.deepcopy.go "$$tmp/object/zz_generated.deepcopy.go" && \
+	for d in $(API_DIRS); do \
+		$(CONTROLLER_GEN) object paths=./$$d output:object:dir="$$tmp/$$d" && \
+		diff -u $$d/zz_generated.deepcopy.go "$$tmp/$$d/zz_generated.deepcopy.go" || { echo "generated files are stale: run make generate"; exit 1; }; \
+	done; \
+	$(CONTROLLER_GEN) crd $(foreach d,$(API_DIRS),paths=./$(d)) output:crd:dir="$$tmp/crd" && \
 	diff -ru $(CRD_DIR) "$$tmp/crd" || { echo "generated files are stale: run make generate"; exit 1; }
 
 demo: test-binaries dev ## the live move of an etcd cluster between two local clusters

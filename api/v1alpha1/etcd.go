@@ -5,7 +5,7 @@ import (
 )
 
 // GetOrdinalStart is spec.ordinalStart, 0 when unset.
-func (s *EtcdSpec) GetOrdinalStart() int32 {
+func (s *MembershipSpec) GetOrdinalStart() int32 {
 	if s.OrdinalStart == nil {
 		return 0
 	}
@@ -15,7 +15,7 @@ func (s *EtcdSpec) GetOrdinalStart() int32 {
 // GetExternalMembersPolicy is spec.externalMembersPolicy, Keep when unset.
 // Unset has no schema default so that an Etcd written by druid is stored
 // exactly as written.
-func (s *EtcdSpec) GetExternalMembersPolicy() ExternalMembersPolicy {
+func (s *MembershipSpec) GetExternalMembersPolicy() ExternalMembersPolicy {
 	if s.ExternalMembersPolicy == nil {
 		return ExternalMembersPolicyKeep
 	}
@@ -23,7 +23,7 @@ func (s *EtcdSpec) GetExternalMembersPolicy() ExternalMembersPolicy {
 }
 
 // GetRetainedExternalMembers is spec.retainedExternalMembers, 0 when unset.
-func (s *EtcdSpec) GetRetainedExternalMembers() int {
+func (s *MembershipSpec) GetRetainedExternalMembers() int {
 	if s.RetainedExternalMembers == nil {
 		return 0
 	}
@@ -31,7 +31,7 @@ func (s *EtcdSpec) GetRetainedExternalMembers() int {
 }
 
 // GetLearnerReplicas is spec.learnerReplicas, 0 when unset.
-func (s *EtcdSpec) GetLearnerReplicas() int32 {
+func (s *MembershipSpec) GetLearnerReplicas() int32 {
 	if s.LearnerReplicas == nil {
 		return 0
 	}
@@ -39,7 +39,7 @@ func (s *EtcdSpec) GetLearnerReplicas() int32 {
 }
 
 // ExternalMember returns the external member with the given name.
-func (s *EtcdSpec) ExternalMember(name string) (ExternalMember, bool) {
+func (s *MembershipSpec) ExternalMember(name string) (ExternalMember, bool) {
 	for _, m := range s.ExternalMembers {
 		if m.Name == name {
 			return m, true

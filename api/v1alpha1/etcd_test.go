@@ -23,9 +23,11 @@ func stretched() *v1alpha1.Etcd {
 				Replicas:         3,
 				MemberNamePrefix: ptr.To("seed-b"),
 			},
-			OrdinalStart:          ptr.To[int32](3),
-			ExternalMembers:       []v1alpha1.ExternalMember{{Name: "seed-a-etcd-main-0", PeerURLs: []string{"http://a0.example:2380"}}},
-			ExternalMembersPolicy: ptr.To(v1alpha1.ExternalMembersPolicyRetire),
+			MembershipSpec: v1alpha1.MembershipSpec{
+				OrdinalStart:          ptr.To[int32](3),
+				ExternalMembers:       []v1alpha1.ExternalMember{{Name: "seed-a-etcd-main-0", PeerURLs: []string{"http://a0.example:2380"}}},
+				ExternalMembersPolicy: ptr.To(v1alpha1.ExternalMembersPolicyRetire),
+			},
 		},
 		Status: v1alpha1.EtcdStatus{
 			EtcdStatus: druidv1alpha1.EtcdStatus{Ready: ptr.To(true), Replicas: 3},

@@ -64,7 +64,13 @@ type EtcdList struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.learnerReplicas) || self.learnerReplicas == 0 || self.learnerReplicas < self.replicas",message="learnerReplicas must be less than spec.replicas: at least one local member votes, the others may wait as learners",fieldPath=".learnerReplicas"
 type EtcdSpec struct {
 	druidv1alpha1.EtcdSpec `json:",inline"`
+	MembershipSpec         `json:",inline"`
+}
 
+// MembershipSpec is druid-stretch's part of an Etcd's spec: how its members
+// span Kubernetes clusters. An EtcdMembership carries it for an Etcd of
+// druid's own type; the extended Etcd carries it inline.
+type MembershipSpec struct {
 	// OrdinalStart is the first ordinal of the local members: the pods are
 	// <etcd name>-<ordinal> for the ordinals [ordinalStart, ordinalStart+replicas),
 	// as StatefulSet spec.ordinals.start makes them. Unset means 0, druid's

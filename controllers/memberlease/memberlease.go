@@ -48,6 +48,7 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
+	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 )
 
 // componentMemberLease is the value of druid's component label on member
@@ -133,10 +134,11 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 // Reconcile creates the missing member leases of one Etcd and copies each
 // member's renewal onto the lease druid reads in its place.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	e := &v1alpha1.Etcd{}
-	if err := r.Client.Get(ctx, req.NamespacedName, e); err != nil {
+	p, err := etcdview.Get(ctx, r.Client, req.NamespacedName)
+	if err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
+	e := p.View
 	pairs := Pairs(e)
 	if len(pairs) == 0 || !e.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, nil

@@ -1,6 +1,7 @@
 package membership_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -15,14 +16,17 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
+	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	membershipctrl "github.com/druid-stretch/druid-stretch/controllers/membership"
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
+	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 	"github.com/druid-stretch/druid-stretch/internal/localetcd"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
@@ -250,8 +254,9 @@ func TestControllerRestartMidStep(t *testing.T) {
 // TestDroppedStatusMidMove: druid's compaction controller replaces the
 // whole Etcd status, so status.membership vanishes, at any moment of a move
 // of the ordinal range. Right after each kind of step the status is
-// dropped, as druid's full Update drops it; the controller then writes its
-// own patch over what is left. The pods of the old range hold voters and
+// dropped, from the Etcd as druid's full Update drops it and from the
+// EtcdMembership as well (deleted and made again by hand, say); the
+// controller then writes its own patch over what is left. The pods of the old range hold voters and
 // must not stop on the lost record: the move completes in its usual order,
 // on the same etcd cluster (no new one bootstrapped), with the key written
 // before it.
@@ -274,13 +279,7 @@ func TestDroppedStatusMidMove(t *testing.T) {
 
 			dropped := make(chan error, 1)
 			e.calls.armAfter(kind, func() { // in the sidecar's handler: no t.Fatal here
-				got := &v1alpha1.Etcd{}
-				err := k8s.Get(context.Background(), client.ObjectKeyFromObject(etcd), got)
-				if err == nil {
-					got.Status.Membership = nil
-					err = k8s.Status().Update(context.Background(), got)
-				}
-				dropped <- err
+				dropped <- dropMembershipStatus(context.Background(), etcd)
 			})
 			gen := update(g, etcd, func(x *v1alpha1.Etcd) { x.Spec.OrdinalStart = ptr.To[int32](3) })
 			g.Eventually(dropped).WithTimeout(2*time.Minute).Should(Receive(BeNil()), "status.membership dropped after the first %s", kind)
@@ -301,11 +300,96 @@ func TestDroppedStatusMidMove(t *testing.T) {
 	}
 }
 
-// TestLostExtensionFieldsAreReported: a CRD without druid-stretch's fields
-// (druid's own, as gardenlet re-applies it) prunes them and
-// status.membership. The controller then sees a plain Etcd whose
-// StatefulSet runs its sidecar: it changes nothing and says so (a Warning
-// event and a metric), and resumes once the fields are back.
+// dropMembershipStatus removes status.membership from the Etcd and from its
+// EtcdMembership, each with a full status Update as druid's compaction
+// controller writes the Etcd's.
+func dropMembershipStatus(ctx context.Context, etcd *v1alpha1.Etcd) error {
+	key := client.ObjectKeyFromObject(etcd)
+	got := &v1alpha1.Etcd{}
+	if err := k8s.Get(ctx, key, got); err != nil {
+		return err
+	}
+	got.Status.Membership = nil
+	if err := k8s.Status().Update(ctx, got); err != nil {
+		return err
+	}
+	m, err := etcdview.GetMembership(ctx, k8s, key)
+	if err != nil || m == nil {
+		return cmp.Or(err, fmt.Errorf("no EtcdMembership %s", key))
+	}
+	m.Status.Membership = nil
+	return k8s.Status().Update(ctx, m)
+}
+
+// pruneInlineFields removes druid-stretch's fields and status.membership
+// from the Etcd, as the API server prunes them at the next write of an Etcd
+// once druid's own CRD is back (gardenlet re-applies it every minute).
+func pruneInlineFields(ctx context.Context, etcd *v1alpha1.Etcd) error {
+	key := client.ObjectKeyFromObject(etcd)
+	got := &v1alpha1.Etcd{}
+	if err := k8s.Get(ctx, key, got); err != nil {
+		return err
+	}
+	got.Spec.MembershipSpec = v1alpha1.MembershipSpec{}
+	if err := k8s.Update(ctx, got); err != nil {
+		return err
+	}
+	got.Status.Membership = nil
+	return k8s.Status().Update(ctx, got)
+}
+
+// TestFieldsPrunedFromTheEtcdMidMove: right after the first AddLearner of a
+// move of the ordinal range, the Etcd loses druid-stretch's fields and
+// status.membership, as druid's own CRD prunes them. The controller had
+// copied both into the Etcd's EtcdMembership: the move completes from it,
+// in the usual order, on the same cluster, and the Etcd is never written
+// with the fields again.
+func TestFieldsPrunedFromTheEtcdMidMove(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t)
+	etcd := e.newEtcd("pruned", 3)
+	sts := druidStatefulSet(g, etcd)
+	e.startController()
+	before := converged(g, etcd, 1, 90*time.Second, names("pruned", 0, 1, 2)...)
+	g.Eventually(podWindow(sts)).WithTimeout(10 * time.Second).Should(Equal("[0, 3)"))
+	m, err := etcdview.GetMembership(t.Context(), k8s, client.ObjectKeyFromObject(etcd))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(m).NotTo(BeNil(), "the controller copied the Etcd's fields into an EtcdMembership")
+	g.Expect(m.Spec.OrdinalStart).To(Equal(ptr.To[int32](0)))
+	g.Expect(m.OwnerReferences).To(ConsistOf(HaveField("UID", etcd.UID)), "owned by its Etcd, so that it goes with it")
+	e.calls.reset()
+
+	pruned := make(chan error, 1)
+	e.calls.armAfter("AddLearner", func() { // in the sidecar's handler: no t.Fatal here
+		pruned <- pruneInlineFields(context.Background(), etcd)
+	})
+	update(g, etcd, func(x *v1alpha1.Etcd) { x.Spec.OrdinalStart = ptr.To[int32](3) })
+	g.Eventually(pruned).WithTimeout(2*time.Minute).Should(Receive(BeNil()), "the fields pruned after the first AddLearner")
+	stored := &v1alpha1.Etcd{}
+	g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(etcd), stored)).To(Succeed())
+	g.Expect(stored.Spec.MembershipSpec).To(BeZero())
+	st := converged(g, etcd, stored.Generation, 3*time.Minute, names("pruned", 3, 4, 5)...)
+
+	calls := e.calls.snapshot()
+	g.Expect(memberCounts(3, calls)).To(Equal([]int{3, 4, 3, 4, 3, 4, 3}), "interleaved, never below 3 members")
+	g.Expect(count(calls)).To(Equal(map[string]int{"AddLearner": 3, "Promote": 3, "MoveLeader": 1, "Remove": 3}))
+	g.Expect(st.ClusterID).To(Equal(before.ClusterID), "the same etcd cluster, not a new one")
+	g.Expect(reasons(events(g, etcd))).NotTo(HaveKey("ExtensionLost"))
+	g.Eventually(podWindow(sts)).WithTimeout(10*time.Second).Should(Equal("[3, 6)"), "the old pods go once their members are removed")
+	g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(etcd), stored)).To(Succeed())
+	g.Expect(stored.Spec.MembershipSpec).To(BeZero(), "the Etcd stays druid's")
+	g.Expect(stored.Status.Membership).To(BeNil(), "the status lives in the EtcdMembership")
+	m, err = etcdview.GetMembership(t.Context(), k8s, client.ObjectKeyFromObject(etcd))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(m.Spec.OrdinalStart).To(Equal(ptr.To[int32](3)))
+	g.Expect(m.Status.Membership.Voters()).To(ConsistOf(names("pruned", 3, 4, 5)))
+}
+
+// TestLostExtensionFieldsAreReported: druid-stretch's fields vanish from
+// both places, the Etcd (pruned by druid's own CRD, as gardenlet re-applies
+// it) and its EtcdMembership (deleted). The controller then sees a plain
+// Etcd whose StatefulSet runs its sidecar: it changes nothing and says so
+// (a Warning event and a metric), and resumes once the fields are back.
 func TestLostExtensionFieldsAreReported(t *testing.T) {
 	g := NewWithT(t)
 	e := newEnv(t)
@@ -316,10 +400,11 @@ func TestLostExtensionFieldsAreReported(t *testing.T) {
 	g.Eventually(podWindow(sts)).WithTimeout(10 * time.Second).Should(Equal("[0, 3)"))
 	e.calls.reset()
 
-	update(g, etcd, func(x *v1alpha1.Etcd) { x.Spec.OrdinalStart = nil })
-	g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(etcd), etcd)).To(Succeed())
-	etcd.Status.Membership = nil
-	g.Expect(k8s.Status().Update(t.Context(), etcd)).To(Succeed())
+	g.Expect(pruneInlineFields(t.Context(), etcd)).To(Succeed())
+	m, err := etcdview.GetMembership(t.Context(), k8s, client.ObjectKeyFromObject(etcd))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(m).NotTo(BeNil())
+	g.Expect(k8s.Delete(t.Context(), m)).To(Succeed())
 	lost := map[string]string{"namespace": etcd.Namespace, "etcd": etcd.Name}
 	g.Eventually(func(g Gomega) {
 		g.Expect(reasons(events(g, etcd))).To(HaveKey("ExtensionLost"))
@@ -649,4 +734,37 @@ func TestRefusedPodWindowPatchIsReported(t *testing.T) {
 		g.Expect(reasons(events(g, etcd))).To(HaveKey("PodWindowNotSynced"))
 	}).WithTimeout(10 * time.Second).Should(Succeed())
 	g.Expect(podWindow(sts)(g)).To(BeEmpty(), "the refused patch changed nothing")
+}
+
+// TestEtcdMembershipWithoutEtcd: an EtcdMembership attaches to the Etcd of
+// its own name. One whose Etcd does not exist says so in its Attached
+// condition and nothing is planned; once the Etcd is created, the pair is
+// planned and the condition turns True.
+func TestEtcdMembershipWithoutEtcd(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t)
+	m := stretchv1alpha1.For(&v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Name: "etcd-main", Namespace: e.ns}}, v1alpha1.MembershipSpec{OrdinalStart: ptr.To[int32](0)})
+	g.Expect(k8s.Create(t.Context(), m)).To(Succeed())
+	e.startController()
+	attached := func(g Gomega) *metav1.Condition {
+		got, err := etcdview.GetMembership(context.Background(), k8s, client.ObjectKeyFromObject(m))
+		g.Expect(err).NotTo(HaveOccurred())
+		return meta.FindStatusCondition(got.Status.Conditions, stretchv1alpha1.ConditionAttached)
+	}
+	g.Eventually(func(g Gomega) {
+		c := attached(g)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(c.Reason).To(Equal(stretchv1alpha1.ReasonEtcdNotFound))
+		g.Expect(c.Message).To(ContainSubstring("no Etcd etcd-main"))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	g.Expect(e.calls.snapshot()).To(BeEmpty(), "no sidecar is asked for an EtcdMembership without its Etcd")
+
+	etcd := e.newEtcd("late", 3, func(x *v1alpha1.Etcd) { x.Spec.OrdinalStart = nil })
+	converged(g, etcd, 1, 90*time.Second, names("late", 0, 1, 2)...)
+	g.Eventually(func(g Gomega) {
+		c := attached(g)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+	}).WithTimeout(10 * time.Second).Should(Succeed())
 }

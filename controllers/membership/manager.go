@@ -22,6 +22,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/controllers/memberlease"
 )
@@ -61,14 +62,17 @@ type ManagerOptions struct {
 	Logger logr.Logger
 }
 
-// Scheme is the scheme of the controller: Kubernetes' built-in types and the
-// extended Etcd.
+// Scheme is the scheme of the controller: Kubernetes' built-in types, the
+// extended Etcd and the EtcdMembership.
 func Scheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {
 		return nil, err
 	}
 	if err := v1alpha1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := stretchv1alpha1.AddToScheme(s); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -29,13 +29,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
+	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/validation"
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
+	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
 	"github.com/druid-stretch/druid-stretch/sidecar"
@@ -192,12 +195,15 @@ func NewReconciler(d Dependencies, o Options) (*Reconciler, error) {
 	}, nil
 }
 
-// SetupWithManager watches Etcd objects. Status updates do not trigger a
+// SetupWithManager watches Etcd and EtcdMembership objects. Status updates do not trigger a
 // reconcile (the controller writes them itself); the requeue intervals do.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("etcd-membership").
 		For(&v1alpha1.Etcd{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// An EtcdMembership has its Etcd's name: a change of its spec is
+		// a change of that Etcd's.
+		Watches(&stretchv1alpha1.EtcdMembership{}, &handler.EnqueueRequestForObject{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles}).
 		Complete(r)
 }
@@ -205,18 +211,25 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // Reconcile runs one round for one Etcd: observe, plan, execute at most one
 // step, and write status.membership on every return path.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
-	e := &v1alpha1.Etcd{}
-	if err := r.reader.Get(ctx, req.NamespacedName, e); err != nil {
+	p, err := etcdview.Get(ctx, r.reader, req.NamespacedName)
+	if err != nil {
 		if apierrors.IsNotFound(err) {
 			r.forget(req.NamespacedName)
-			return ctrl.Result{}, nil
+			return ctrl.Result{}, etcdview.Detached(ctx, r.client, req.NamespacedName)
 		}
 		return ctrl.Result{}, err
 	}
+	e := p.View
 	if !e.DeletionTimestamp.IsZero() {
 		// druid tears the cluster down; removing members one by one first
 		// would only slow that down.
 		return ctrl.Result{}, nil
+	}
+	// Before anything is planned: an Etcd that carries druid-stretch's
+	// fields inline has them copied into its EtcdMembership, where druid's
+	// own CRD cannot prune them.
+	if _, err := etcdview.Adopt(ctx, r.client, p); err != nil {
+		return ctrl.Result{}, err
 	}
 	sts, err := r.statefulSet(ctx, e)
 	if err != nil {
@@ -244,9 +257,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		}
 		s.finish()
 		r.metrics.ObserveStatus(s.etcd)
-		if err := r.client.Status().Patch(ctx, s.etcd, client.MergeFrom(s.before)); err != nil {
+		if err := etcdview.WriteStatus(ctx, r.client, p); err != nil {
 			if !apierrors.IsNotFound(err) {
-				retErr = errors.Join(retErr, fmt.Errorf("writing status.membership: %w", err))
+				retErr = errors.Join(retErr, err)
 			}
 			return
 		}
@@ -547,7 +560,7 @@ func (r *Reconciler) statefulSet(ctx context.Context, e *v1alpha1.Etcd) (*appsv1
 // Nothing is changed: the webhook refuses druid's next write of the
 // StatefulSet, which would restart every pod without its sidecar.
 func (r *Reconciler) extensionLost(ctx context.Context, e *v1alpha1.Etcd, window string) {
-	msg := fmt.Sprintf("the Etcd no longer carries druid-stretch's fields (spec.ordinalStart, spec.externalMembers, spec.externalMembersPolicy), "+
+	msg := fmt.Sprintf("neither the Etcd nor an EtcdMembership of its name carries druid-stretch's fields (spec.ordinalStart, spec.externalMembers, spec.externalMembersPolicy), "+
 		"but its StatefulSet runs druid-stretch's sidecar on the pod window %s; no member is changed, and druid's updates of the StatefulSet are refused until the fields are back", window)
 	logf.FromContext(ctx).Info("druid-stretch's fields are gone from the Etcd; changing nothing", "etcd", client.ObjectKeyFromObject(e), "window", window)
 	r.event(e, corev1.EventTypeWarning, reasonExtensionLost, "Observe", "%s", msg)

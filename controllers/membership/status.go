@@ -46,11 +46,11 @@ const (
 	reasonExtensionLost = "ExtensionLost"
 )
 
-// scope is one reconcile of one Etcd: the object as read, the status being
-// written, and the verdict that becomes the conditions.
+// scope is one reconcile of one Etcd: the object as read (the View of the
+// Etcd and its EtcdMembership), the status being written, and the verdict
+// that becomes the conditions.
 type scope struct {
 	etcd   *v1alpha1.Etcd
-	before *v1alpha1.Etcd
 	st     *v1alpha1.MembershipStatus
 	holder string
 	now    time.Time
@@ -74,7 +74,7 @@ type scope struct {
 }
 
 func newScope(e *v1alpha1.Etcd, holder string) *scope {
-	s := &scope{etcd: e, before: e.DeepCopy(), holder: holder, now: time.Now()}
+	s := &scope{etcd: e, holder: holder, now: time.Now()}
 	if e.Status.Membership == nil {
 		e.Status.Membership = &v1alpha1.MembershipStatus{Phase: v1alpha1.MembershipPhasePending}
 	}

@@ -30,6 +30,7 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	membershipctrl "github.com/druid-stretch/druid-stretch/controllers/membership"
+	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 	"github.com/druid-stretch/druid-stretch/internal/pki"
 	"github.com/druid-stretch/druid-stretch/internal/podrunner"
 	"github.com/druid-stretch/druid-stretch/internal/testbin"
@@ -208,9 +209,7 @@ func update(g Gomega, etcd *v1alpha1.Etcd, mutate func(*v1alpha1.Etcd)) int64 {
 func converged(g Gomega, etcd *v1alpha1.Etcd, gen int64, timeout time.Duration, names ...string) *v1alpha1.MembershipStatus {
 	var st *v1alpha1.MembershipStatus
 	g.Eventually(func(g Gomega) {
-		got := &v1alpha1.Etcd{}
-		g.Expect(k8s.Get(context.Background(), client.ObjectKeyFromObject(etcd), got)).To(Succeed())
-		st = got.Status.Membership
+		st = view(g, etcd).Status.Membership
 		g.Expect(st).NotTo(BeNil())
 		c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionMembershipConverged)
 		g.Expect(c).NotTo(BeNil())
@@ -221,10 +220,18 @@ func converged(g Gomega, etcd *v1alpha1.Etcd, gen int64, timeout time.Duration, 
 	return st
 }
 
-// condition reads one condition of the Etcd from the API server.
+// view reads the Etcd with its EtcdMembership from the API server, as the
+// controller sees the pair.
+func view(g Gomega, etcd *v1alpha1.Etcd) *v1alpha1.Etcd {
+	p, err := etcdview.Get(context.Background(), k8s, client.ObjectKeyFromObject(etcd))
+	g.Expect(err).NotTo(HaveOccurred())
+	return p.View
+}
+
+// condition reads one condition of the Etcd's membership status from the
+// API server.
 func condition(g Gomega, etcd *v1alpha1.Etcd, typ string) *metav1.Condition {
-	got := &v1alpha1.Etcd{}
-	g.Expect(k8s.Get(context.Background(), client.ObjectKeyFromObject(etcd), got)).To(Succeed())
+	got := view(g, etcd)
 	if got.Status.Membership == nil {
 		return nil
 	}

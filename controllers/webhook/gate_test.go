@@ -67,7 +67,7 @@ func TestMemberFlagsKeepOwnAdvertisedURLs(t *testing.T) {
 	g := NewWithT(t)
 	start := int32(3)
 	e := &v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Name: "etcd-main", Namespace: "ns"},
-		Spec: v1alpha1.EtcdSpec{OrdinalStart: &start, EtcdSpec: druidv1alpha1.EtcdSpec{Replicas: 1, Etcd: druidv1alpha1.EtcdConfig{
+		Spec: v1alpha1.EtcdSpec{MembershipSpec: v1alpha1.MembershipSpec{OrdinalStart: &start}, EtcdSpec: druidv1alpha1.EtcdSpec{Replicas: 1, Etcd: druidv1alpha1.EtcdConfig{
 			AdditionalAdvertisePeerURLs: []druidv1alpha1.MemberPeerURLs{
 				{MemberName: "etcd-main-0", URLs: []string{"http://etcd-main-0.ns.site-a.test:2380"}},
 				{MemberName: "etcd-main-3", URLs: []string{"http://etcd-main-3.ns.site-b.test:2380"}},

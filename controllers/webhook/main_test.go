@@ -26,6 +26,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
 	"github.com/druid-stretch/druid-stretch/internal/testbin"
@@ -79,7 +80,7 @@ func run(m *testing.M) int {
 	}()
 
 	scheme := runtime.NewScheme()
-	if err := errors.Join(clientgoscheme.AddToScheme(scheme), v1alpha1.AddToScheme(scheme), apiextensionsv1.AddToScheme(scheme)); err != nil {
+	if err := errors.Join(clientgoscheme.AddToScheme(scheme), v1alpha1.AddToScheme(scheme), stretchv1alpha1.AddToScheme(scheme), apiextensionsv1.AddToScheme(scheme)); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -202,7 +202,7 @@ func TestWebhookRefusals(t *testing.T) {
 			}
 			err := k8s.Update(t.Context(), again)
 			g.Expect(err).To(HaveOccurred(), "druid's write was admitted")
-			g.Expect(err.Error()).To(ContainSubstring("no longer carries druid-stretch's fields"))
+			g.Expect(err.Error()).To(ContainSubstring("nor an EtcdMembership of its name carries druid-stretch's fields"))
 			after := &appsv1.StatefulSet{}
 			g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(e), after)).To(Succeed())
 			g.Expect(after.ResourceVersion).To(Equal(before.ResourceVersion), "nothing was written")

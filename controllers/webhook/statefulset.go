@@ -21,6 +21,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/validation"
+	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 )
 
 // StatefulSetMutator is the mutating webhook on druid's StatefulSets. For a
@@ -71,10 +72,10 @@ func (m *StatefulSetMutator) Handle(ctx context.Context, req admission.Request) 
 			// stop the pods outside druid's ordinals, voters among them. A
 			// change of metadata alone goes through: removing the
 			// annotation hands the StatefulSet back to druid.
-			return admission.Denied(fmt.Sprintf("Etcd %s no longer carries druid-stretch's fields (spec.ordinalStart, spec.externalMembers, spec.externalMembersPolicy), "+
+			return admission.Denied(fmt.Sprintf("neither Etcd %s nor an EtcdMembership of its name carries druid-stretch's fields (spec.ordinalStart, spec.externalMembers, spec.externalMembersPolicy), "+
 				"but its StatefulSet %s runs druid-stretch's sidecar on the pod window %s: the update is refused so that no member loses its sidecar or its pod. "+
-				"Restore the fields, or hand the StatefulSet back to druid by removing its annotation %s once its pods are druid's ordinals 0..replicas-1",
-				e.Name, sts.Name, w, PodWindowAnnotation))
+				"Restore the fields in the EtcdMembership %s, or hand the StatefulSet back to druid by removing its annotation %s once its pods are druid's ordinals 0..replicas-1",
+				e.Name, sts.Name, w, e.Name, PodWindowAnnotation))
 		}
 		return admission.Allowed(fmt.Sprintf("Etcd %s uses no druid-stretch extension field", e.Name))
 	}
@@ -99,18 +100,18 @@ func (m *StatefulSetMutator) owner(ctx context.Context, namespace string, sts *a
 		if err != nil || gv.Group != v1alpha1.GroupVersion.Group || ref.Kind != "Etcd" {
 			continue
 		}
-		e := &v1alpha1.Etcd{}
 		key := types.NamespacedName{Namespace: namespace, Name: ref.Name}
-		if err := m.Reader.Get(ctx, key, e); err != nil {
+		p, err := etcdview.Get(ctx, m.Reader, key)
+		if err != nil {
 			if apierrors.IsNotFound(err) {
 				return nil, nil
 			}
 			return nil, fmt.Errorf("reading the owner Etcd %s of StatefulSet %s: %w", key, sts.Name, err)
 		}
-		if ref.UID != "" && ref.UID != e.UID {
+		if ref.UID != "" && ref.UID != p.Etcd.UID {
 			return nil, nil
 		}
-		return e, nil
+		return p.View, nil
 	}
 	return nil, nil
 }

@@ -523,7 +523,7 @@ func TestLostExtensionFieldsKeepTheStatefulSet(t *testing.T) {
 	again.ResourceVersion = before.ResourceVersion
 	err := k8s.Update(t.Context(), again)
 	g.Expect(err).To(MatchError(And(
-		ContainSubstring("no longer carries druid-stretch's fields"),
+		ContainSubstring("nor an EtcdMembership of its name carries druid-stretch's fields"),
 		ContainSubstring("pod window [3, 6)"),
 		ContainSubstring(webhook.PodWindowAnnotation))))
 	after := &appsv1.StatefulSet{}

@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 )
 
@@ -21,6 +22,9 @@ func NewClient(cfg *rest.Config) (client.Client, error) {
 		return nil, err
 	}
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := stretchv1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})

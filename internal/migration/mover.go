@@ -25,6 +25,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
 	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
+	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 )
 
 // Options configure a Mover.
@@ -163,21 +164,26 @@ func New(o Options) (*Mover, error) {
 // exist) and the phase they are in.
 func (m *Mover) Read(ctx context.Context) (src, dst *v1alpha1.Etcd, p move.MovePhase, err error) {
 	key := client.ObjectKey{Namespace: m.o.Namespace, Name: m.o.Name}
-	src = &v1alpha1.Etcd{}
-	if err := m.o.Source.Get(ctx, key, src); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return nil, nil, "", fmt.Errorf("reading the source Etcd %s: %w", key, err)
-		}
-		src = nil
+	if src, err = view(ctx, m.o.Source, key, "source"); err != nil {
+		return nil, nil, "", err
 	}
-	dst = &v1alpha1.Etcd{}
-	if err := m.o.Destination.Get(ctx, key, dst); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return nil, nil, "", fmt.Errorf("reading the destination Etcd %s: %w", key, err)
-		}
-		dst = nil
+	if dst, err = view(ctx, m.o.Destination, key, "destination"); err != nil {
+		return nil, nil, "", err
 	}
 	return src, dst, move.Phase(src, dst), nil
+}
+
+// view reads the Etcd key with its EtcdMembership (etcdview), nil when the
+// Etcd does not exist.
+func view(ctx context.Context, c client.Client, key client.ObjectKey, side string) (*v1alpha1.Etcd, error) {
+	p, err := etcdview.Get(ctx, c, key)
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading the %s Etcd %s: %w", side, key, err)
+	}
+	return p.View, nil
 }
 
 // Move runs the move from wherever it stands to its end.
@@ -339,7 +345,7 @@ func (m *Mover) joinDestination(ctx context.Context, src, dst *v1alpha1.Etcd) er
 		if err := move.Advertise(t, m.o.DestinationAddresses); err != nil {
 			return err
 		}
-		if err := m.o.Destination.Create(ctx, t); err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := etcdview.Create(ctx, m.o.Destination, t); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating the destination Etcd %s/%s: %w", t.Namespace, t.Name, err)
 		}
 	}
@@ -492,16 +498,16 @@ var patchBackoff = wait.Backoff{Steps: 12, Duration: 20 * time.Millisecond, Fact
 func (m *Mover) patch(ctx context.Context, c client.Client, side string, mutate func(*v1alpha1.Etcd)) error {
 	key := client.ObjectKey{Namespace: m.o.Namespace, Name: m.o.Name}
 	err := retry.RetryOnConflict(patchBackoff, func() error {
-		e := &v1alpha1.Etcd{}
-		if err := c.Get(ctx, key, e); err != nil {
+		p, err := etcdview.Get(ctx, c, key)
+		if err != nil {
 			return err
 		}
-		before := e.DeepCopy()
+		e := p.View.DeepCopy()
 		mutate(e)
-		if !apiequality.Semantic.DeepEqual(before.Spec, e.Spec) {
+		if !apiequality.Semantic.DeepEqual(p.View.Spec, e.Spec) {
 			move.RequestDruidReconcile(e)
 		}
-		return c.Patch(ctx, e, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+		return etcdview.Apply(ctx, c, p, e)
 	})
 	if err != nil {
 		return fmt.Errorf("patching the %s Etcd %s: %w", side, key, err)

@@ -44,6 +44,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
@@ -305,10 +306,19 @@ func (r *Runner) sync(ctx context.Context) error {
 	if err := r.opts.Client.List(ctx, &list, opts...); err != nil {
 		return err
 	}
+	// Each Etcd as druid-stretch sees it, with its EtcdMembership.
+	var ms stretchv1alpha1.EtcdMembershipList
+	if err := r.opts.Client.List(ctx, &ms, opts...); err != nil {
+		return err
+	}
+	attached := map[string]*stretchv1alpha1.EtcdMembership{}
+	for i := range ms.Items {
+		attached[ms.Items[i].Namespace+"/"+ms.Items[i].Name] = &ms.Items[i]
+	}
 	want := map[Pod]*v1alpha1.Etcd{}
 	etcds := map[string]*v1alpha1.Etcd{}
 	for i := range list.Items {
-		e := &list.Items[i]
+		e, _ := stretchv1alpha1.View(&list.Items[i], attached[list.Items[i].Namespace+"/"+list.Items[i].Name])
 		etcds[e.Namespace+"/"+e.Name] = e
 		if !e.DeletionTimestamp.IsZero() {
 			continue

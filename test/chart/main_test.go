@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/internal/testbin"
 )
@@ -78,7 +79,7 @@ func run(m *testing.M) int {
 // cert-manager and ServiceMonitor stand-ins of testdata/crds.
 func setUp(env *envtest.Environment) error {
 	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, v1alpha1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, v1alpha1.AddToScheme, stretchv1alpha1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			return fmt.Errorf("building scheme: %w", err)
 		}

@@ -146,8 +146,11 @@ var chartOptions = []chartOption{
 			}
 			g.Expect(leaf.NotAfter).To(BeTemporally(">", time.Now().AddDate(9, 0, 0)), "validityDays defaults to 3650")
 
-			g.Expect(r.CRDs).To(HaveLen(1))
-			g.Expect(r.CRDs[0].GetName()).To(Equal("etcds.druid.gardener.cloud"))
+			var crds []string
+			for _, c := range r.CRDs {
+				crds = append(crds, c.GetName())
+			}
+			g.Expect(crds).To(ConsistOf("etcds.druid.gardener.cloud", "etcdmemberships.druid-stretch.druid.gardener.cloud"))
 			g.Expect(r.Notes).To(ContainSubstring("kubectl apply --server-side"))
 		},
 	},

@@ -47,12 +47,12 @@ func baseEtcd() *v1alpha1.Etcd {
 					}},
 				},
 			},
-			ExternalMembers: []v1alpha1.ExternalMember{{
+			MembershipSpec: v1alpha1.MembershipSpec{ExternalMembers: []v1alpha1.ExternalMember{{
 				Name:       "seed-a-etcd-main-0",
 				PeerURLs:   []string{"https://etcd-main-0.seed-a.example:2380"},
 				ClientURLs: []string{"https://etcd-main-0.seed-a.example:2379"},
 				SidecarURL: "https://etcd-main-0.seed-a.example:8080",
-			}},
+			}}},
 		},
 	}
 }

@@ -59,8 +59,10 @@ func stretchedEtcd(namespace string) *v1alpha1.Etcd {
 					}},
 				},
 			},
-			OrdinalStart:          ptr.To[int32](3),
-			ExternalMembersPolicy: ptr.To(v1alpha1.ExternalMembersPolicyKeep),
+			MembershipSpec: v1alpha1.MembershipSpec{
+				OrdinalStart:          ptr.To[int32](3),
+				ExternalMembersPolicy: ptr.To(v1alpha1.ExternalMembersPolicyKeep),
+			},
 		},
 	}
 	for _, host := range []string{"etcd-main-0", "etcd-main-1", "etcd-main-2"} {

@@ -19,8 +19,8 @@ func etcd(prefix *string, start *int32, replicas int32) *v1alpha1.Etcd {
 	return &v1alpha1.Etcd{
 		ObjectMeta: metav1.ObjectMeta{Name: "etcd-main", Namespace: "shoot--p--s"},
 		Spec: v1alpha1.EtcdSpec{
-			EtcdSpec:     druidv1alpha1.EtcdSpec{MemberNamePrefix: prefix, Replicas: replicas},
-			OrdinalStart: start,
+			EtcdSpec:       druidv1alpha1.EtcdSpec{MemberNamePrefix: prefix, Replicas: replicas},
+			MembershipSpec: v1alpha1.MembershipSpec{OrdinalStart: start},
 		},
 	}
 }

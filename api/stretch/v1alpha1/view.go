@@ -1,0 +1,69 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+)
+
+// SpecSource is where the membership spec of an Etcd's View came from.
+type SpecSource string
+
+const (
+	// SpecNone: neither the Etcd nor an EtcdMembership carries one; the Etcd
+	// is druid's alone.
+	SpecNone SpecSource = ""
+	// SpecFromEtcd: the Etcd carries druid-stretch's fields inline, as the
+	// extended Etcd CRD of earlier releases stored them. They win while they
+	// are there, and the controller copies them into the EtcdMembership.
+	SpecFromEtcd SpecSource = "Etcd"
+	// SpecFromEtcdMembership: the EtcdMembership carries them.
+	SpecFromEtcdMembership SpecSource = "EtcdMembership"
+)
+
+// View is the Etcd as druid-stretch plans it: druid's fields from e, the
+// membership spec and status from m (which may be nil). The Etcd's own inline
+// fields, where an Etcd still carries them, win over m's spec; m's status
+// wins over the Etcd's, because druid's compaction controller replaces the
+// Etcd's whole status and never touches m. e and m are not changed.
+func View(e *v1alpha1.Etcd, m *EtcdMembership) (*v1alpha1.Etcd, SpecSource) {
+	v := e.DeepCopy()
+	src := SpecNone
+	switch {
+	case !IsZero(&e.Spec.MembershipSpec):
+		src = SpecFromEtcd
+	case m != nil:
+		v.Spec.MembershipSpec = *m.Spec.MembershipSpec.DeepCopy()
+		if !IsZero(&v.Spec.MembershipSpec) {
+			src = SpecFromEtcdMembership
+		}
+	}
+	if m != nil && m.Status.Membership != nil {
+		v.Status.Membership = m.Status.Membership.DeepCopy()
+	}
+	return v, src
+}
+
+// IsZero reports whether s sets no field.
+func IsZero(s *v1alpha1.MembershipSpec) bool {
+	return s.OrdinalStart == nil && len(s.ExternalMembers) == 0 && s.ExternalMembersPolicy == nil &&
+		s.RetainedExternalMembers == nil && s.LearnerReplicas == nil
+}
+
+// For returns the EtcdMembership of e carrying spec: same name and namespace,
+// owned by e (when e has a UID) so that it goes when e goes.
+func For(e *v1alpha1.Etcd, spec v1alpha1.MembershipSpec) *EtcdMembership {
+	m := &EtcdMembership{Spec: EtcdMembershipSpec{MembershipSpec: *spec.DeepCopy()}}
+	m.SetGroupVersionKind(GroupVersion.WithKind("EtcdMembership"))
+	m.Name, m.Namespace = e.Name, e.Namespace
+	if e.UID != "" {
+		m.OwnerReferences = []metav1.OwnerReference{OwnerReference(e)}
+	}
+	return m
+}
+
+// OwnerReference is e as the owner of its EtcdMembership: not a controller
+// reference (druid controls nothing of it), and not blocking e's deletion.
+func OwnerReference(e *v1alpha1.Etcd) metav1.OwnerReference {
+	return metav1.OwnerReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "Etcd", Name: e.Name, UID: e.UID}
+}

@@ -1,0 +1,224 @@
+// Package etcdview reads an Etcd together with its EtcdMembership, the way
+// every part of druid-stretch sees an Etcd: druid's fields from the Etcd,
+// druid-stretch's from the EtcdMembership of the same name (see
+// stretchv1alpha1.View), and writes druid-stretch's part back where it lives.
+package etcdview
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+)
+
+// Pair is an Etcd as stored, its EtcdMembership as stored (nil when there is
+// none), and the View of the two.
+type Pair struct {
+	Etcd       *v1alpha1.Etcd
+	Membership *stretchv1alpha1.EtcdMembership
+	View       *v1alpha1.Etcd
+	Source     stretchv1alpha1.SpecSource
+}
+
+// Get reads the Etcd key and its EtcdMembership. The Etcd's NotFound is
+// returned as is (apierrors.IsNotFound); a missing EtcdMembership is not an
+// error.
+func Get(ctx context.Context, r client.Reader, key types.NamespacedName) (*Pair, error) {
+	e := &v1alpha1.Etcd{}
+	if err := r.Get(ctx, key, e); err != nil {
+		return nil, err
+	}
+	m, err := GetMembership(ctx, r, key)
+	if err != nil {
+		return nil, err
+	}
+	return Of(e, m), nil
+}
+
+// Of is the Pair of e and m (nil when there is none).
+func Of(e *v1alpha1.Etcd, m *stretchv1alpha1.EtcdMembership) *Pair {
+	v, src := stretchv1alpha1.View(e, m)
+	return &Pair{Etcd: e, Membership: m, View: v, Source: src}
+}
+
+// GetMembership reads the EtcdMembership key, nil when there is none.
+func GetMembership(ctx context.Context, r client.Reader, key types.NamespacedName) (*stretchv1alpha1.EtcdMembership, error) {
+	m := &stretchv1alpha1.EtcdMembership{}
+	if err := r.Get(ctx, key, m); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading the EtcdMembership %s: %w", key, err)
+	}
+	return m, nil
+}
+
+// Adopt makes the EtcdMembership carry what the pair's View plans from: an
+// Etcd that carries druid-stretch's fields inline (the extended Etcd CRD)
+// gets them copied into its EtcdMembership, created when missing, so that
+// they outlive druid's own CRD coming back; an EtcdMembership without an
+// owner gets the Etcd as its owner. Nothing of the etcd membership changes.
+// It reports whether it wrote.
+func Adopt(ctx context.Context, c client.Client, p *Pair) (bool, error) {
+	switch {
+	case p.Source == stretchv1alpha1.SpecFromEtcd && p.Membership == nil:
+		m := stretchv1alpha1.For(p.Etcd, p.Etcd.Spec.MembershipSpec)
+		if err := c.Create(ctx, m); err != nil {
+			return false, fmt.Errorf("creating the EtcdMembership %s from the Etcd's fields: %w", client.ObjectKeyFromObject(m), err)
+		}
+		p.Membership = m
+		return true, nil
+	case p.Membership == nil:
+		return false, nil
+	}
+	want := p.Membership.DeepCopy()
+	if p.Source == stretchv1alpha1.SpecFromEtcd {
+		want.Spec.MembershipSpec = *p.Etcd.Spec.MembershipSpec.DeepCopy()
+	}
+	if p.Etcd.UID != "" && !ownedBy(want, p.Etcd) {
+		want.OwnerReferences = append(want.OwnerReferences, stretchv1alpha1.OwnerReference(p.Etcd))
+	}
+	if equality.Semantic.DeepEqual(want.Spec, p.Membership.Spec) && len(want.OwnerReferences) == len(p.Membership.OwnerReferences) {
+		return false, nil
+	}
+	// Optimistic locking: a user's edit in between is not overwritten.
+	if err := c.Patch(ctx, want, client.MergeFromWithOptions(p.Membership, client.MergeFromWithOptimisticLock{})); err != nil {
+		return false, fmt.Errorf("copying the Etcd's fields into the EtcdMembership %s: %w", client.ObjectKeyFromObject(want), err)
+	}
+	p.Membership = want
+	return true, nil
+}
+
+func ownedBy(m *stretchv1alpha1.EtcdMembership, e *v1alpha1.Etcd) bool {
+	for _, o := range m.OwnerReferences {
+		if o.UID == e.UID {
+			return true
+		}
+	}
+	return false
+}
+
+// WriteStatus writes status.membership of the pair's View back: into the
+// EtcdMembership, and into the Etcd as well while the Etcd carries it (the
+// extended Etcd CRD), so that readers of either see the same.
+func WriteStatus(ctx context.Context, c client.Client, p *Pair) error {
+	st := p.View.Status.Membership
+	if m := p.Membership; m != nil {
+		want := m.DeepCopy()
+		want.Status.Membership = st.DeepCopy()
+		want.Status.ObservedGeneration = m.Generation
+		meta.SetStatusCondition(&want.Status.Conditions, metav1.Condition{
+			Type: stretchv1alpha1.ConditionAttached, Status: metav1.ConditionTrue, Reason: stretchv1alpha1.ReasonEtcdFound, ObservedGeneration: m.Generation,
+			Message: fmt.Sprintf("planned with the Etcd %s", client.ObjectKeyFromObject(p.Etcd)),
+		})
+		if !equality.Semantic.DeepEqual(want.Status, m.Status) {
+			if err := c.Status().Patch(ctx, want, client.MergeFrom(m)); err != nil {
+				return fmt.Errorf("writing status.membership of the EtcdMembership %s: %w", client.ObjectKeyFromObject(m), err)
+			}
+			p.Membership = want
+		}
+	}
+	if p.Membership != nil && p.Source != stretchv1alpha1.SpecFromEtcd && p.Etcd.Status.Membership == nil {
+		return nil
+	}
+	want := p.Etcd.DeepCopy()
+	want.Status.Membership = st.DeepCopy()
+	if equality.Semantic.DeepEqual(want.Status, p.Etcd.Status) {
+		return nil
+	}
+	if err := c.Status().Patch(ctx, want, client.MergeFrom(p.Etcd)); err != nil {
+		return fmt.Errorf("writing status.membership of the Etcd %s: %w", client.ObjectKeyFromObject(p.Etcd), err)
+	}
+	p.Etcd = want
+	return nil
+}
+
+// Detached reports on the EtcdMembership key, when there is one, that no
+// Etcd of its name exists, so that nothing is planned for it.
+func Detached(ctx context.Context, c client.Client, key types.NamespacedName) error {
+	m, err := GetMembership(ctx, c, key)
+	if err != nil || m == nil {
+		return err
+	}
+	want := m.DeepCopy()
+	meta.SetStatusCondition(&want.Status.Conditions, metav1.Condition{
+		Type: stretchv1alpha1.ConditionAttached, Status: metav1.ConditionFalse, Reason: stretchv1alpha1.ReasonEtcdNotFound, ObservedGeneration: m.Generation,
+		Message: fmt.Sprintf("there is no Etcd %s in this namespace, so nothing is planned: an EtcdMembership attaches to the Etcd of its own name", key.Name),
+	})
+	if equality.Semantic.DeepEqual(want.Status, m.Status) {
+		return nil
+	}
+	return c.Status().Patch(ctx, want, client.MergeFrom(m))
+}
+
+// Apply writes want, a changed copy of p.View, back where each part lives:
+// druid-stretch's spec into the EtcdMembership (created when missing) first,
+// so that the controller and the StatefulSet webhook see it before druid acts
+// on the Etcd's change; then the Etcd, with druid-stretch's fields inline as
+// well, which an extended Etcd CRD keeps and druid's own CRD prunes. Both
+// writes are merge patches guarded by resourceVersion: a conflict is returned
+// (apierrors.IsConflict) for the caller to read again and retry.
+func Apply(ctx context.Context, c client.Client, p *Pair, want *v1alpha1.Etcd) error {
+	spec := want.Spec.MembershipSpec
+	switch m := p.Membership; {
+	case m == nil && !stretchv1alpha1.IsZero(&spec):
+		n := stretchv1alpha1.For(p.Etcd, spec)
+		if err := c.Create(ctx, n); err != nil {
+			return fmt.Errorf("creating the EtcdMembership %s: %w", client.ObjectKeyFromObject(n), err)
+		}
+		p.Membership = n
+	case m != nil && !equality.Semantic.DeepEqual(m.Spec.MembershipSpec, spec):
+		n := m.DeepCopy()
+		n.Spec.MembershipSpec = *spec.DeepCopy()
+		if err := c.Patch(ctx, n, client.MergeFromWithOptions(m, client.MergeFromWithOptimisticLock{})); err != nil {
+			return fmt.Errorf("patching the EtcdMembership %s: %w", client.ObjectKeyFromObject(n), err)
+		}
+		p.Membership = n
+	}
+	e := p.Etcd.DeepCopy()
+	e.ObjectMeta = *want.ObjectMeta.DeepCopy()
+	e.Spec = *want.Spec.DeepCopy()
+	if equality.Semantic.DeepEqual(e.ObjectMeta, p.Etcd.ObjectMeta) && equality.Semantic.DeepEqual(e.Spec, p.Etcd.Spec) {
+		return nil
+	}
+	if err := c.Patch(ctx, e, client.MergeFromWithOptions(p.Etcd, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("patching the Etcd %s: %w", client.ObjectKeyFromObject(e), err)
+	}
+	p.Etcd = e
+	return nil
+}
+
+// Create creates e's EtcdMembership, when e sets druid-stretch's fields,
+// and then e itself (with the fields inline as well, as Apply writes them).
+// An EtcdMembership that already exists is updated to e's fields.
+func Create(ctx context.Context, c client.Client, e *v1alpha1.Etcd) error {
+	key := client.ObjectKeyFromObject(e)
+	if !stretchv1alpha1.IsZero(&e.Spec.MembershipSpec) {
+		m := stretchv1alpha1.For(e, e.Spec.MembershipSpec)
+		if err := c.Create(ctx, m); err != nil {
+			if !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("creating the EtcdMembership %s: %w", key, err)
+			}
+			old, err := GetMembership(ctx, c, key)
+			if err != nil {
+				return err
+			}
+			if old != nil {
+				m = old.DeepCopy()
+				m.Spec.MembershipSpec = *e.Spec.MembershipSpec.DeepCopy()
+				if err := c.Patch(ctx, m, client.MergeFromWithOptions(old, client.MergeFromWithOptimisticLock{})); err != nil {
+					return fmt.Errorf("patching the EtcdMembership %s: %w", key, err)
+				}
+			}
+		}
+	}
+	return c.Create(ctx, e)
+}
