@@ -5,9 +5,11 @@ import (
 	"slices"
 
 	druidv1alpha1 "github.com/gardener/etcd-druid/api/core/v1alpha1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1/peerurls"
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
 	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
@@ -32,12 +34,44 @@ type DNSResolver struct {
 	SidecarPort int32
 	// SidecarScheme is https (the default) or http.
 	SidecarScheme string
+	// EtcdJSON, when set, gives an Etcd's JSON as stored, so that druid#1438's
+	// spec.etcd.additionalAdvertisedURLs, which the Etcd's Go type drops, is
+	// read too (peerurls.ReadJSON). Unset, the Go type's field is read,
+	// druid v0.38.1's spec.etcd.additionalAdvertisePeerURLs.
+	EtcdJSON func(e *v1alpha1.Etcd) ([]byte, error)
 }
 
 // PeerURLs are druid's: <scheme>://<pod>.<etcd>-peer.<namespace>.svc:<serverPort|2380>,
-// https when peer TLS is on, plus the member's additionalAdvertisePeerURLs.
+// https when peer TLS is on, and the member's additional peer URLs after it,
+// or those alone where druid#1438's overrideDefaultURL says so. Additional
+// peer URLs that package peerurls refuses are an error: a member added
+// with URLs other than those it advertises would not start.
 func (d DNSResolver) PeerURLs(e *v1alpha1.Etcd, memberName, podName string) ([]string, error) {
-	return members.DruidPeerURLs(e)(memberName, podName), nil
+	advertised, err := d.advertised(e)
+	if err != nil {
+		return nil, err
+	}
+	return advertised.PeerURLs(e, memberName, podName), nil
+}
+
+// advertised reads e's additional peer URLs, from its stored JSON where
+// EtcdJSON gives it.
+func (d DNSResolver) advertised(e *v1alpha1.Etcd) (peerurls.Advertised, error) {
+	var advertised peerurls.Advertised
+	var errs field.ErrorList
+	if d.EtcdJSON == nil {
+		advertised, errs = peerurls.Read(e)
+	} else {
+		raw, err := d.EtcdJSON(e)
+		if err != nil {
+			return peerurls.Advertised{}, fmt.Errorf("reading Etcd %s/%s as stored: %w", e.Namespace, e.Name, err)
+		}
+		advertised, errs = peerurls.ReadJSON(e, raw)
+	}
+	if len(errs) > 0 {
+		return peerurls.Advertised{}, fmt.Errorf("the additional peer URLs of Etcd %s/%s: %w", e.Namespace, e.Name, errs.ToAggregate())
+	}
+	return advertised, nil
 }
 
 // SidecarURL is https://<pod>.<etcd>-peer.<namespace>.svc:<SidecarPort>.

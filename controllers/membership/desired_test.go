@@ -19,6 +19,7 @@ func TestDNSResolver(t *testing.T) {
 	etcd := func(mutate func(e *v1alpha1.Etcd)) *v1alpha1.Etcd {
 		e := &v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Name: "etcd-main", Namespace: "shoot--p--s"}}
 		e.Spec.MemberNamePrefix = ptr.To("seed-b")
+		e.Spec.Replicas, e.Spec.OrdinalStart = 3, ptr.To[int32](3)
 		if mutate != nil {
 			mutate(e)
 		}
@@ -34,21 +35,30 @@ func TestDNSResolver(t *testing.T) {
 		e        *v1alpha1.Etcd
 		peers    []string
 		sidecar  string
+		err      string
 	}{
 		{"defaults, no peer TLS", membershipctrl.DNSResolver{}, etcd(nil),
-			[]string{"http://etcd-main-3.etcd-main-peer.shoot--p--s.svc:2380"}, "https://etcd-main-3.etcd-main-peer.shoot--p--s.svc:8090"},
+			[]string{"http://etcd-main-3.etcd-main-peer.shoot--p--s.svc:2380"}, "https://etcd-main-3.etcd-main-peer.shoot--p--s.svc:8090", ""},
 		{"peer TLS and a server port", membershipctrl.DNSResolver{SidecarPort: 9000}, etcd(func(e *v1alpha1.Etcd) {
 			tlsOn(e)
 			e.Spec.Etcd.ServerPort = ptr.To[int32](2390)
-		}), []string{"https://etcd-main-3.etcd-main-peer.shoot--p--s.svc:2390"}, "https://etcd-main-3.etcd-main-peer.shoot--p--s.svc:9000"},
+		}), []string{"https://etcd-main-3.etcd-main-peer.shoot--p--s.svc:2390"}, "https://etcd-main-3.etcd-main-peer.shoot--p--s.svc:9000", ""},
 		{"an additional advertised peer URL", membershipctrl.DNSResolver{SidecarScheme: "http"}, etcd(func(e *v1alpha1.Etcd) {
 			tlsOn(e)
 			e.Spec.Etcd.AdditionalAdvertisePeerURLs = []druidv1alpha1.MemberPeerURLs{{MemberName: "seed-b-etcd-main-3", URLs: []string{"https://etcd-main-3.seed-b.example:2380"}}}
-		}), []string{"https://etcd-main-3.etcd-main-peer.shoot--p--s.svc:2380", "https://etcd-main-3.seed-b.example:2380"}, "http://etcd-main-3.etcd-main-peer.shoot--p--s.svc:8090"},
+		}), []string{"https://etcd-main-3.etcd-main-peer.shoot--p--s.svc:2380", "https://etcd-main-3.seed-b.example:2380"}, "http://etcd-main-3.etcd-main-peer.shoot--p--s.svc:8090", ""},
+		{"an additional peer URL of the wrong scheme", membershipctrl.DNSResolver{}, etcd(func(e *v1alpha1.Etcd) {
+			tlsOn(e)
+			e.Spec.Etcd.AdditionalAdvertisePeerURLs = []druidv1alpha1.MemberPeerURLs{{MemberName: "seed-b-etcd-main-3", URLs: []string{"http://etcd-main-3.seed-b.example:2380"}}}
+		}), nil, "", "spec.etcd.additionalAdvertisePeerURLs[0].urls[0]: Invalid value"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g := NewWithT(t)
 			peers, err := c.resolver.PeerURLs(c.e, "seed-b-etcd-main-3", "etcd-main-3")
+			if c.err != "" {
+				g.Expect(err).To(MatchError(ContainSubstring(c.err)))
+				return
+			}
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(peers).To(Equal(c.peers))
 			url, err := c.resolver.SidecarURL(c.e, "seed-b-etcd-main-3", "etcd-main-3")

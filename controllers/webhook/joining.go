@@ -13,6 +13,7 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1/peerurls"
 	"github.com/druid-stretch/druid-stretch/internal/etcdconfig"
 )
 
@@ -77,7 +78,10 @@ func interposeSidecar(pod *corev1.PodSpec, e *v1alpha1.Etcd, o Options) error {
 	}
 
 	druidConfig := etcdconfig.DefaultPath // druid's file in the config volume
-	member := memberFlags(e)
+	member, err := memberFlags(e)
+	if err != nil {
+		return err
+	}
 	podName := corev1.EnvVar{Name: envPodName, ValueFrom: &corev1.EnvVarSource{
 		FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"},
 	}}
@@ -122,8 +126,9 @@ func interposeSidecar(pod *corev1.PodSpec, e *v1alpha1.Etcd, o Options) error {
 // filled in by Kubernetes ($(POD_NAME) in args). They are used where
 // druid's configuration has no entry for the member (a pod outside
 // ordinals 0..replicas-1); where it has one, its URLs win (they carry
-// spec.etcd.additionalAdvertisePeerURLs).
-func memberFlags(e *v1alpha1.Etcd) []string {
+// the additional peer URLs where druid finds them). Additional peer URLs
+// that package peerurls refuses are an error, naming the field.
+func memberFlags(e *v1alpha1.Etcd) ([]string, error) {
 	pod := "$(" + envPodName + ")"
 	clientScheme := "http"
 	if e.Spec.Etcd.ClientUrlTLS != nil {
@@ -136,14 +141,16 @@ func memberFlags(e *v1alpha1.Etcd) []string {
 		"--member-client-urls=" + clientScheme + "://" + pod + "." + members.PeerServiceDomain(e) + ":" + strconv.Itoa(int(clientPort)),
 	}
 	// The entries of the members this StatefulSet may run: the pod picks
-	// its own. druid's file lacks them when spec.memberNamePrefix is set
-	// (druid looks them up by pod name). Other members' entries (a live
-	// move lists the source's) stay out of the template: when they go, the
-	// template would change and the StatefulSet would restart its pods.
-	if additional := additionalPeerURLs(e, pod); len(additional) > 0 {
+	// its own. druid v0.38.1's file lacks them when spec.memberNamePrefix
+	// is set (druid looks them up by pod name).
+	advertised, errs := peerurls.Read(e)
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("the additional peer URLs of Etcd %s: %w", e.Name, errs.ToAggregate())
+	}
+	if additional := additionalPeerURLs(e, advertised, pod); len(additional) > 0 {
 		flags = append(flags, "--additional-peer-urls="+strings.Join(additional, ","))
 	}
-	return flags
+	return flags, nil
 }
 
 // additionalPeerURLs are the member=url entries of the members in e's pod
@@ -152,18 +159,18 @@ func memberFlags(e *v1alpha1.Etcd) []string {
 // $(POD_NAME) reference) in place of the name: the template then stays the
 // same as the window grows, and a move that scales the destination from 1
 // to 3 members, adding their entries, does not restart the running pod.
-func additionalPeerURLs(e *v1alpha1.Etcd, pod string) []string {
+func additionalPeerURLs(e *v1alpha1.Etcd, advertised peerurls.Advertised, pod string) []string {
 	window := members.PodWindow(e)
 	var listed []string
 	templated := map[int64][]string{}
-	for _, a := range e.Spec.Etcd.AdditionalAdvertisePeerURLs {
-		o, ok := members.Ordinal(e, a.MemberName)
+	for _, m := range advertised.Members() {
+		o, ok := members.Ordinal(e, m.Name)
 		if !ok || !window.Contains(o) {
 			continue
 		}
 		name := members.PodName(e, o)
-		for _, u := range a.URLs {
-			listed = append(listed, a.MemberName+"="+u)
+		for _, u := range m.URLs {
+			listed = append(listed, m.Name+"="+u)
 			templated[o] = append(templated[o], strings.ReplaceAll(u, name, pod))
 		}
 	}

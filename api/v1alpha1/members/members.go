@@ -190,8 +190,8 @@ type Peer struct {
 
 // LocalPeerURLs gives the advertised peer URLs of the local member with the
 // given member and pod name. The URL pattern depends on where the member runs
-// (druid's peer service, or a test runner's addresses); DruidPeerURLs is
-// druid's.
+// (druid's peer service, or a test runner's addresses); package peerurls
+// gives druid's (Advertised.LocalPeerURLs).
 type LocalPeerURLs func(memberName, podName string) []string
 
 // Peers are e's local members (in ordinal order) followed by its external
@@ -267,22 +267,4 @@ func PeerServiceDomain(e *v1alpha1.Etcd) string {
 // <scheme>://<pod>.<etcd>-peer.<namespace>.svc:<serverPort>.
 func InClusterPeerURL(e *v1alpha1.Etcd, podName string) string {
 	return fmt.Sprintf("%s://%s.%s:%d", PeerScheme(e), podName, PeerServiceDomain(e), PeerPort(e))
-}
-
-// DruidPeerURLs are the peer URLs druid makes a local member advertise: its
-// InClusterPeerURL, then the member's spec.etcd.additionalAdvertisePeerURLs
-// (looked up by member name, as druid's CEL rule names them, and by pod
-// name, as druid's config map generation looks them up).
-func DruidPeerURLs(e *v1alpha1.Etcd) LocalPeerURLs {
-	additional := e.Spec.Etcd.AdditionalAdvertisePeerURLs
-	return func(memberName, podName string) []string {
-		urls := []string{InClusterPeerURL(e, podName)}
-		for _, a := range additional {
-			if a.MemberName == memberName || a.MemberName == podName {
-				urls = append(urls, a.URLs...)
-				break
-			}
-		}
-		return urls
-	}
 }

@@ -119,25 +119,6 @@ func TestInitialCluster(t *testing.T) {
 	g.Expect(members.FormatInitialCluster(nil)).To(BeEmpty())
 }
 
-func TestDruidPeerURLs(t *testing.T) {
-	g := NewWithT(t)
-	e := etcd(ptr.To("seed-b"), ptr.To[int32](3), 3)
-	urls := members.DruidPeerURLs(e)
-	g.Expect(urls("seed-b-etcd-main-3", "etcd-main-3")).To(Equal([]string{"http://etcd-main-3.etcd-main-peer.shoot--p--s.svc:2380"}))
-
-	e.Spec.Etcd.PeerUrlTLS = &druidv1alpha1.PeerTLSConfig{}
-	e.Spec.Etcd.ServerPort = ptr.To[int32](12380)
-	e.Spec.Etcd.AdditionalAdvertisePeerURLs = []druidv1alpha1.MemberPeerURLs{
-		{MemberName: "seed-b-etcd-main-4", URLs: []string{"https://etcd-main-4.seed-b.example:2380"}},
-	}
-	urls = members.DruidPeerURLs(e)
-	g.Expect(urls("seed-b-etcd-main-4", "etcd-main-4")).To(Equal([]string{
-		"https://etcd-main-4.etcd-main-peer.shoot--p--s.svc:12380",
-		"https://etcd-main-4.seed-b.example:2380",
-	}))
-	g.Expect(members.InClusterPeerURL(e, "etcd-main-5")).To(Equal("https://etcd-main-5.etcd-main-peer.shoot--p--s.svc:12380"))
-}
-
 func TestStatefulSetOrdinals(t *testing.T) {
 	tests := []struct {
 		name      string

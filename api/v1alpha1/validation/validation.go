@@ -2,7 +2,8 @@
 // the same rules the CRD enforces with OpenAPI and CEL, with a message per
 // offending list element. It backs the validating webhook and lets gardenlet
 // check an Etcd before it writes it. druid's own fields are left to druid's
-// CRD rules.
+// CRD rules, but for the additional peer URLs, which the controller and the
+// webhook act on (package peerurls).
 package validation
 
 import (
@@ -16,6 +17,7 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1/peerurls"
 )
 
 // The patterns are the CRD's, character for character (a test checks the
@@ -51,14 +53,26 @@ var (
 
 // ValidateEtcd checks the extension fields of e and how they fit druid's
 // fields (replicas, memberNamePrefix, peerUrlTls, additionalAdvertisePeerURLs).
-// It is the CRD's rules plus two the CRD does not express: an external peer
-// URL must not be the in-cluster peer URL of a local pod, which depends on
-// the namespace (CEL sees only metadata.name), and the bounds on replicas and
+// It is the CRD's rules plus three the CRD does not express: an external
+// peer URL must not be the in-cluster peer URL of a local pod, which depends
+// on the namespace (CEL sees only metadata.name); the bounds on replicas and
 // the ordinal range (bounds.go), which apply only to Etcds that use the
-// extension (druid's own Etcds keep druid's rules).
+// extension (druid's own Etcds keep druid's rules); and the additional peer
+// URLs as package peerurls reads them, one entry per member.
 func ValidateEtcd(e *v1alpha1.Etcd) field.ErrorList {
 	errs := append(ValidateCRDRules(e), validateInClusterPeerURLs(e)...)
+	errs = append(errs, validateAdvertisedPeerURLs(e)...)
 	return append(errs, validateBounds(e)...)
+}
+
+// validateAdvertisedPeerURLs checks druid's additional peer URLs as the
+// controller and the webhook read them (package peerurls): each entry
+// names a local member, once, with URLs of the peer TLS scheme. druid's CEL
+// rules refuse the first and the last too; a duplicate entry only this
+// rule refuses (druid would take the first silently).
+func validateAdvertisedPeerURLs(e *v1alpha1.Etcd) field.ErrorList {
+	_, errs := peerurls.Read(e)
+	return errs
 }
 
 // ValidateCRDRules are the rules of ValidateEtcd that the CRD enforces too
@@ -119,10 +133,11 @@ func validateExternalMembers(e *v1alpha1.Etcd, path *field.Path) field.ErrorList
 	if e.Spec.Etcd.PeerUrlTLS != nil {
 		wantScheme, tlsState = "https://", "is set"
 	}
-	localURLs := map[string]string{} // peer URL -> memberName in additionalAdvertisePeerURLs
-	for _, a := range e.Spec.Etcd.AdditionalAdvertisePeerURLs {
-		for _, u := range a.URLs {
-			localURLs[u] = a.MemberName
+	localURLs := map[string]string{}  // peer URL -> local member advertising it
+	advertised, _ := peerurls.Read(e) // its errors are ValidateEtcd's
+	for _, m := range advertised.Members() {
+		for _, u := range m.URLs {
+			localURLs[u] = m.Name
 		}
 	}
 	names := map[string]int{}

@@ -1,0 +1,221 @@
+// Package peerurls reads the peer URLs that an Etcd's local members
+// advertise besides druid's in-cluster one, from whichever of druid's
+// fields carries them, into one form: per local member name, its URLs and
+// whether they replace the in-cluster URL. Every reader in druid-stretch
+// (the controller, the webhook, validation) goes through it, so that a
+// change of druid's API changes this package only.
+//
+// druid has two shapes of the field:
+//
+//   - spec.etcd.additionalAdvertisePeerURLs: [{memberName, urls}], druid
+//     v0.38.1 (the API this module pins). The URLs come after the in-cluster
+//     URL.
+//   - spec.etcd.additionalAdvertisedURLs.peerURLs: {overrideDefaultURL,
+//     members: [{name, urls}]}, druid#1438 (druid's master, not released),
+//     which removes the first. With overrideDefaultURL the members listed
+//     advertise their URLs only.
+//
+// In both an entry names the etcd member, [<memberNamePrefix>-]<pod name>,
+// as druid's CEL rules demand. (druid v0.38.1 looks the entries up by pod
+// name, so with a prefix it never finds them; druid-stretch's sidecar
+// advertises them anyway. druid#1438 looks them up by member name.)
+package peerurls
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
+)
+
+// Member is what one local member advertises besides druid's default.
+type Member struct {
+	// Name is the etcd member name.
+	Name string
+	// URLs are the member's additional peer URLs, in spec order.
+	URLs []string
+	// ReplacesDefault says the member advertises URLs only, without druid's
+	// in-cluster peer URL (druid#1438's overrideDefaultURL).
+	ReplacesDefault bool
+}
+
+// Advertised are an Etcd's additional peer URLs by local member name. The
+// zero value lists none: every member advertises druid's in-cluster URL
+// only.
+type Advertised struct {
+	members []Member // in ordinal order
+}
+
+// Members are the local members with additional peer URLs, in ordinal order.
+func (a Advertised) Members() []Member { return slices.Clone(a.members) }
+
+// Member is the entry of the local member name, if it has one.
+func (a Advertised) Member(name string) (Member, bool) {
+	i := slices.IndexFunc(a.members, func(m Member) bool { return m.Name == name })
+	if i < 0 {
+		return Member{}, false
+	}
+	return a.members[i], true
+}
+
+// PeerURLs are the peer URLs druid makes e's local member memberName, in
+// pod podName, advertise: its in-cluster peer URL unless its entry replaces
+// it, then the entry's URLs.
+func (a Advertised) PeerURLs(e *v1alpha1.Etcd, memberName, podName string) []string {
+	m, ok := a.Member(memberName)
+	if !ok {
+		return []string{members.InClusterPeerURL(e, podName)}
+	}
+	if m.ReplacesDefault {
+		return slices.Clone(m.URLs)
+	}
+	return append([]string{members.InClusterPeerURL(e, podName)}, m.URLs...)
+}
+
+// LocalPeerURLs is PeerURLs for e, in the form package members renders
+// peers and initial clusters with.
+func (a Advertised) LocalPeerURLs(e *v1alpha1.Etcd) members.LocalPeerURLs {
+	return func(memberName, podName string) []string { return a.PeerURLs(e, memberName, podName) }
+}
+
+// Paths of the two shapes, for the errors.
+var (
+	v0381Path = field.NewPath("spec", "etcd", "additionalAdvertisePeerURLs")
+	pr1438    = field.NewPath("spec", "etcd", "additionalAdvertisedURLs")
+)
+
+// Read reads the field e's Go type carries, druid v0.38.1's
+// spec.etcd.additionalAdvertisePeerURLs. Errors name the offending field;
+// the entries that have none are still returned.
+func Read(e *v1alpha1.Etcd) (Advertised, field.ErrorList) {
+	entries := make([]entry, 0, len(e.Spec.Etcd.AdditionalAdvertisePeerURLs))
+	for i, a := range e.Spec.Etcd.AdditionalAdvertisePeerURLs {
+		p := v0381Path.Index(i)
+		entries = append(entries, entry{name: a.MemberName, urls: a.URLs, namePath: p.Child("memberName"), urlsPath: p.Child("urls")})
+	}
+	return convert(e, entries, false)
+}
+
+// ReadJSON reads the peer URLs of the Etcd whose JSON, as stored, is
+// etcdJSON (an admission request's object, an unstructured read), and
+// which decodes to e: druid#1438's spec.etcd.additionalAdvertisedURLs,
+// which e's Go type drops, or, when the JSON has none, what Read reads. The
+// names, ordinals, prefix and peer TLS it checks against are e's.
+func ReadJSON(e *v1alpha1.Etcd, etcdJSON []byte) (Advertised, field.ErrorList) {
+	var stored struct {
+		Spec struct {
+			Etcd struct {
+				AdditionalAdvertisedURLs *AdditionalAdvertiseURLsSpec `json:"additionalAdvertisedURLs"`
+			} `json:"etcd"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal(etcdJSON, &stored); err != nil {
+		return Advertised{}, field.ErrorList{field.Invalid(pr1438, "", fmt.Sprintf("the Etcd's JSON does not decode as druid#1438's shape: %v", err))}
+	}
+	spec := stored.Spec.Etcd.AdditionalAdvertisedURLs
+	if spec == nil {
+		return Read(e)
+	}
+	if len(e.Spec.Etcd.AdditionalAdvertisePeerURLs) > 0 {
+		return Advertised{}, field.ErrorList{field.Forbidden(pr1438,
+			"is set together with spec.etcd.additionalAdvertisePeerURLs: druid#1438 replaces that field, so the peer URLs would depend on which druid reads the Etcd; set one of them")}
+	}
+	return FromAdditionalAdvertisedURLs(e, spec)
+}
+
+// FromAdditionalAdvertisedURLs reads druid#1438's field as given: the peer
+// URLs of e's local members; the client URLs are not read.
+func FromAdditionalAdvertisedURLs(e *v1alpha1.Etcd, spec *AdditionalAdvertiseURLsSpec) (Advertised, field.ErrorList) {
+	if spec == nil || spec.PeerURLs == nil {
+		return Advertised{}, nil
+	}
+	peers := spec.PeerURLs
+	path := pr1438.Child("peerURLs")
+	replaces := peers.OverrideDefaultURL != nil && *peers.OverrideDefaultURL
+	if len(peers.Members) == 0 {
+		// druid's CEL rules ask for one member at least (MinItems=1).
+		return Advertised{}, field.ErrorList{field.Required(path.Child("members"), "at least one member: druid#1438 requires one when peerURLs is set")}
+	}
+	entries := make([]entry, 0, len(peers.Members))
+	for i, m := range peers.Members {
+		p := path.Child("members").Index(i)
+		entries = append(entries, entry{name: m.Name, urls: m.URLs, namePath: p.Child("name"), urlsPath: p.Child("urls")})
+	}
+	return convert(e, entries, replaces)
+}
+
+// entry is one member's entry in either shape, with where it is.
+type entry struct {
+	name               string
+	urls               []string
+	namePath, urlsPath *field.Path
+}
+
+// convert checks the entries against e and keeps those without errors:
+// each names a local member (one of the ordinal range), once, and lists at
+// least one URL of the scheme of e's peer TLS.
+func convert(e *v1alpha1.Etcd, entries []entry, replaces bool) (Advertised, field.ErrorList) {
+	wantScheme, tlsState := members.PeerScheme(e)+"://", "is not set"
+	if e.Spec.Etcd.PeerUrlTLS != nil {
+		tlsState = "is set"
+	}
+	local := members.LocalOrdinals(e)
+	first := map[string]*field.Path{}
+	var errs field.ErrorList
+	var out []Member
+	for _, en := range entries {
+		var bad field.ErrorList
+		if o, ok := members.NameOrdinal(e, en.name); en.name == "" {
+			bad = append(bad, field.Required(en.namePath, "the etcd member name, [<memberNamePrefix>-]<etcd name>-<ordinal>"))
+		} else if !ok || !local.Contains(o) {
+			bad = append(bad, field.Invalid(en.namePath, en.name, noLocalMember(e, en.name)))
+		}
+		if p, dup := first[en.name]; dup && en.name != "" {
+			d := field.Duplicate(en.namePath, en.name)
+			d.Detail = fmt.Sprintf("also %s: a member has one entry, and druid would take the first silently", p)
+			bad = append(bad, d)
+		} else {
+			first[en.name] = en.namePath
+		}
+		if len(en.urls) == 0 {
+			bad = append(bad, field.Required(en.urlsPath, "at least one URL: an entry without URLs advertises nothing"))
+		}
+		for j, u := range en.urls {
+			if !strings.HasPrefix(u, wantScheme) {
+				bad = append(bad, field.Invalid(en.urlsPath.Index(j), u, fmt.Sprintf(
+					"must use %s because spec.etcd.peerUrlTls %s: every member of one etcd cluster speaks the same peer protocol", wantScheme, tlsState)))
+			}
+		}
+		if len(bad) > 0 {
+			errs = append(errs, bad...)
+			continue
+		}
+		out = append(out, Member{Name: en.name, URLs: slices.Clone(en.urls), ReplacesDefault: replaces})
+	}
+	slices.SortFunc(out, func(a, b Member) int {
+		oa, _ := members.NameOrdinal(e, a.Name)
+		ob, _ := members.NameOrdinal(e, b.Name)
+		return cmp.Compare(oa, ob)
+	})
+	return Advertised{members: out}, errs
+}
+
+// noLocalMember words why name is not a local member's, with the names
+// that are.
+func noLocalMember(e *v1alpha1.Etcd, name string) string {
+	r := members.LocalOrdinals(e)
+	if r.Empty() {
+		return "names no local member: spec.replicas is 0, so the Etcd runs none"
+	}
+	names := fmt.Sprintf("the local members are %s..%s (ordinals %s)", members.MemberName(e, r.Start), members.MemberName(e, r.End-1), r)
+	if o, ok := members.PodOrdinal(e, name); ok && r.Contains(o) && members.MemberName(e, o) != name {
+		return fmt.Sprintf("is the pod name of local member %s: an entry names the etcd member, <memberNamePrefix>-<pod name>; %s", members.MemberName(e, o), names)
+	}
+	return "names no local member: " + names
+}
