@@ -177,6 +177,9 @@ func liveMoveWithPodDeletions(t *testing.T, deletions []podDeletion) {
 
 	history := run.Membership
 	t.Logf("membership steps: %s", strings.Join(history.TransitionsInApplyOrder(appliedConfChanges(t, b, moveNamespace, "etcd-main-3")), "; "))
+	tie, ties := history.LongestTie(func(name string) bool { return memberOrdinal(name) >= MoveReplicas })
+	t.Logf("polls saw the voters tied %d time(s), the longest for %s; the controllers measured %d tie(s), %.3f s in all, %d under a second",
+		ties, tie.Round(time.Millisecond), run.Ties, run.TieSeconds, run.TiesUnderOneSecond)
 	fewest, from, lasted := history.FewestVoters()
 	t.Logf("the fewest voters: %d, from %s for %s", fewest, from.Format("15:04:05.000"), lasted.Round(100*time.Millisecond))
 	check.Expect(fewest).To(Equal(MoveReplicas), "the cluster never had fewer than %d voters: %v", MoveReplicas, history.Snapshot())
