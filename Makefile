@@ -51,8 +51,11 @@ test: test-binaries lint verify-generate ## every test, on real etcd and a real 
 # Two lanes: two moves at a time, each in two clusters of its own. -v
 # streams each run's log as it goes: without it a failed run's messages
 # show only once the whole matrix ended.
-fault-matrix: test-binaries ## every fault in every phase of a live move (40 moves, two at a time); writes the table into README.md
+# Then the etcd pods deleted at every step of a live move between two real
+# sites (five moves, one at a time: each runs two sites of real parts).
+fault-matrix: test-binaries ## every fault in every phase of a live move (40 moves, two at a time; writes the table into README.md), then etcd pods deleted at every step of a move between real sites (5 moves)
 	$(GO) test -count=1 -timeout 240m -v -run TestFaultMatrix ./test/e2e -args -faults=full -faults.lanes=2 -faults.write=$(CURDIR)/README.md
+	$(GO) test -count=1 -timeout 60m -v -run TestLiveMoveSurvivesPodDeletion ./internal/site -args -pod-deletions=full
 
 lint: ## go vet and a gofmt check, in every module
 	$(GO) vet ./...

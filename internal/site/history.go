@@ -115,6 +115,34 @@ func (h *MembershipHistory) LongestTie(side func(name string) bool) (longest tim
 	return longest, ties
 }
 
+// FewestVoters is the fewest voters any list had, when a poll first saw
+// that, and how long the lists went on having that few (until a list with
+// more, or now).
+func (h *MembershipHistory) FewestVoters() (n int, from time.Time, lasted time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	voters := make([]int, len(h.lists))
+	for i, list := range h.lists {
+		for _, m := range list {
+			if !m.Learner {
+				voters[i]++
+			}
+		}
+	}
+	if len(voters) == 0 {
+		return 0, time.Time{}, 0
+	}
+	first := slices.Index(voters, slices.Min(voters))
+	end := time.Now()
+	for j := first + 1; j < len(voters); j++ {
+		if voters[j] != voters[first] {
+			end = h.seen[j]
+			break
+		}
+	}
+	return voters[first], h.seen[first], end.Sub(h.seen[first])
+}
+
 // Last is the member list last seen.
 func (h *MembershipHistory) Last() []MemberState {
 	h.mu.Lock()

@@ -59,3 +59,25 @@ func TestTransitionsInApplyOrder(t *testing.T) {
 		"add learner (unnamed) + remove etcd-main-1",
 	}))
 }
+
+// TestFewestVoters: the dip counts from the first list with the fewest
+// voters until the first list with more; a learner added meanwhile does
+// not end it.
+func TestFewestVoters(t *testing.T) {
+	g := NewWithT(t)
+	h := &MembershipHistory{}
+	at := time.Now()
+	for i, list := range [][]MemberState{
+		{{ID: 0xa1}, {ID: 0x3}, {ID: 0x4}},
+		{{ID: 0x3}, {ID: 0x4}},
+		{{ID: 0x3}, {ID: 0x4}, {ID: 0x5, Learner: true}},
+		{{ID: 0x3}, {ID: 0x4}, {ID: 0x5}},
+	} {
+		h.lists = append(h.lists, list)
+		h.seen = append(h.seen, at.Add(time.Duration(i)*time.Second))
+	}
+	n, from, lasted := h.FewestVoters()
+	g.Expect(n).To(Equal(2))
+	g.Expect(from).To(Equal(at.Add(time.Second)))
+	g.Expect(lasted).To(Equal(2 * time.Second))
+}

@@ -43,6 +43,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/druid-stretch/druid-stretch/controllers/membership"
+	stepexec "github.com/druid-stretch/druid-stretch/internal/membership"
+	"github.com/druid-stretch/druid-stretch/internal/planner"
 	"github.com/druid-stretch/druid-stretch/internal/podhost"
 	"github.com/druid-stretch/druid-stretch/internal/podnet"
 )
@@ -82,6 +84,12 @@ type Options struct {
 	// Logger receives the site's own events (the node stand-in, the
 	// in-process controller).
 	Logger logr.Logger
+	// OnStep, when set, is told about each membership change the site's
+	// druid-stretch controller sends (membership.Config.OnStep of
+	// internal/membership: a nil result right before the sidecar call, the
+	// call's result right after it), on the controller's goroutine: a test
+	// acts at a step's exact moment with it, not at a poll's.
+	OnStep func(step planner.Step, res *stepexec.Result)
 }
 
 // Site is a running site.

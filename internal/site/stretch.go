@@ -112,6 +112,7 @@ func (s *Site) startDruidStretch(ctx context.Context) error {
 	wo.SidecarPort, wo.EtcdMaxLearners = sidecarPort, mo.Reconciler.MaxLearners
 	mo.Resolver = membership.DNSResolver{SidecarPort: sidecarPort, SidecarScheme: "http"}
 	mo.Reconciler.Membership.DialContext = s.DialContext
+	mo.Reconciler.Membership.OnStep = s.opts.OnStep
 	// The site's DNS, as the controller's pod would ask its cluster's.
 	dns := net.JoinHostPort(s.Network.DNSServer().String(), "53")
 	mo.Reconciler.LookupHost = (&net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
