@@ -8,6 +8,7 @@ package planner
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -352,7 +353,44 @@ func (v *view) healthGate(p Policy) (Step, bool) {
 	}
 	// Rule 1's exception: a departing voter that is down only weighs on the
 	// quorum; removing it heals the cluster, provided the rest keeps a healthy quorum.
+	// A ready learner of ours that the removal would otherwise leave short
+	// of the target's voters is promoted first: the voter may only be a pod
+	// being recreated, and removing it first would run the cluster on
+	// fewer voters than the target until the promotion.
+	if len(v.voters)-1 < v.size {
+		if s, ok := v.promoteBeforeHeal(p); ok {
+			return s, true
+		}
+	}
 	return v.removeVoter(down, p, RuleHealthyCluster, fmt.Sprintf("departing voter %s is down; removing it heals the cluster", down.label())), true
+}
+
+// promoteBeforeHeal is the promotion of a ready learner of ours, when one
+// can be promoted at once, for the health gate's exception.
+func (v *view) promoteBeforeHeal(p Policy) (Step, bool) {
+	for _, l := range v.learners {
+		if l.role != owned || !l.Healthy {
+			// One that does not answer polls yet is promoted on the
+			// leader's word alone; with a voter down that is one unknown
+			// too many.
+			continue
+		}
+		if _, ready := v.learnerState(l, p); !ready {
+			continue
+		}
+		before := v.voterCounts()
+		after := maps.Clone(before)
+		after[l.Side]++
+		if holder(after) != holder(before) {
+			// Rule 6: the majority changes sides through a removal only.
+			continue
+		}
+		if s := v.promote(l, p); s.Kind == Promote {
+			s.Rule, s.Reason = RuleHealthyCluster, s.Reason+"; a departing voter is down, and removing it first would leave fewer voters than the target"
+			return s, true
+		}
+	}
+	return Step{}, false
 }
 
 // learnerMayJoin tells whether a learner may be added although the health

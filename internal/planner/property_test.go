@@ -401,16 +401,19 @@ func (s *sim) apply(st Step) {
 }
 
 // checkHealthy asserts rule 1 before a change: a leader, and every voter
-// answering (only a departing voter that is down may be removed without),
-// but for a voter that stays whose poll timed out while its raft has been
-// connected for MinHealthyFor: it runs and votes. A learner, which has no
-// vote, may also be added while such a voter has been connected for less.
+// answering (only a departing voter that is down may be removed without,
+// and a ready learner be promoted ahead of that removal, rule 1's
+// exception), but for a voter that stays whose poll timed out while its
+// raft has been connected for MinHealthyFor: it runs and votes. A learner,
+// which has no vote, may also be added while such a voter has been
+// connected for less.
 func (s *sim) checkHealthy(st Step) {
 	for _, m := range s.voters() {
 		stays := !slices.Contains(s.want.Remove, m.name)
 		connected := m.missedPoll && m.ConnectedFor >= s.policy.MinHealthyFor && stays
 		joining := st.Kind == AddLearner && stays && m.ConnectedFor > 0 && (m.missedPoll || m.Unstarted)
-		if !m.Healthy && !s.runsUnstarted(m) && !connected && !joining {
+		healing := st.Kind == Promote && st.Rule == RuleHealthyCluster && !stays
+		if !m.Healthy && !s.runsUnstarted(m) && !connected && !joining && !healing {
 			s.fail("rule 1: %s while voter %s is down", st, m.name)
 		}
 	}
