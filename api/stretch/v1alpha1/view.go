@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	druidv1alpha1 "github.com/gardener/etcd-druid/api/core/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
@@ -66,4 +67,17 @@ func For(e *v1alpha1.Etcd, spec v1alpha1.MembershipSpec) *EtcdMembership {
 // reference (druid controls nothing of it), and not blocking e's deletion.
 func OwnerReference(e *v1alpha1.Etcd) metav1.OwnerReference {
 	return metav1.OwnerReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "Etcd", Name: e.Name, UID: e.UID}
+}
+
+// Split is the inverse of View for a writer that knows druid's Etcd type
+// only (gardenlet): v, a View changed by the caller (the migration steps of
+// api/v1alpha1/migration change Views), becomes druid's Etcd, without any of
+// druid-stretch's fields, and the EtcdMembership that carries them, to be
+// written each to its own resource (the EtcdMembership first, so that
+// druid-stretch sees the fields before druid acts on the Etcd).
+// status.membership stays with neither: only the controller writes it.
+func Split(v *v1alpha1.Etcd) (*druidv1alpha1.Etcd, *EtcdMembership) {
+	e := v.DruidEtcd()
+	m := For(v, v.Spec.MembershipSpec)
+	return e, m
 }

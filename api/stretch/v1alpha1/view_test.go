@@ -78,3 +78,28 @@ func TestFor(t *testing.T) {
 	g.Expect(m.Spec.OrdinalStart).To(Equal(ptr.To[int32](3)), "a copy of the spec")
 	g.Expect(stretchv1alpha1.For(&v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, v1alpha1.MembershipSpec{}).OwnerReferences).To(BeEmpty(), "no owner before the Etcd has a UID")
 }
+
+func TestSplitUndoesView(t *testing.T) {
+	g := NewWithT(t)
+	stored := etcd(v1alpha1.MembershipSpec{}, nil)
+	stored.Status.Ready = ptr.To(true)
+	m := membership(v1alpha1.MembershipSpec{OrdinalStart: ptr.To[int32](3)}, &v1alpha1.MembershipStatus{Phase: v1alpha1.MembershipPhaseConverged})
+	v, _ := stretchv1alpha1.View(stored, m)
+	v.Spec.Replicas = 4
+	v.Spec.ExternalMembersPolicy = ptr.To(v1alpha1.ExternalMembersPolicyRetire)
+
+	druid, split := stretchv1alpha1.Split(v)
+	g.Expect(druid.Spec).To(Equal(v.Spec.EtcdSpec), "druid's fields, the caller's change included")
+	g.Expect(druid.Spec.Replicas).To(Equal(int32(4)))
+	g.Expect(druid.Status.Ready).To(Equal(ptr.To(true)))
+	g.Expect(druid.Name).To(Equal(stored.Name))
+	g.Expect(split.Name).To(Equal(stored.Name))
+	g.Expect(split.Namespace).To(Equal(stored.Namespace))
+	g.Expect(split.Spec.MembershipSpec).To(Equal(v1alpha1.MembershipSpec{OrdinalStart: ptr.To[int32](3), ExternalMembersPolicy: ptr.To(v1alpha1.ExternalMembersPolicyRetire)}))
+	g.Expect(split.Status).To(BeZero(), "status.membership is the controller's to write")
+	g.Expect(split.OwnerReferences).To(ConsistOf(HaveField("UID", stored.UID)))
+
+	again, src := stretchv1alpha1.View(&v1alpha1.Etcd{ObjectMeta: druid.ObjectMeta, Spec: v1alpha1.EtcdSpec{EtcdSpec: druid.Spec}}, split)
+	g.Expect(src).To(Equal(stretchv1alpha1.SpecFromEtcdMembership))
+	g.Expect(again.Spec).To(Equal(v.Spec), "viewed again, the pair is the View that was split")
+}
