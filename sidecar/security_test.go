@@ -236,7 +236,12 @@ func TestSecurityRefusals(t *testing.T) {
 		{"POST", "/v1/leader", fmt.Sprintf(`{"name":%q}`, follower)},
 		{"POST", "/v1/lock", `{"holder":"me","ttlSeconds":10}`},
 		{"PUT", "/v1/retired/" + follower, `{"by":"me"}`},
+		{"DELETE", "/v1/lock", ""},
+		{"DELETE", "/v1/retired/" + follower, ""},
 		{"POST", "/v1/clients/drain", ""},
+		{"DELETE", "/v1/clients/drain", ""},
+		{"POST", "/v1/clients/hold", ""},
+		{"DELETE", "/v1/clients/hold", ""},
 	}
 
 	// Who may call: mutual TLS, then the allow-list.
