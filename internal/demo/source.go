@@ -16,9 +16,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
 	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
+	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 	"github.com/druid-stretch/druid-stretch/internal/migration"
 )
 
@@ -46,7 +48,7 @@ func (e *Env) SourceEtcd() *v1alpha1.Etcd {
 // CreateSource creates the Etcd in cluster A and waits until its members
 // run and its controller reports them converged, all voters.
 func (e *Env) CreateSource(ctx context.Context, timeout time.Duration) error {
-	if err := e.A.Client.Create(ctx, e.SourceEtcd()); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := etcdview.Create(ctx, e.A.Client, e.SourceEtcd()); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating the Etcd in cluster A: %w", err)
 	}
 	return e.WaitFor(ctx, timeout, "the source's members to run and converge", func(src, _ *v1alpha1.Etcd) bool {
@@ -127,6 +129,12 @@ func (e *Env) Delete(ctx context.Context, timeout time.Duration) error {
 		x := &v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Name: e.Config.Name, Namespace: e.Config.Namespace}}
 		if err := c.Client.Delete(ctx, x); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting the Etcd in cluster %s: %w", c.Name, err)
+		}
+		// Its owner's deletion would take it with a garbage collector;
+		// these clusters run none.
+		m := &stretchv1alpha1.EtcdMembership{ObjectMeta: metav1.ObjectMeta{Name: e.Config.Name, Namespace: e.Config.Namespace}}
+		if err := c.Client.Delete(ctx, m); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting the EtcdMembership in cluster %s: %w", c.Name, err)
 		}
 	}
 	return e.WaitFor(ctx, timeout, "the pods of the deleted Etcd to stop", func(_, _ *v1alpha1.Etcd) bool {
