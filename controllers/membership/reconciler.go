@@ -195,8 +195,9 @@ func NewReconciler(d Dependencies, o Options) (*Reconciler, error) {
 	}, nil
 }
 
-// SetupWithManager watches Etcd and EtcdMembership objects. Status updates do not trigger a
-// reconcile (the controller writes them itself); the requeue intervals do.
+// SetupWithManager watches Etcd and EtcdMembership objects. Status updates
+// do not trigger a reconcile (the controller writes them itself); the
+// requeue intervals do.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("etcd-membership").
