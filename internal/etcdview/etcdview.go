@@ -167,22 +167,11 @@ func Detached(ctx context.Context, c client.Client, key types.NamespacedName) er
 // writes are merge patches guarded by resourceVersion: a conflict is returned
 // (apierrors.IsConflict) for the caller to read again and retry.
 func Apply(ctx context.Context, c client.Client, p *Pair, want *v1alpha1.Etcd) error {
-	spec := want.Spec.MembershipSpec
-	switch m := p.Membership; {
-	case m == nil && !stretchv1alpha1.IsZero(&spec):
-		n := stretchv1alpha1.For(p.Etcd, spec)
-		if err := c.Create(ctx, n); err != nil {
-			return fmt.Errorf("creating the EtcdMembership %s: %w", client.ObjectKeyFromObject(n), err)
-		}
-		p.Membership = n
-	case m != nil && !equality.Semantic.DeepEqual(m.Spec.MembershipSpec, spec):
-		n := m.DeepCopy()
-		n.Spec.MembershipSpec = *spec.DeepCopy()
-		if err := c.Patch(ctx, n, client.MergeFromWithOptions(m, client.MergeFromWithOptimisticLock{})); err != nil {
-			return fmt.Errorf("patching the EtcdMembership %s: %w", client.ObjectKeyFromObject(n), err)
-		}
-		p.Membership = n
+	m, err := writeMembership(ctx, c, p.Etcd, p.Membership, want.Spec.MembershipSpec)
+	if err != nil {
+		return err
 	}
+	p.Membership = m
 	e := p.Etcd.DeepCopy()
 	e.ObjectMeta = *want.ObjectMeta.DeepCopy()
 	e.Spec = *want.Spec.DeepCopy()
@@ -200,25 +189,41 @@ func Apply(ctx context.Context, c client.Client, p *Pair, want *v1alpha1.Etcd) e
 // and then e itself (with the fields inline as well, as Apply writes them).
 // An EtcdMembership that already exists is updated to e's fields.
 func Create(ctx context.Context, c client.Client, e *v1alpha1.Etcd) error {
-	key := client.ObjectKeyFromObject(e)
-	if !stretchv1alpha1.IsZero(&e.Spec.MembershipSpec) {
-		m := stretchv1alpha1.For(e, e.Spec.MembershipSpec)
-		if err := c.Create(ctx, m); err != nil {
-			if !apierrors.IsAlreadyExists(err) {
-				return fmt.Errorf("creating the EtcdMembership %s: %w", key, err)
-			}
-			old, err := GetMembership(ctx, c, key)
-			if err != nil {
-				return err
-			}
-			if old != nil {
-				m = old.DeepCopy()
-				m.Spec.MembershipSpec = *e.Spec.MembershipSpec.DeepCopy()
-				if err := c.Patch(ctx, m, client.MergeFromWithOptions(old, client.MergeFromWithOptimisticLock{})); err != nil {
-					return fmt.Errorf("patching the EtcdMembership %s: %w", key, err)
-				}
-			}
-		}
+	if _, err := writeMembership(ctx, c, e, nil, e.Spec.MembershipSpec); err != nil {
+		return err
 	}
 	return c.Create(ctx, e)
+}
+
+// writeMembership makes e's EtcdMembership carry spec: it creates it when
+// have is nil and spec sets a field (patching one that exists already), or
+// patches have when its spec differs, guarded by resourceVersion. It
+// returns the EtcdMembership as written, have when nothing was written.
+func writeMembership(ctx context.Context, c client.Client, e *v1alpha1.Etcd, have *stretchv1alpha1.EtcdMembership, spec v1alpha1.MembershipSpec) (*stretchv1alpha1.EtcdMembership, error) {
+	key := client.ObjectKeyFromObject(e)
+	if have == nil {
+		if stretchv1alpha1.IsZero(&spec) {
+			return nil, nil
+		}
+		m := stretchv1alpha1.For(e, spec)
+		err := c.Create(ctx, m)
+		if err == nil {
+			return m, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("creating the EtcdMembership %s: %w", key, err)
+		}
+		if have, err = GetMembership(ctx, c, key); err != nil || have == nil {
+			return nil, err
+		}
+	}
+	if equality.Semantic.DeepEqual(have.Spec.MembershipSpec, spec) {
+		return have, nil
+	}
+	m := have.DeepCopy()
+	m.Spec.MembershipSpec = *spec.DeepCopy()
+	if err := c.Patch(ctx, m, client.MergeFromWithOptions(have, client.MergeFromWithOptimisticLock{})); err != nil {
+		return nil, fmt.Errorf("patching the EtcdMembership %s: %w", key, err)
+	}
+	return m, nil
 }
