@@ -267,11 +267,7 @@ func TestDroppedStatusMidMove(t *testing.T) {
 			g := NewWithT(t)
 			e := newEnv(t)
 			prefix := "drop" + strings.ToLower(kind)
-			etcd := e.newEtcd(prefix, 3)
-			sts := druidStatefulSet(g, etcd)
-			e.startController()
-			before := converged(g, etcd, 1, 90*time.Second, names(prefix, 0, 1, 2)...)
-			g.Eventually(podWindow(sts)).WithTimeout(10 * time.Second).Should(Equal("[0, 3)"))
+			etcd, sts, before := e.runningOnStatefulSet(g, prefix)
 			cli := e.etcdClient(g, etcd, 0, 1, 2)
 			_, err := cli.Put(t.Context(), "before-the-move", "kept")
 			g.Expect(err).NotTo(HaveOccurred())
@@ -347,11 +343,7 @@ func pruneInlineFields(ctx context.Context, etcd *v1alpha1.Etcd) error {
 func TestFieldsPrunedFromTheEtcdMidMove(t *testing.T) {
 	g := NewWithT(t)
 	e := newEnv(t)
-	etcd := e.newEtcd("pruned", 3)
-	sts := druidStatefulSet(g, etcd)
-	e.startController()
-	before := converged(g, etcd, 1, 90*time.Second, names("pruned", 0, 1, 2)...)
-	g.Eventually(podWindow(sts)).WithTimeout(10 * time.Second).Should(Equal("[0, 3)"))
+	etcd, sts, before := e.runningOnStatefulSet(g, "pruned")
 	m, err := etcdview.GetMembership(t.Context(), k8s, client.ObjectKeyFromObject(etcd))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(m).NotTo(BeNil(), "the controller copied the Etcd's fields into an EtcdMembership")
@@ -393,11 +385,7 @@ func TestFieldsPrunedFromTheEtcdMidMove(t *testing.T) {
 func TestLostExtensionFieldsAreReported(t *testing.T) {
 	g := NewWithT(t)
 	e := newEnv(t)
-	etcd := e.newEtcd("lost", 3)
-	sts := druidStatefulSet(g, etcd)
-	e.startController()
-	before := converged(g, etcd, 1, 90*time.Second, names("lost", 0, 1, 2)...)
-	g.Eventually(podWindow(sts)).WithTimeout(10 * time.Second).Should(Equal("[0, 3)"))
+	etcd, _, before := e.runningOnStatefulSet(g, "lost")
 	e.calls.reset()
 
 	g.Expect(pruneInlineFields(t.Context(), etcd)).To(Succeed())
@@ -767,4 +755,17 @@ func TestEtcdMembershipWithoutEtcd(t *testing.T) {
 		g.Expect(c).NotTo(BeNil())
 		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
 	}).WithTimeout(10 * time.Second).Should(Succeed())
+}
+
+// runningOnStatefulSet starts the controller on a new 3-member Etcd of the
+// prefix whose druid StatefulSet exists, and waits until the members
+// converged and the StatefulSet runs ordinals 0-2. It returns the Etcd, the
+// StatefulSet and the converged status.
+func (e *env) runningOnStatefulSet(g Gomega, prefix string) (*v1alpha1.Etcd, *appsv1.StatefulSet, *v1alpha1.MembershipStatus) {
+	etcd := e.newEtcd(prefix, 3)
+	sts := druidStatefulSet(g, etcd)
+	e.startController()
+	st := converged(g, etcd, 1, 90*time.Second, names(prefix, 0, 1, 2)...)
+	g.Eventually(podWindow(sts)).WithTimeout(10 * time.Second).Should(Equal("[0, 3)"))
+	return etcd, sts, st
 }
