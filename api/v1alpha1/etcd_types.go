@@ -130,6 +130,40 @@ type MembershipSpec struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	LearnerReplicas *int32 `json:"learnerReplicas,omitempty"`
+
+	// AdditionalAdvertisePeerURLs are further peer URLs of local members,
+	// as druid's spec.etcd.additionalAdvertisePeerURLs gives them (after
+	// druid's in-cluster peer URL), for the members druid's own field
+	// cannot hold: druid admits an entry only for the ordinals
+	// 0..spec.replicas-1, so the members of a range that starts later
+	// (spec.ordinalStart, the destination of a move in the same shoot
+	// namespace) are listed here. Each entry names a local member at an
+	// ordinal from spec.replicas on; the members below that belong in
+	// druid's field, which druid renders into its configuration.
+	// +optional
+	// +listType=map
+	// +listMapKey=memberName
+	// +kubebuilder:validation:MaxItems=10
+	AdditionalAdvertisePeerURLs []MemberPeerURLs `json:"additionalAdvertisePeerURLs,omitempty"`
+}
+
+// MemberPeerURLs are the further peer URLs of one local member.
+type MemberPeerURLs struct {
+	// MemberName is the etcd member name, [<memberNamePrefix>-]<etcd name>-<ordinal>.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^[a-z0-9]([-a-z0-9]*[a-z0-9])?-[0-9]+$')`,message="must be an etcd member name, [<memberNamePrefix>-]<etcd name>-<ordinal>"
+	MemberName string `json:"memberName"`
+
+	// URLs are the member's further peer URLs, scheme://host:port.
+	// +required
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=5
+	// +kubebuilder:validation:items:MaxLength=256
+	// +kubebuilder:validation:items:XValidation:rule=`self.matches(r'^https?://([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*|\[[0-9a-f:.]+\]):([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$')`,message="must be an http:// or https:// URL scheme://host:port with a lowercase host, a port in 1-65535 and no path, as etcd takes member URLs"
+	URLs []string `json:"urls"`
 }
 
 // ExternalMembersPolicy is what the controller does with the external members.

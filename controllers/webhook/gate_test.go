@@ -63,15 +63,17 @@ func TestClientGateFlags(t *testing.T) {
 // destination grows changes no template and restarts no pod; entries that
 // do not fit that pattern are listed one by one. An entry of a member the
 // Etcd does not run (the source's, in a live move) is refused, naming it:
-// druid's CEL rules refuse it too.
+// druid's CEL rules refuse it too. The destination's ordinals 3..5 are
+// beyond what druid's own field admits, so its entries are the
+// EtcdMembership's (spec.additionalAdvertisePeerURLs).
 func TestMemberFlagsKeepOwnAdvertisedURLs(t *testing.T) {
 	g := NewWithT(t)
 	start := int32(3)
 	e := &v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Name: "etcd-main", Namespace: "ns"},
-		Spec: v1alpha1.EtcdSpec{MembershipSpec: v1alpha1.MembershipSpec{OrdinalStart: &start}, EtcdSpec: druidv1alpha1.EtcdSpec{Replicas: 1, Etcd: druidv1alpha1.EtcdConfig{
-			AdditionalAdvertisePeerURLs: []druidv1alpha1.MemberPeerURLs{
+		Spec: v1alpha1.EtcdSpec{MembershipSpec: v1alpha1.MembershipSpec{OrdinalStart: &start,
+			AdditionalAdvertisePeerURLs: []v1alpha1.MemberPeerURLs{
 				{MemberName: "etcd-main-3", URLs: []string{"http://etcd-main-3.ns.site-b.test:2380"}},
-			}}}}}
+			}}, EtcdSpec: druidv1alpha1.EtcdSpec{Replicas: 1}}}
 	flags := func() []string {
 		f, err := memberFlags(e)
 		g.Expect(err).NotTo(HaveOccurred())
@@ -82,23 +84,23 @@ func TestMemberFlagsKeepOwnAdvertisedURLs(t *testing.T) {
 	g.Expect(one).To(ContainElement(templated))
 
 	e.Spec.Replicas = 3
-	e.Spec.Etcd.AdditionalAdvertisePeerURLs = append(e.Spec.Etcd.AdditionalAdvertisePeerURLs,
-		druidv1alpha1.MemberPeerURLs{MemberName: "etcd-main-4", URLs: []string{"http://etcd-main-4.ns.site-b.test:2380"}},
-		druidv1alpha1.MemberPeerURLs{MemberName: "etcd-main-5", URLs: []string{"http://etcd-main-5.ns.site-b.test:2380"}})
+	e.Spec.AdditionalAdvertisePeerURLs = append(e.Spec.AdditionalAdvertisePeerURLs,
+		v1alpha1.MemberPeerURLs{MemberName: "etcd-main-4", URLs: []string{"http://etcd-main-4.ns.site-b.test:2380"}},
+		v1alpha1.MemberPeerURLs{MemberName: "etcd-main-5", URLs: []string{"http://etcd-main-5.ns.site-b.test:2380"}})
 	g.Expect(flags()).To(Equal(one), "growing from 1 to 3 members changes no flag of the template")
 
-	e.Spec.Etcd.AdditionalAdvertisePeerURLs[1].URLs = []string{"http://other-host.ns.site-b.test:2380"}
+	e.Spec.AdditionalAdvertisePeerURLs[1].URLs = []string{"http://other-host.ns.site-b.test:2380"}
 	g.Expect(flags()).To(ContainElement("--additional-peer-urls=" +
 		"etcd-main-3=http://etcd-main-3.ns.site-b.test:2380,etcd-main-4=http://other-host.ns.site-b.test:2380,etcd-main-5=http://etcd-main-5.ns.site-b.test:2380"))
 
-	e.Spec.Etcd.AdditionalAdvertisePeerURLs = e.Spec.Etcd.AdditionalAdvertisePeerURLs[:1]
+	e.Spec.AdditionalAdvertisePeerURLs = e.Spec.AdditionalAdvertisePeerURLs[:1]
 	g.Expect(flags()).To(ContainElement("--additional-peer-urls=etcd-main-3=http://etcd-main-3.ns.site-b.test:2380"),
 		"members of the window without an entry: each entry is listed")
 
-	e.Spec.Etcd.AdditionalAdvertisePeerURLs = append(e.Spec.Etcd.AdditionalAdvertisePeerURLs,
-		druidv1alpha1.MemberPeerURLs{MemberName: "etcd-main-0", URLs: []string{"http://etcd-main-0.ns.site-a.test:2380"}})
+	e.Spec.AdditionalAdvertisePeerURLs = append(e.Spec.AdditionalAdvertisePeerURLs,
+		v1alpha1.MemberPeerURLs{MemberName: "etcd-main-0", URLs: []string{"http://etcd-main-0.ns.site-a.test:2380"}})
 	_, err := memberFlags(e)
-	g.Expect(err).To(MatchError(ContainSubstring("spec.etcd.additionalAdvertisePeerURLs[1].memberName")))
+	g.Expect(err).To(MatchError(ContainSubstring("spec.additionalAdvertisePeerURLs[1].memberName")))
 	g.Expect(err).To(MatchError(ContainSubstring("names no local member")))
 }
 

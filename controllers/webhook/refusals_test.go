@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	druidv1alpha1 "github.com/gardener/etcd-druid/api/core/v1alpha1"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -137,6 +138,32 @@ func TestWebhookRefusals(t *testing.T) {
 	refusedCreate("spec.externalMembersPolicy Retire with 0 replicas", "spec.externalMembersPolicy", fresh(func(e *v1alpha1.Etcd) {
 		e.Spec.ExternalMembersPolicy, e.Spec.Replicas = ptr.To(v1alpha1.ExternalMembersPolicyRetire), 0
 	}))
+
+	// druid-stretch's own additional peer URLs (the EtcdMembership's
+	// spec.additionalAdvertisePeerURLs, inline here): only for members
+	// druid's own field does not admit, one entry per member.
+	ownURLs := func(start int32, scheme string, ordinals ...int) func(*v1alpha1.Etcd) {
+		return func(e *v1alpha1.Etcd) {
+			e.Spec.OrdinalStart, e.Spec.Replicas = ptr.To(start), 3
+			for _, o := range ordinals {
+				member := druidv1alpha1.GetMemberName(e.Spec.MemberNamePrefix, fmt.Sprintf("%s-%d", e.Name, o))
+				e.Spec.AdditionalAdvertisePeerURLs = append(e.Spec.AdditionalAdvertisePeerURLs,
+					v1alpha1.MemberPeerURLs{MemberName: member, URLs: []string{scheme + "://" + member + ".seed-b.example:2380"}})
+			}
+		}
+	}
+	refusedCreate("an EtcdMembership peer URL entry for ordinal 1 of a 3-replica Etcd (druid's own field admits it)", "below spec.replicas",
+		fresh(ownURLs(1, "https", 1)))
+	refusedCreate("an EtcdMembership peer URL entry for a member the Etcd does not run", "names no local member",
+		fresh(ownURLs(3, "https", 0)))
+	refusedCreate("a member with peer URL entries in druid's field and in the EtcdMembership's", "Duplicate value",
+		fresh(func(e *v1alpha1.Etcd) {
+			ownURLs(3, "https", 3)(e)
+			e.Spec.Etcd.AdditionalAdvertisePeerURLs = []druidv1alpha1.MemberPeerURLs{{
+				MemberName: e.Spec.AdditionalAdvertisePeerURLs[0].MemberName, URLs: e.Spec.AdditionalAdvertisePeerURLs[0].URLs}}
+		}))
+	refusedCreate("an http:// URL in an EtcdMembership peer URL entry while spec.etcd.peerUrlTls is set", "spec.additionalAdvertisePeerURLs[0].urls[0]",
+		fresh(ownURLs(3, "http", 3)))
 
 	// Transitions.
 	phase := func(p v1alpha1.MembershipPhase) func(*v1alpha1.Etcd) {

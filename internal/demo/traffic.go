@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 	"github.com/druid-stretch/druid-stretch/internal/localetcd"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
 	"github.com/druid-stretch/druid-stretch/internal/workload"
@@ -236,19 +237,19 @@ func (e *Env) observedVoters(ctx context.Context) ([]v1alpha1.ObservedMember, er
 	return out, nil
 }
 
-// Read returns the Etcd in cluster A and in cluster B (nil where it does
-// not exist).
+// Read returns the Etcd in cluster A and in cluster B, each as
+// druid-stretch's view with its EtcdMembership (nil where it does not
+// exist).
 func (e *Env) Read(ctx context.Context) (src, dst *v1alpha1.Etcd, err error) {
 	get := func(c *Cluster) (*v1alpha1.Etcd, error) {
-		x := &v1alpha1.Etcd{}
-		err := c.Client.Get(ctx, client.ObjectKey{Namespace: e.Config.Namespace, Name: e.Config.Name}, x)
+		p, err := etcdview.Get(ctx, c.Client, client.ObjectKey{Namespace: e.Config.Namespace, Name: e.Config.Name})
 		if client.IgnoreNotFound(err) != nil {
 			return nil, fmt.Errorf("reading the Etcd in cluster %s: %w", c.Name, err)
 		}
 		if err != nil {
 			return nil, nil
 		}
-		return x, nil
+		return p.View, nil
 	}
 	if src, err = get(e.A); err != nil {
 		return nil, nil, err

@@ -298,7 +298,7 @@ func TestSwitchClientsComesBeforeAnySourceMemberGoes(t *testing.T) {
 	g.Expect(warmBefore.Spec.GetExternalMembersPolicy()).To(Equal(v1alpha1.ExternalMembersPolicyKeep))
 	g.Expect(warmBefore.Spec.Replicas).To(BeNumerically("==", 3))
 	g.Expect(warmBefore.Spec.ExternalMembers).To(Equal(dstBefore.Spec.ExternalMembers))
-	g.Expect(warmBefore.Spec.Etcd.AdditionalAdvertisePeerURLs).To(HaveLen(3), "the learners advertise the URLs the source reaches them by")
+	g.Expect(warmBefore.Spec.AdditionalAdvertisePeerURLs).To(HaveLen(3), "the learners advertise the URLs the source reaches them by, in the EtcdMembership (druid admits none of the ordinals 3..5)")
 	retiring := get(t, dstClient, ns)
 	g.Expect(retiring.Spec.GetExternalMembersPolicy()).To(Equal(v1alpha1.ExternalMembersPolicyRetire))
 	g.Expect(retiring.Spec.Replicas).To(BeNumerically("==", 3))

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 )
 
 // EtcdMainManifest is a plain etcd-druid Etcd shaped like a Gardener
@@ -97,16 +98,17 @@ func (s *Site) WaitEtcdReady(ctx context.Context, key client.ObjectKey, replicas
 func (s *Site) WaitVoters(ctx context.Context, key client.ObjectKey, n int, timeout time.Duration) error {
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
-		var e v1alpha1.Etcd
-		if err := s.Client.Get(ctx, key, &e); err != nil {
+		p, err := etcdview.Get(ctx, s.Client, key)
+		if err != nil {
 			last = err.Error()
 			return false, nil
 		}
-		if e.Status.Membership == nil {
+		st := p.View.Status.Membership
+		if st == nil {
 			last = "no status.membership yet"
 			return false, nil
 		}
-		v := e.Status.Membership.Voters()
+		v := st.Voters()
 		last = fmt.Sprintf("voters %v", v)
 		return len(v) == n, nil
 	})

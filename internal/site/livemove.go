@@ -16,10 +16,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
@@ -123,7 +125,16 @@ type LiveMove struct {
 	// A is the source site, B the destination.
 	A, B *Site
 	opts LiveMoveOptions
+	// crds write druid's own CRDs into A and B from CreateSource to the
+	// end of Run, as gardenlet does on both seeds.
+	crds []*CRDDeployer
 }
+
+// DruidCRDPeriod is how often a live move writes druid's own CRDs into
+// both sites: gardenlet writes them on every seed reconcile, about once a
+// minute; twice as often here, so that a move of two minutes meets
+// several writes.
+const DruidCRDPeriod = 30 * time.Second
 
 // NewLiveMove peers a and b at opts.RTT and creates the shoot namespace in
 // both. a and b are sites of MoveSiteOptions.
@@ -160,14 +171,25 @@ func (m *LiveMove) printf(format string, args ...any) {
 	fmt.Fprintf(m.opts.Out, format+"\n", args...)
 }
 
-// CreateSource creates the source Etcd in A, opted in to druid-stretch and
-// advertising its members' names under A's external domain, and waits
+// CreateSource starts writing druid's own CRDs into both sites, as
+// gardenlet does (until the end of Run), creates the source Etcd in A with
+// druid's own type, advertising its members' names under A's external
+// domain, opts it in to druid-stretch with an EtcdMembership, and waits
 // until druid reports it Ready and druid-stretch sees its voters.
 func (m *LiveMove) CreateSource(ctx context.Context) error {
-	if _, err := m.A.CreateEtcd(ctx, MoveNamespace, func(o *unstructured.Unstructured) error {
-		if err := unstructured.SetNestedField(o.Object, int64(0), "spec", "ordinalStart"); err != nil {
-			return err
+	for _, s := range []*Site{m.A, m.B} {
+		d, err := s.DeployDruidCRDs(ctx, DruidCRDPeriod)
+		if err != nil {
+			return fmt.Errorf("writing druid's CRDs into %s: %w", s.opts.ClusterIdentity, err)
 		}
+		m.crds = append(m.crds, d)
+	}
+	opted := &stretchv1alpha1.EtcdMembership{ObjectMeta: metav1.ObjectMeta{Namespace: MoveNamespace, Name: MoveEtcdName}}
+	opted.Spec.OrdinalStart = ptr.To[int32](0)
+	if err := m.A.Client.Create(ctx, opted); err != nil {
+		return fmt.Errorf("creating the source's EtcdMembership: %w", err)
+	}
+	if _, err := m.A.CreateEtcd(ctx, MoveNamespace, func(o *unstructured.Unstructured) error {
 		return unstructured.SetNestedSlice(o.Object, ExternalPeerURLs(MoveEtcdName, MoveReplicas, sourceDomain), "spec", "etcd", "additionalAdvertisePeerURLs")
 	}); err != nil {
 		return err
@@ -238,14 +260,31 @@ type LiveMoveRun struct {
 	// FirstMemberRuns is how often B's pod etcd-main-3 ran (1: no change of
 	// its template restarted it during the move).
 	FirstMemberRuns int
+	// DruidCRDWrites is how often druid's own CRDs were written into the
+	// sites, both counted, from CreateSource to the end of the move.
+	DruidCRDWrites int
 }
 
 // Run runs the client traffic, moves the Etcd while it runs, waits until B
 // serves with every member ready and druid reports it Ready, and checks
 // the traffic. The Etcd must run in A (CreateSource). The returned run
 // holds whatever was measured, also when an error ends it early. Every
-// client and load it starts has ended when it returns.
+// client and load it starts has ended when it returns, and so have the
+// writes of druid's CRDs that CreateSource started.
 func (m *LiveMove) Run(ctx context.Context) (*LiveMoveRun, error) {
+	run, err := m.run(ctx)
+	for _, d := range m.crds {
+		r := d.Stop()
+		run.DruidCRDWrites += r.Writes
+		if r.Err != nil {
+			err = errors.Join(err, fmt.Errorf("writing druid's CRDs as gardenlet does: %w", r.Err))
+		}
+	}
+	m.crds = nil
+	return run, err
+}
+
+func (m *LiveMove) run(ctx context.Context) (*LiveMoveRun, error) {
 	run := &LiveMoveRun{}
 	a, b := m.A, m.B
 	eps := ClientURLs()

@@ -28,6 +28,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
 	"github.com/druid-stretch/druid-stretch/internal/apiload"
+	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 	"github.com/druid-stretch/druid-stretch/internal/migration"
 )
 
@@ -75,6 +76,25 @@ func TestLiveMoveBetweenRealSites(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(errors.Join(reconcileErrs...)).NotTo(HaveOccurred(), "druid was asked to reconcile in the middle of the move")
 	t.Logf("the move took %s", run.MoveTook.Round(100*time.Millisecond))
+
+	// druid's own CRDs were written into both sites throughout, as
+	// gardenlet writes them: both Etcds are druid's objects, and every
+	// field of druid-stretch's lives in their EtcdMemberships, the
+	// destination's peer URLs among them (druid's own field admits none of
+	// the ordinals 3..5).
+	t.Logf("druid's own CRDs were written %d times into the two sites", run.DruidCRDWrites)
+	g.Expect(run.DruidCRDWrites).To(BeNumerically(">=", 4), "druid's CRDs were written into both sites more than once each")
+	for _, s := range []*Site{a, b} {
+		p, err := etcdview.Get(ctx, s.Client, mv.Key())
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(p.Etcd.Spec.MembershipSpec).To(BeZero(), "%s's Etcd carries no druid-stretch field", s.opts.ClusterIdentity)
+		g.Expect(p.Membership).NotTo(BeNil(), "%s's Etcd has its EtcdMembership", s.opts.ClusterIdentity)
+	}
+	dstPair, err := etcdview.Get(ctx, b.Client, mv.Key())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(dstPair.Etcd.Spec.Etcd.AdditionalAdvertisePeerURLs).To(BeEmpty())
+	g.Expect(dstPair.Membership.Spec.AdditionalAdvertisePeerURLs).To(HaveExactElements(
+		HaveField("MemberName", "etcd-main-3"), HaveField("MemberName", "etcd-main-4"), HaveField("MemberName", "etcd-main-5")))
 
 	firstReady := slices.Index(run.DruidReady, true)
 	g.Expect(firstReady).To(BeNumerically(">=", 0), "druid reported B Ready during the move (%d samples)", len(run.DruidReady))
@@ -146,7 +166,12 @@ func TestLiveMoveBetweenRealSites(t *testing.T) {
 // switch once the destination holds the majority, and only then does the
 // held member go. B's kube-apiserver then finishes its start on a quorum
 // inside B. A's clients meet two removals of their members and the leader
-// transfer, through their members' client gates.
+// transfer, through their members' client gates. Throughout, both
+// controllers' status.membership is dropped after every step they make, as
+// druid's compaction drops it from the Etcd and as nothing but a fault
+// would drop it from the EtcdMembership: the move goes on from what etcd
+// and the sidecars record, with no voter lost and no new cluster (the
+// member list's history shows every member of the one cluster).
 func TestLiveMoveHoldingASourceMember(t *testing.T) {
 	g := NewWithT(t)
 	ctx := testContext(t, siteTestDeadline)
@@ -160,9 +185,30 @@ func TestLiveMoveHoldingASourceMember(t *testing.T) {
 	mv, err := NewLiveMove(ctx, a, b, LiveMoveOptions{RTT: DefaultMoveRTT, HoldSource: 1, Out: testWriter{t}})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(mv.CreateSource(ctx)).To(Succeed())
+	// Both controllers' records are dropped after every step they make
+	// (statusWiper): the move decides from etcd and the sidecars' step
+	// records, not from a status someone else can drop.
+	wiper := wipeStatusAfterEveryStep(ctx, t, mv.Key(), a, b)
 	run, err := mv.Run(ctx)
+	wipes := wiper.stop()
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Logf("the move took %s", run.MoveTook.Round(100*time.Millisecond))
+	t.Logf("status.membership was dropped %d times: %v", len(wipes), wipes)
+	// The wiper drops the record it finds at a poll: a step whose record
+	// the next one replaced first has no drop of its own.
+	g.Expect(kinds(wipes)).To(ContainElements(v1alpha1.StepAddLearner, v1alpha1.StepPromoteLearner, v1alpha1.StepRemoveMember),
+		"status.membership was dropped after steps of each kind that changes the membership")
+	fewest, at, lasted := run.Membership.FewestVoters()
+	t.Logf("the fewest voters: %d, from %s for %s", fewest, at.Format(time.RFC3339Nano), lasted)
+	g.Expect(fewest).To(BeNumerically(">=", MoveReplicas), "no voter was lost to a dropped status")
+	lists := run.Membership.Snapshot()
+	for i := 1; i < len(lists); i++ {
+		var before []uint64
+		for _, m := range lists[i-1] {
+			before = append(before, m.ID)
+		}
+		g.Expect(lists[i]).To(ContainElement(HaveField("ID", BeElementOf(before))), "one cluster throughout: each member list shares a member with the one before (%v after %v)", lists[i], lists[i-1])
+	}
 
 	g.Expect(run.OwnLost.Lost).To(BeEmpty(), "no acknowledged write lost")
 	g.Expect(run.Own.Linearizable).To(BeTrue(), "the own client's history is linearizable: %s", run.Own.LinearizabilityResult)

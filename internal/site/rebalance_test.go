@@ -1,9 +1,7 @@
 package site
 
 import (
-	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,18 +9,14 @@ import (
 	"testing"
 	"time"
 
-	druidcrds "github.com/gardener/etcd-druid/api/core/v1alpha1/crds"
 	. "github.com/onsi/gomega"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/yaml"
 
 	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
@@ -126,7 +120,9 @@ func TestRebalanceBetweenNodeGroups(t *testing.T) {
 	g.Eventually(func() (*stretchv1alpha1.EtcdMembership, error) {
 		return etcdview.GetMembership(ctx, s.Client, key)
 	}).WithTimeout(time.Minute).Should(HaveField("Spec.OrdinalStart", Equal(ptr.To[int32](0))), "the controller copied the Etcd's fields into its EtcdMembership")
-	deployer := reapplyDruidCRDs(ctx, t, s, 30*time.Second)
+	deployer, err := s.DeployDruidCRDs(ctx, 30*time.Second)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { deployer.Stop() })
 	g.Eventually(func(g Gomega) {
 		// Any write stores the pruned object; druid's status writes do
 		// it too, this one only does not wait for them.
@@ -164,11 +160,12 @@ func TestRebalanceBetweenNodeGroups(t *testing.T) {
 	})).To(Succeed())
 	druidReady.Start()
 	// druid's compaction controller replaces the whole Etcd status, which
-	// drops status.membership; here right after the first learner's add
-	// and right after the first promotion, the moments at which a dropped
-	// status once had the old members' pods deleted (quorum lost) or a new
-	// cluster bootstrapped. The move must go on as if nothing happened.
-	wipes := dropStatusAfter(ctx, t, s, key, v1alpha1.StepAddLearner, v1alpha1.StepPromoteLearner)
+	// drops status.membership: here after every step of the rebalance, the
+	// first learner's add and the first promotion among them, the moments
+	// at which a dropped status once had the old members' pods deleted
+	// (quorum lost) or a new cluster bootstrapped. The move must go on as
+	// if nothing happened.
+	wiper := wipeStatusAfterEveryStep(ctx, t, key, s)
 	newRange := []string{"etcd-main-3", "etcd-main-4", "etcd-main-5"}
 	var lastVoters []string
 	err = wait.PollUntilContextTimeout(ctx, time.Second, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -180,13 +177,17 @@ func TestRebalanceBetweenNodeGroups(t *testing.T) {
 		return slices.Equal(sortedCopy(lastVoters), newRange), nil
 	})
 	g.Expect(err).NotTo(HaveOccurred(), "status.membership shows the voters %v (last seen %v)", newRange, lastVoters)
-	g.Expect(<-wipes).To(Succeed(), "status.membership was dropped after the first AddLearner and the first PromoteLearner")
-	applied := deployer.stop()
-	g.Expect(applied.err).NotTo(HaveOccurred(), "writing druid's CRDs as gardenlet does")
-	t.Logf("druid's own CRDs were written %d times during the rebalance", applied.n)
+	wipes := wiper.stop()
+	t.Logf("status.membership was dropped %d times: %v", len(wipes), wipes)
+	g.Expect(kinds(wipes)).To(ContainElements(v1alpha1.StepAddLearner, v1alpha1.StepPromoteLearner, v1alpha1.StepRemoveMember),
+		"status.membership was dropped after steps of each kind the rebalance makes")
+	g.Expect(wipes[0].step).To(HaveField("Kind", v1alpha1.StepAddLearner), "the first drop came right after the first learner's add")
+	applied := deployer.Stop()
+	g.Expect(applied.Err).NotTo(HaveOccurred(), "writing druid's CRDs as gardenlet does")
+	t.Logf("druid's own CRDs were written %d times during the rebalance", applied.Writes)
 	// The first write came before the move; the loop's period is gardenlet's
 	// order of magnitude, so a fast rebalance may see no second one.
-	g.Expect(applied.n).To(BeNumerically(">=", 1), "druid's own CRDs were written")
+	g.Expect(applied.Writes).To(BeNumerically(">=", 1), "druid's own CRDs were written")
 	var stored v1alpha1.Etcd
 	g.Expect(s.Client.Get(ctx, key, &stored)).To(Succeed())
 	g.Expect(stored.Spec.MembershipSpec).To(BeZero(), "the Etcd stays druid's: the fields live in the EtcdMembership")
@@ -294,125 +295,4 @@ func sortedCopy(names []string) []string {
 	out := slices.Clone(names)
 	slices.Sort(out)
 	return out
-}
-
-// dropStatusAfter drops status.membership, as druid's compaction controller
-// does with its full status update, once right after the controller
-// reports each of the steps, in order: from the Etcd, where druid drops it,
-// and from the EtcdMembership, where druid never would, so that the
-// controller has no record left. The channel receives nil once every drop
-// is made, or why not.
-func dropStatusAfter(ctx context.Context, t *testing.T, s *Site, key client.ObjectKey, steps ...v1alpha1.StepKind) <-chan error {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() {
-		for _, step := range steps {
-			err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
-				p, err := etcdview.Get(ctx, s.Client, key)
-				if err != nil {
-					return false, nil
-				}
-				st := p.View.Status.Membership
-				if st == nil || st.LastStep == nil || st.LastStep.Kind != step || st.LastStep.Outcome != v1alpha1.StepSucceeded {
-					return false, nil
-				}
-				if p.Etcd.Status.Membership != nil {
-					p.Etcd.Status.Membership = nil
-					if err := s.Client.Status().Update(ctx, p.Etcd); err != nil {
-						return false, nil // a conflict: the controller wrote meanwhile; try again
-					}
-				}
-				if m := p.Membership; m != nil {
-					m.Status.Membership = nil
-					if err := s.Client.Status().Update(ctx, m); err != nil {
-						return false, nil
-					}
-				}
-				t.Logf("dropped status.membership after %s %s", step, st.LastStep.Member)
-				return true, nil
-			})
-			if err != nil {
-				done <- fmt.Errorf("dropping status.membership after %s: %w", step, err)
-				return
-			}
-		}
-		done <- nil
-	}()
-	return done
-}
-
-// crdDeployer is a loop that writes druid's own CRDs as gardenlet does.
-type crdDeployer struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-	n      int
-	err    error
-}
-
-// crdDeployerResult is how many times the loop wrote the CRDs, and the
-// first error.
-type crdDeployerResult struct {
-	n   int
-	err error
-}
-
-// reapplyDruidCRDs does what gardenlet's CRD deployer does on every seed
-// reconcile: it writes druid's own CRDs, as etcd-druid's API module ships
-// them (crds.GetAll), with a JSON merge patch of the whole spec, which
-// replaces spec.versions whole. Once now, then every interval until stop.
-func reapplyDruidCRDs(ctx context.Context, t *testing.T, s *Site, every time.Duration) *crdDeployer {
-	t.Helper()
-	all, err := druidcrds.GetAll("1.35")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	d := &crdDeployer{cancel: cancel, done: make(chan struct{})}
-	t.Cleanup(func() { d.stop() })
-	apply := func() error {
-		for name, manifest := range all {
-			var crd apiextensionsv1.CustomResourceDefinition
-			if err := yaml.Unmarshal([]byte(manifest), &crd); err != nil {
-				return fmt.Errorf("decoding druid's CRD %s: %w", name, err)
-			}
-			spec, err := json.Marshal(map[string]any{"spec": crd.Spec})
-			if err != nil {
-				return err
-			}
-			target := &unstructured.Unstructured{}
-			target.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
-			target.SetName(crd.Name)
-			if err := s.Client.Patch(ctx, target, client.RawPatch(types.MergePatchType, spec)); err != nil {
-				return fmt.Errorf("writing druid's CRD %s: %w", crd.Name, err)
-			}
-		}
-		return nil
-	}
-	go func() {
-		defer close(d.done)
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		for {
-			if err := apply(); err != nil {
-				if ctx.Err() == nil {
-					d.err = cmp.Or(d.err, err)
-				}
-			} else {
-				d.n++
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	return d
-}
-
-// stop ends the loop and returns what it did.
-func (d *crdDeployer) stop() crdDeployerResult {
-	d.cancel()
-	<-d.done
-	return crdDeployerResult{n: d.n, err: d.err}
 }

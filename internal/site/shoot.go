@@ -22,8 +22,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
+	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 	"github.com/druid-stretch/druid-stretch/internal/pki"
 )
 
@@ -203,12 +203,12 @@ func (k *ShootAPIServer) Start(ctx context.Context) error {
 // after which kube-apiserver gives up on its storage.
 func (k *ShootAPIServer) StartOnceMemberServes(ctx context.Context) error {
 	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		var e v1alpha1.Etcd
-		if err := k.site.Client.Get(ctx, k.etcd, &e); err != nil || e.Status.Membership == nil {
+		p, err := etcdview.Get(ctx, k.site.Client, k.etcd)
+		if err != nil || p.View.Status.Membership == nil {
 			return false, nil // not created yet, or the site's API server answers again on the next poll
 		}
-		for _, m := range e.Status.Membership.Members {
-			if m.Votes() && m.Healthy && members.IsOwn(&e, m) {
+		for _, m := range p.View.Status.Membership.Members {
+			if m.Votes() && m.Healthy && members.IsOwn(p.View, m) {
 				return true, nil
 			}
 		}

@@ -22,6 +22,7 @@ import (
 // properties, and the CEL rules listed here. Anything else is a regression.
 var (
 	extensionProperties = []string{
+		".spec.additionalAdvertisePeerURLs",
 		".spec.externalMembers",
 		".spec.externalMembersPolicy",
 		".spec.learnerReplicas",

@@ -106,13 +106,16 @@ func ExternalMembers(e *v1alpha1.Etcd, addr Addresses) ([]v1alpha1.ExternalMembe
 }
 
 // Advertise makes e's local members advertise the peer URLs under which the
-// other cluster reaches them (addr): spec.etcd.additionalAdvertisePeerURLs
-// gets, for each member of e's ordinal range, the URLs addr gives that are
-// not druid's in-cluster one. druid advertises the in-cluster URL first
-// and these after it; the members of the other cluster dial them, since
-// the in-cluster name means another pod (or none) there. Entries of
-// members outside the range are dropped (druid's rule: each entry names a
-// member of the range), so call it again whenever spec.replicas changes.
+// other cluster reaches them (addr): for each member of e's ordinal range,
+// the URLs addr gives that are not druid's in-cluster one. druid
+// advertises the in-cluster URL first and these after it; the members of
+// the other cluster dial them, since the in-cluster name means another pod
+// (or none) there. The entries of the ordinals druid admits in its own
+// spec.etcd.additionalAdvertisePeerURLs (0..spec.replicas-1) go there; the
+// others, a range that starts at spec.ordinalStart beyond them, into
+// druid-stretch's spec.additionalAdvertisePeerURLs, which an Etcd written
+// with druid's own CRD does not carry (the EtcdMembership does). Both
+// depend on spec.replicas, so call it again whenever that changes.
 func Advertise(e *v1alpha1.Etcd, addr Addresses) error {
 	if addr == nil {
 		return errors.New("migration: no Addresses function to give the members' URLs")
@@ -136,8 +139,33 @@ func Advertise(e *v1alpha1.Etcd, addr Addresses) error {
 			out = append(out, druidv1alpha1.MemberPeerURLs{MemberName: name, URLs: urls})
 		}
 	}
-	e.Spec.Etcd.AdditionalAdvertisePeerURLs = out
+	setAdvertised(e, out)
 	return nil
+}
+
+// setAdvertised writes the entries of e's local members: those druid
+// admits into druid's field, the others into druid-stretch's.
+func setAdvertised(e *v1alpha1.Etcd, entries []druidv1alpha1.MemberPeerURLs) {
+	var druids []druidv1alpha1.MemberPeerURLs
+	var own []v1alpha1.MemberPeerURLs
+	for _, a := range entries {
+		if o, ok := members.NameOrdinal(e, a.MemberName); ok && o < int64(e.Spec.Replicas) {
+			druids = append(druids, a)
+			continue
+		}
+		own = append(own, v1alpha1.MemberPeerURLs{MemberName: a.MemberName, URLs: slices.Clone(a.URLs)})
+	}
+	e.Spec.Etcd.AdditionalAdvertisePeerURLs = druids
+	e.Spec.AdditionalAdvertisePeerURLs = own
+}
+
+// advertised are the entries of both fields, druid's first.
+func advertised(e *v1alpha1.Etcd) []druidv1alpha1.MemberPeerURLs {
+	out := slices.Clone(e.Spec.Etcd.AdditionalAdvertisePeerURLs)
+	for _, a := range e.Spec.AdditionalAdvertisePeerURLs {
+		out = append(out, druidv1alpha1.MemberPeerURLs{MemberName: a.MemberName, URLs: slices.Clone(a.URLs)})
+	}
+	return out
 }
 
 // NewDestination is the destination Etcd for a move of src: the same name,
@@ -260,18 +288,16 @@ func FinishSource(src *v1alpha1.Etcd) {
 	keepAdvertisedInRange(src)
 }
 
-// keepAdvertisedInRange drops the spec.etcd.additionalAdvertisePeerURLs of
-// members outside e's ordinal range: druid's validation refuses an entry
-// for a member the Etcd does not run, so scaling down must drop it.
+// keepAdvertisedInRange drops the additional peer URLs of members outside
+// e's ordinal range and puts the others into the field that admits them at
+// e's spec.replicas: druid's validation refuses an entry for a member the
+// Etcd does not run, so scaling down must drop it.
 func keepAdvertisedInRange(e *v1alpha1.Etcd) {
 	r := members.LocalOrdinals(e)
-	e.Spec.Etcd.AdditionalAdvertisePeerURLs = slices.DeleteFunc(e.Spec.Etcd.AdditionalAdvertisePeerURLs, func(a druidv1alpha1.MemberPeerURLs) bool {
+	setAdvertised(e, slices.DeleteFunc(advertised(e), func(a druidv1alpha1.MemberPeerURLs) bool {
 		o, ok := members.Ordinal(e, a.MemberName)
 		return !ok || !r.Contains(o)
-	})
-	if len(e.Spec.Etcd.AdditionalAdvertisePeerURLs) == 0 {
-		e.Spec.Etcd.AdditionalAdvertisePeerURLs = nil
-	}
+	}))
 }
 
 // ForgetExternalMembers drops the external members, policy Keep: the last

@@ -13,6 +13,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1/peerurls"
 )
 
 // addresses are the URLs a test environment would give: one host per pod.
@@ -339,15 +340,21 @@ func TestScalingToZeroDropsAdvertisedURLs(t *testing.T) {
 	g.Expect(src.Spec.Replicas).To(BeZero())
 	g.Expect(src.Spec.Etcd.AdditionalAdvertisePeerURLs).To(BeNil())
 
+	dst.Spec.AdditionalAdvertisePeerURLs = []v1alpha1.MemberPeerURLs{
+		{MemberName: "etcd-main-3", URLs: []string{"http://etcd-main-3.seed-b.example:2380"}},
+	}
 	dst.Spec.LearnerReplicas = ptr.To[int32](2)
 	migration.AbortDestination(dst)
 	g.Expect(dst.Spec.Etcd.AdditionalAdvertisePeerURLs).To(BeNil())
+	g.Expect(dst.Spec.AdditionalAdvertisePeerURLs).To(BeNil(), "druid-stretch's entries go with druid's")
 	g.Expect(dst.Spec.LearnerReplicas).To(BeNil(), "replicas 0 leaves no learner to keep (and the CRD refuses learnerReplicas without replicas)")
 }
 
 // TestAdvertise: the destination's members advertise the URLs the source
 // reaches them by, for exactly its ordinal range, without druid's
-// in-cluster URL twice.
+// in-cluster URL twice; each entry in the field that admits it at the
+// Etcd's spec.replicas (druid's for the ordinals 0..replicas-1, the
+// EtcdMembership's for the others).
 func TestAdvertise(t *testing.T) {
 	g := NewWithT(t)
 	dst := &v1alpha1.Etcd{}
@@ -361,12 +368,29 @@ func TestAdvertise(t *testing.T) {
 		}}, nil
 	}
 	g.Expect(migration.Advertise(dst, addr)).To(Succeed())
-	g.Expect(dst.Spec.Etcd.AdditionalAdvertisePeerURLs).To(Equal([]druidv1alpha1.MemberPeerURLs{
+	g.Expect(dst.Spec.Etcd.AdditionalAdvertisePeerURLs).To(BeNil(), "druid admits no entry for ordinal 3 of a 1-replica Etcd")
+	g.Expect(dst.Spec.AdditionalAdvertisePeerURLs).To(Equal([]v1alpha1.MemberPeerURLs{
 		{MemberName: "etcd-main-3", URLs: []string{"http://etcd-main-3.shoot.seed-b.example:2380"}},
 	}))
 	dst.Spec.Replicas = 3
 	g.Expect(migration.Advertise(dst, addr)).To(Succeed())
-	g.Expect(dst.Spec.Etcd.AdditionalAdvertisePeerURLs).To(HaveLen(3))
-	g.Expect(dst.Spec.Etcd.AdditionalAdvertisePeerURLs[2].MemberName).To(Equal("etcd-main-5"))
+	g.Expect(dst.Spec.Etcd.AdditionalAdvertisePeerURLs).To(BeNil())
+	g.Expect(dst.Spec.AdditionalAdvertisePeerURLs).To(HaveLen(3))
+	g.Expect(dst.Spec.AdditionalAdvertisePeerURLs[2].MemberName).To(Equal("etcd-main-5"))
 	g.Expect(migration.Advertise(dst, nil)).To(MatchError(ContainSubstring("no Addresses function")))
+
+	// A range across druid's bound: ordinals 1 and 2 in druid's field, 3
+	// in druid-stretch's; all of it druid's once the range starts at 0.
+	dst.Spec.OrdinalStart = ptr.To[int32](1)
+	g.Expect(migration.Advertise(dst, addr)).To(Succeed())
+	g.Expect(dst.Spec.Etcd.AdditionalAdvertisePeerURLs).To(HaveExactElements(
+		HaveField("MemberName", "etcd-main-1"), HaveField("MemberName", "etcd-main-2")))
+	g.Expect(dst.Spec.AdditionalAdvertisePeerURLs).To(HaveExactElements(HaveField("MemberName", "etcd-main-3")))
+	dst.Spec.OrdinalStart = nil
+	g.Expect(migration.Advertise(dst, addr)).To(Succeed())
+	g.Expect(dst.Spec.Etcd.AdditionalAdvertisePeerURLs).To(HaveLen(3))
+	g.Expect(dst.Spec.AdditionalAdvertisePeerURLs).To(BeNil())
+	advertised, errs := peerurls.Read(dst)
+	g.Expect(errs).To(BeEmpty())
+	g.Expect(advertised.Members()).To(HaveLen(3))
 }

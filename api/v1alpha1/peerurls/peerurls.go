@@ -19,6 +19,13 @@
 // as druid's CEL rules demand. (druid v0.38.1 looks the entries up by pod
 // name, so with a prefix it never finds them; druid-stretch's sidecar
 // advertises them anyway. druid#1438 looks them up by member name.)
+//
+// druid admits an entry only for the ordinals 0..spec.replicas-1 (a CEL
+// rule on its Etcd), so the members of a range that starts later (a move's
+// destination with spec.ordinalStart in the source's shoot namespace) list
+// theirs in druid-stretch's own spec.additionalAdvertisePeerURLs, an
+// EtcdMembership's field of druid v0.38.1's shape. Its URLs come after the
+// in-cluster URL too; a member has one entry across all fields.
 package peerurls
 
 import (
@@ -84,22 +91,38 @@ func (a Advertised) LocalPeerURLs(e *v1alpha1.Etcd) members.LocalPeerURLs {
 	return func(memberName, podName string) []string { return a.PeerURLs(e, memberName, podName) }
 }
 
-// Paths of the two shapes, for the errors.
+// Paths of the two shapes and of druid-stretch's own field, for the errors.
 var (
 	v0381Path = field.NewPath("spec", "etcd", "additionalAdvertisePeerURLs")
 	pr1438    = field.NewPath("spec", "etcd", "additionalAdvertisedURLs")
+	ownPath   = field.NewPath("spec", "additionalAdvertisePeerURLs")
 )
 
 // Read reads the field e's Go type carries, druid v0.38.1's
-// spec.etcd.additionalAdvertisePeerURLs. Errors name the offending field;
-// the entries that have none are still returned.
+// spec.etcd.additionalAdvertisePeerURLs, with druid-stretch's own
+// spec.additionalAdvertisePeerURLs (an EtcdMembership's) for the members
+// druid's field cannot hold. Errors name the offending field; the entries
+// that have none are still returned.
 func Read(e *v1alpha1.Etcd) (Advertised, field.ErrorList) {
 	entries := make([]entry, 0, len(e.Spec.Etcd.AdditionalAdvertisePeerURLs))
 	for i, a := range e.Spec.Etcd.AdditionalAdvertisePeerURLs {
 		p := v0381Path.Index(i)
 		entries = append(entries, entry{name: a.MemberName, urls: a.URLs, namePath: p.Child("memberName"), urlsPath: p.Child("urls")})
 	}
-	return convert(e, entries, false)
+	return convert(e, append(entries, own(e)...), false)
+}
+
+// own are the entries of druid-stretch's spec.additionalAdvertisePeerURLs.
+// Each must name a member at an ordinal from spec.replicas on: druid
+// admits the others in its own field, and renders them into the
+// configuration its pods start with, where an entry here would not reach.
+func own(e *v1alpha1.Etcd) []entry {
+	out := make([]entry, 0, len(e.Spec.AdditionalAdvertisePeerURLs))
+	for i, a := range e.Spec.AdditionalAdvertisePeerURLs {
+		p := ownPath.Index(i)
+		out = append(out, entry{name: a.MemberName, urls: a.URLs, namePath: p.Child("memberName"), urlsPath: p.Child("urls"), own: true})
+	}
+	return out
 }
 
 // ReadJSON reads the peer URLs of the Etcd whose JSON, as stored, is
@@ -126,40 +149,59 @@ func ReadJSON(e *v1alpha1.Etcd, etcdJSON []byte) (Advertised, field.ErrorList) {
 		return Advertised{}, field.ErrorList{field.Forbidden(pr1438,
 			"is set together with spec.etcd.additionalAdvertisePeerURLs: druid#1438 replaces that field, so the peer URLs would depend on which druid reads the Etcd; set one of them")}
 	}
-	return FromAdditionalAdvertisedURLs(e, spec)
+	entries, replaces, errs := entriesOf1438(spec)
+	if errs != nil {
+		return Advertised{}, errs
+	}
+	return convert(e, append(entries, own(e)...), replaces)
 }
 
 // FromAdditionalAdvertisedURLs reads druid#1438's field as given: the peer
 // URLs of e's local members; the client URLs are not read.
 func FromAdditionalAdvertisedURLs(e *v1alpha1.Etcd, spec *AdditionalAdvertiseURLsSpec) (Advertised, field.ErrorList) {
+	entries, replaces, errs := entriesOf1438(spec)
+	if errs != nil || entries == nil {
+		return Advertised{}, errs
+	}
+	return convert(e, entries, replaces)
+}
+
+// entriesOf1438 are the entries of druid#1438's field, and whether they
+// replace druid's in-cluster URL.
+func entriesOf1438(spec *AdditionalAdvertiseURLsSpec) ([]entry, bool, field.ErrorList) {
 	if spec == nil || spec.PeerURLs == nil {
-		return Advertised{}, nil
+		return nil, false, nil
 	}
 	peers := spec.PeerURLs
 	path := pr1438.Child("peerURLs")
 	replaces := peers.OverrideDefaultURL != nil && *peers.OverrideDefaultURL
 	if len(peers.Members) == 0 {
 		// druid's CEL rules ask for one member at least (MinItems=1).
-		return Advertised{}, field.ErrorList{field.Required(path.Child("members"), "at least one member: druid#1438 requires one when peerURLs is set")}
+		return nil, false, field.ErrorList{field.Required(path.Child("members"), "at least one member: druid#1438 requires one when peerURLs is set")}
 	}
 	entries := make([]entry, 0, len(peers.Members))
 	for i, m := range peers.Members {
 		p := path.Child("members").Index(i)
 		entries = append(entries, entry{name: m.Name, urls: m.URLs, namePath: p.Child("name"), urlsPath: p.Child("urls")})
 	}
-	return convert(e, entries, replaces)
+	return entries, replaces, nil
 }
 
-// entry is one member's entry in either shape, with where it is.
+// entry is one member's entry in any of the fields, with where it is.
 type entry struct {
 	name               string
 	urls               []string
 	namePath, urlsPath *field.Path
+	// own: the entry is druid-stretch's (spec.additionalAdvertisePeerURLs),
+	// not druid's.
+	own bool
 }
 
 // convert checks the entries against e and keeps those without errors:
-// each names a local member (one of the ordinal range), once, and lists at
-// least one URL of the scheme of e's peer TLS.
+// each names a local member (one of the ordinal range), once across all
+// fields, druid-stretch's own entries only members from spec.replicas on,
+// and lists at least one URL of the scheme of e's peer TLS. replaces is
+// druid#1438's overrideDefaultURL, for druid's entries.
 func convert(e *v1alpha1.Etcd, entries []entry, replaces bool) (Advertised, field.ErrorList) {
 	wantScheme, tlsState := members.PeerScheme(e)+"://", "is not set"
 	if e.Spec.Etcd.PeerUrlTLS != nil {
@@ -175,6 +217,9 @@ func convert(e *v1alpha1.Etcd, entries []entry, replaces bool) (Advertised, fiel
 			bad = append(bad, field.Required(en.namePath, "the etcd member name, [<memberNamePrefix>-]<etcd name>-<ordinal>"))
 		} else if !ok || !local.Contains(o) {
 			bad = append(bad, field.Invalid(en.namePath, en.name, noLocalMember(e, en.name)))
+		} else if en.own && o < int64(e.Spec.Replicas) {
+			bad = append(bad, field.Invalid(en.namePath, en.name, fmt.Sprintf(
+				"names a member at ordinal %d, below spec.replicas (%d): its entry belongs in druid's %s, which druid renders into the configuration its pod starts with", o, e.Spec.Replicas, v0381Path)))
 		}
 		if p, dup := first[en.name]; dup && en.name != "" {
 			d := field.Duplicate(en.namePath, en.name)
@@ -196,7 +241,7 @@ func convert(e *v1alpha1.Etcd, entries []entry, replaces bool) (Advertised, fiel
 			errs = append(errs, bad...)
 			continue
 		}
-		out = append(out, Member{Name: en.name, URLs: slices.Clone(en.urls), ReplacesDefault: replaces})
+		out = append(out, Member{Name: en.name, URLs: slices.Clone(en.urls), ReplacesDefault: replaces && !en.own})
 	}
 	slices.SortFunc(out, func(a, b Member) int {
 		oa, _ := members.NameOrdinal(e, a.Name)

@@ -265,3 +265,52 @@ func TestBothShapesAgree(t *testing.T) {
 		})
 	}
 }
+
+// TestOwnField: druid-stretch's spec.additionalAdvertisePeerURLs holds the
+// entries druid's field cannot (ordinals from spec.replicas on) and reads
+// as druid's do, after the in-cluster URL, beside druid's entries in
+// either of druid's shapes. An entry druid's field admits is refused there
+// (druid would not render it), and so is a member named in both.
+func TestOwnField(t *testing.T) {
+	g := NewWithT(t)
+	e := etcd(nil, ptr.To[int32](2)) // members etcd-main-2..4
+	e.Spec.Etcd.AdditionalAdvertisePeerURLs = []druidv1alpha1.MemberPeerURLs{{MemberName: "etcd-main-2", URLs: lb("2")}}
+	e.Spec.AdditionalAdvertisePeerURLs = []v1alpha1.MemberPeerURLs{
+		{MemberName: "etcd-main-3", URLs: lb("3")}, {MemberName: "etcd-main-4", URLs: lb("4")},
+	}
+	a, errs := peerurls.Read(e)
+	g.Expect(errs).To(BeEmpty())
+	g.Expect(a.Members()).To(HaveExactElements(
+		peerurls.Member{Name: "etcd-main-2", URLs: lb("2")},
+		peerurls.Member{Name: "etcd-main-3", URLs: lb("3")},
+		peerurls.Member{Name: "etcd-main-4", URLs: lb("4")},
+	))
+	g.Expect(a.PeerURLs(e, "etcd-main-4", "etcd-main-4")).To(Equal(append(
+		[]string{"https://etcd-main-4.etcd-main-peer.ns.svc:2380"}, lb("4")...)))
+
+	// Beside druid#1438's shape, with overrideDefaultURL: druid's entries
+	// replace the in-cluster URL, druid-stretch's do not.
+	e.Spec.Etcd.AdditionalAdvertisePeerURLs = nil
+	raw := withPR1438(t, e, peers(ptr.To(true), peerurls.MemberURLs{Name: "etcd-main-2", URLs: lb("2")}))
+	a, errs = peerurls.ReadJSON(e, raw)
+	g.Expect(errs).To(BeEmpty())
+	g.Expect(a.Members()).To(HaveExactElements(
+		peerurls.Member{Name: "etcd-main-2", URLs: lb("2"), ReplacesDefault: true},
+		peerurls.Member{Name: "etcd-main-3", URLs: lb("3")},
+		peerurls.Member{Name: "etcd-main-4", URLs: lb("4")},
+	))
+
+	// Ordinal 2 is below spec.replicas (3): druid's field admits it.
+	e.Spec.AdditionalAdvertisePeerURLs = append(e.Spec.AdditionalAdvertisePeerURLs, v1alpha1.MemberPeerURLs{MemberName: "etcd-main-2", URLs: lb("2")})
+	_, errs = peerurls.Read(e)
+	g.Expect(paths(errs)).To(ConsistOf("spec.additionalAdvertisePeerURLs[2].memberName"))
+	g.Expect(errs[0].Detail).To(ContainSubstring("belongs in druid's spec.etcd.additionalAdvertisePeerURLs"))
+
+	// A member named in druid's field and in druid-stretch's.
+	e.Spec.Replicas = 2 // members etcd-main-2..3: ordinal 2 is druid-stretch's now
+	e.Spec.AdditionalAdvertisePeerURLs = []v1alpha1.MemberPeerURLs{{MemberName: "etcd-main-2", URLs: lb("2")}}
+	e.Spec.Etcd.AdditionalAdvertisePeerURLs = []druidv1alpha1.MemberPeerURLs{{MemberName: "etcd-main-2", URLs: lb("2")}}
+	_, errs = peerurls.Read(e)
+	g.Expect(paths(errs)).To(ContainElement("spec.additionalAdvertisePeerURLs[0].memberName"))
+	g.Expect(errs.ToAggregate().Error()).To(ContainSubstring("Duplicate value"))
+}
