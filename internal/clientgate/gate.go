@@ -54,6 +54,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -232,8 +233,10 @@ func New(o Options) (*Gate, error) {
 			}
 			return httpTransport.RoundTrip(r)
 		}),
-		// gRPC answers stream: every frame goes out as it comes.
+		// gRPC answers stream: every frame goes out as it comes. (A unary
+		// call's answer is not flushed before it ends: serve.)
 		FlushInterval:  -1,
+		BufferPool:     copyBuffers{},
 		ModifyResponse: statusToTrailers,
 		ErrorHandler:   g.proxyError,
 		// A stream the gate ended at a drain shows here as a cancelled
@@ -259,8 +262,13 @@ func (g *Gate) newSession() *session {
 		served.SetUnencryptedHTTP2(true)
 	}
 	s.srv = &http.Server{
-		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serve(s, w, r) }),
-		Protocols:         &served,
+		Handler:   http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { g.serve(s, w, r) }),
+		Protocols: &served,
+		// As many concurrent streams per connection as etcd allows (its
+		// --max-concurrent-streams has no limit by default): a client that
+		// opens its watches on one connection, as kube-apiserver does,
+		// would otherwise find them queued behind the gate's default.
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: math.MaxInt32},
 		TLSConfig:         g.o.ServerTLS,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       5 * time.Minute,
@@ -704,9 +712,32 @@ func (g *Gate) serve(s *session, w http.ResponseWriter, r *http.Request) {
 	defer g.leave(kind)
 	if isGRPC(r) {
 		resendable(r)
+		// A unary answer is one message and its trailers, of no use to
+		// the client before the trailers: flushing its headers and its
+		// message as they come (the proxy flushes a gRPC answer after
+		// every write, and its headers at once on a timer) costs a TLS
+		// record, a write to the socket and a goroutine each, for nothing.
+		w = unflushed{w}
 	}
 	g.proxy.ServeHTTP(w, r)
 }
+
+// unflushed hides a ResponseWriter's Flush: what is written goes out when
+// the handler returns, or when the server's buffer fills.
+type unflushed struct{ w http.ResponseWriter }
+
+func (u unflushed) Header() http.Header         { return u.w.Header() }
+func (u unflushed) Write(p []byte) (int, error) { return u.w.Write(p) }
+func (u unflushed) WriteHeader(code int)        { u.w.WriteHeader(code) }
+
+// copyBuffers lends the proxy its copy buffers: without a pool it
+// allocates and clears one of 32 KiB for every call.
+type copyBuffers struct{}
+
+var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (copyBuffers) Get() []byte  { return *copyBufferPool.Get().(*[]byte) }
+func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
 
 // maxResendable bounds the unary requests the gate keeps to send again:
 // etcd's client sends at most 2 MiB (its MaxCallSendMsgSize), etcd takes
@@ -729,6 +760,10 @@ func resendable(r *http.Request) {
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(buf))
+	// A known length lets the transport end the stream with the message's
+	// DATA frame, not with an empty one after it: a frame, a TLS record
+	// and a write to the socket less for every call.
+	r.ContentLength = int64(len(buf))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
 }
 

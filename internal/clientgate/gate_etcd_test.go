@@ -41,35 +41,39 @@ func startGated(t testing.TB) *gated {
 	if err != nil {
 		t.Fatal(err)
 	}
+	serverTLS := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	g := &gated{cluster: c, gates: map[string]*clientgate.Gate{}, addrs: map[string]string{}}
 	for _, m := range c.Members {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		backend, err := url.Parse(m.LocalClientURL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		gate, err := clientgate.New(clientgate.Options{
-			Backend:    backend,
-			ServerTLS:  &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
-			BackendTLS: m.ClientTLSConfig(),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		served := make(chan error, 1)
-		go func() { served <- gate.Serve(l) }()
-		t.Cleanup(func() {
-			_ = gate.Close()
-			if err := <-served; err != nil {
-				t.Errorf("gate of %s: %v", m.Name, err)
-			}
-		})
-		g.gates[m.Name], g.addrs[m.Name] = gate, "https://"+l.Addr().String()
+		g.gates[m.Name], g.addrs[m.Name] = serveGate(t, m, serverTLS, m.ClientTLSConfig())
 	}
 	return g
+}
+
+// serveGate runs a gate in front of m's client port until the test ends
+// and returns it with its URL.
+func serveGate(t testing.TB, m *localetcd.Member, serverTLS, backendTLS *tls.Config) (*clientgate.Gate, string) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend, err := url.Parse(m.LocalClientURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate, err := clientgate.New(clientgate.Options{Backend: backend, ServerTLS: serverTLS, BackendTLS: backendTLS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- gate.Serve(l) }()
+	t.Cleanup(func() {
+		_ = gate.Close()
+		if err := <-served; err != nil {
+			t.Errorf("gate of %s: %v", m.Name, err)
+		}
+	})
+	return gate, "https://" + l.Addr().String()
 }
 
 // client is an etcd client of the gates, configured as kube-apiserver
