@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/druid-stretch/druid-stretch/internal/childproc"
+	"github.com/druid-stretch/druid-stretch/internal/freeport"
 	"github.com/druid-stretch/druid-stretch/internal/testbin"
 )
 
@@ -149,14 +150,9 @@ func (e *Env) newShootAPIServer(c *Cluster) (*shootAPIServer, error) {
 	}, nil
 }
 
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = ln.Close() }()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
+// freePort is a TCP port on 127.0.0.1 that was free a moment ago, outside
+// the range outgoing connections take theirs from (package freeport).
+func freePort() (int, error) { return freeport.Pick() }
 
 // start runs the kube-apiserver with etcdServers as its --etcd-servers and
 // places its process in its cluster's WAN site before it can dial. It

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/druid-stretch/druid-stretch/internal/childproc"
+	"github.com/druid-stretch/druid-stretch/internal/freeport"
 )
 
 // process is one control-plane binary of the site (kube-controller-manager,
@@ -109,12 +109,6 @@ func waitHealthy(ctx context.Context, p *process, url string) error {
 	return nil
 }
 
-// freePort is a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// freePort is a TCP port on 127.0.0.1 that was free a moment ago, outside
+// the range outgoing connections take theirs from (package freeport).
+func freePort() (int, error) { return freeport.Pick() }

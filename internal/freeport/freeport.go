@@ -1,0 +1,78 @@
+// Package freeport picks TCP ports on 127.0.0.1 for the processes that the
+// tests and the demo start and can tell a port only by flag
+// (kube-apiserver's --secure-port, druid's metrics and webhook ports).
+//
+// A port the kernel hands out for ":0" lies in its ephemeral range, the
+// range outgoing connections take their local ports from too: between the
+// pick and the process's bind (seconds for a server prepared early, under
+// the load of hundreds of connections), one of them can take it, and the
+// process exits with "bind: address already in use". A port outside that
+// range is taken only by another explicit bind.
+package freeport
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+)
+
+// rangeFile holds the kernel's ephemeral port range, "low high".
+const rangeFile = "/proc/sys/net/ipv4/ip_local_port_range"
+
+// Linux's default ephemeral range, when rangeFile cannot be read.
+const defaultLow, defaultHigh = 32768, 60999
+
+// firstPort is the lowest port picked: below it are the well-known and
+// many registered services' ports.
+const firstPort = 10000
+
+// Pick returns a TCP port that was free on 127.0.0.1 a moment ago and
+// lies outside the kernel's ephemeral port range.
+func Pick() (int, error) {
+	low, high := ephemeralRange()
+	var candidates []int // the ranges below and above the ephemeral one
+	if low > firstPort {
+		candidates = append(candidates, firstPort, low-1)
+	}
+	if high < 65535 {
+		candidates = append(candidates, high+1, 65535)
+	}
+	if len(candidates) == 0 {
+		return 0, fmt.Errorf("the ephemeral port range %d-%d leaves no port from %d on to pick", low, high, firstPort)
+	}
+	return pickFrom(candidates)
+}
+
+// pickFrom tries random ports of the inclusive ranges given as pairs
+// (low, high, low, high, ...) until one binds.
+func pickFrom(ranges []int) (int, error) {
+	var lastErr error
+	for range 64 {
+		i := 2 * rand.IntN(len(ranges)/2)
+		port := ranges[i] + rand.IntN(ranges[i+1]-ranges[i]+1)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		if err := l.Close(); err != nil {
+			return 0, err
+		}
+		return port, nil
+	}
+	return 0, fmt.Errorf("no free port in %v after 64 tries: %w", ranges, lastErr)
+}
+
+// ephemeralRange reads the kernel's ephemeral port range.
+func ephemeralRange() (low, high int) {
+	data, err := os.ReadFile(rangeFile)
+	if err != nil {
+		return defaultLow, defaultHigh
+	}
+	if _, err := fmt.Sscan(string(data), &low, &high); err != nil || low < 1 || high > 65535 || low > high {
+		return defaultLow, defaultHigh
+	}
+	return low, high
+}
