@@ -112,7 +112,7 @@ func (e *Env) newShootAPIServer(c *Cluster) (*shootAPIServer, error) {
 	if err := os.WriteFile(tokensPath, fmt.Appendf(nil, "%s,shoot-admin,shoot-admin,system:masters\n", adminToken), 0o600); err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	port, err := freeport.Pick()
 	if err != nil {
 		return nil, fmt.Errorf("picking a port for %s's shoot kube-apiserver: %w", c.Identity, err)
 	}
@@ -149,10 +149,6 @@ func (e *Env) newShootAPIServer(c *Cluster) (*shootAPIServer, error) {
 		cluster: c, env: e, dir: dir, logPath: filepath.Join(dir, "kube-apiserver.log"), args: args,
 	}, nil
 }
-
-// freePort is a TCP port on 127.0.0.1 that was free a moment ago, outside
-// the range outgoing connections take theirs from (package freeport).
-func freePort() (int, error) { return freeport.Pick() }
 
 // start runs the kube-apiserver with etcdServers as its --etcd-servers and
 // places its process in its cluster's WAN site before it can dial. It

@@ -11,6 +11,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/druid-stretch/druid-stretch/internal/freeport"
 	"github.com/druid-stretch/druid-stretch/internal/testbin"
 )
 
@@ -97,7 +98,7 @@ func (s *Site) startComponent(ctx context.Context, name string, find func() (str
 	if err != nil {
 		return err
 	}
-	port, err := freePort()
+	port, err := freeport.Pick()
 	if err != nil {
 		return err
 	}

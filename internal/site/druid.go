@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/druid-stretch/druid-stretch/internal/freeport"
 	"github.com/druid-stretch/druid-stretch/internal/testbin"
 	"github.com/druid-stretch/druid-stretch/test/chart"
 )
@@ -72,11 +73,11 @@ func (s *Site) startDruid(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("loading etcd-druid's chart: %w", err)
 	}
-	metricsPort, err := freePort()
+	metricsPort, err := freeport.Pick()
 	if err != nil {
 		return err
 	}
-	webhookPort, err := freePort()
+	webhookPort, err := freeport.Pick()
 	if err != nil {
 		return err
 	}

@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/druid-stretch/druid-stretch/internal/childproc"
-	"github.com/druid-stretch/druid-stretch/internal/freeport"
 )
 
 // process is one control-plane binary of the site (kube-controller-manager,
@@ -108,7 +107,3 @@ func waitHealthy(ctx context.Context, p *process, url string) error {
 	}
 	return nil
 }
-
-// freePort is a TCP port on 127.0.0.1 that was free a moment ago, outside
-// the range outgoing connections take theirs from (package freeport).
-func freePort() (int, error) { return freeport.Pick() }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/controllers/membership"
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
+	"github.com/druid-stretch/druid-stretch/internal/freeport"
 	"github.com/druid-stretch/druid-stretch/internal/pki"
 	"github.com/druid-stretch/druid-stretch/test/chart"
 )
@@ -137,11 +138,11 @@ func (s *Site) startDruidStretch(ctx context.Context) error {
 	if err := os.WriteFile(filepath.Join(certDir, "tls.key"), pair.KeyPEM, 0o600); err != nil {
 		return err
 	}
-	if mo.WebhookPort, err = freePort(); err != nil {
+	if mo.WebhookPort, err = freeport.Pick(); err != nil {
 		return err
 	}
 	mo.WebhookCertDir = certDir
-	probePort, err := freePort()
+	probePort, err := freeport.Pick()
 	if err != nil {
 		return err
 	}
