@@ -63,14 +63,20 @@ lint: ## go vet and a gofmt check, in every module
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 CRD_DIR := charts/druid-stretch/crds
-# The extended Etcd (druid's group) and the EtcdMembership (druid-stretch's
-# own group) each have a package: controller-gen takes one group per package.
-API_DIRS := api/v1alpha1 api/stretch/v1alpha1
+# The EtcdMembership (druid-stretch's own group) is the chart's only CRD.
+# The extended Etcd (druid's group, the inline form of earlier releases)
+# is generated for the tests of the upgrade from it, never shipped: a seed
+# keeps druid's own Etcd CRD. controller-gen takes one group per package.
+STRETCH_API_DIR := api/stretch/v1alpha1
+EXTENDED_API_DIR := api/v1alpha1
+EXTENDED_CRD_DIR := internal/extendedcrd
+API_DIRS := $(EXTENDED_API_DIR) $(STRETCH_API_DIR)
 CONTROLLER_GEN := $(GO) tool controller-gen
 
 generate: ## deepcopy and the CRDs from the API types
 	for d in $(API_DIRS); do $(CONTROLLER_GEN) object paths=./$$d || exit 1; done
-	$(CONTROLLER_GEN) crd $(foreach d,$(API_DIRS),paths=./$(d)) output:crd:dir=$(CRD_DIR)
+	$(CONTROLLER_GEN) crd paths=./$(STRETCH_API_DIR) output:crd:dir=$(CRD_DIR)
+	$(CONTROLLER_GEN) crd paths=./$(EXTENDED_API_DIR) output:crd:dir=$(EXTENDED_CRD_DIR)
 
 verify-generate: ## fails when the generated deepcopy or CRDs are not current
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
@@ -78,8 +84,9 @@ verify-generate: ## fails when the generated deepcopy or CRDs are not current
 		$(CONTROLLER_GEN) object paths=./$$d output:object:dir="$$tmp/$$d" && \
 		diff -u $$d/zz_generated.deepcopy.go "$$tmp/$$d/zz_generated.deepcopy.go" || { echo "generated files are stale: run make generate"; exit 1; }; \
 	done; \
-	$(CONTROLLER_GEN) crd $(foreach d,$(API_DIRS),paths=./$(d)) output:crd:dir="$$tmp/crd" && \
-	diff -ru $(CRD_DIR) "$$tmp/crd" || { echo "generated files are stale: run make generate"; exit 1; }
+	$(CONTROLLER_GEN) crd paths=./$(STRETCH_API_DIR) output:crd:dir="$$tmp/crd" && \
+	$(CONTROLLER_GEN) crd paths=./$(EXTENDED_API_DIR) output:crd:dir="$$tmp/extended" && \
+	diff -ru $(CRD_DIR) "$$tmp/crd" && diff -u $(EXTENDED_CRD_DIR)/druid.gardener.cloud_etcds.yaml "$$tmp/extended/druid.gardener.cloud_etcds.yaml" || { echo "generated files are stale: run make generate"; exit 1; }
 
 demo: test-binaries dev ## the live move of an etcd cluster between two local clusters
 	$(BIN)/druid-stretch-dev demo

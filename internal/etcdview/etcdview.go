@@ -162,10 +162,12 @@ func Detached(ctx context.Context, c client.Client, key types.NamespacedName) er
 // Apply writes want, a changed copy of p.View, back where each part lives:
 // druid-stretch's spec into the EtcdMembership (created when missing) first,
 // so that the controller and the StatefulSet webhook see it before druid acts
-// on the Etcd's change; then the Etcd, with druid-stretch's fields inline as
-// well, which an extended Etcd CRD keeps and druid's own CRD prunes. Both
-// writes are merge patches guarded by resourceVersion: a conflict is returned
-// (apierrors.IsConflict) for the caller to read again and retry.
+// on the Etcd's change; then the Etcd, in druid's own form: an Etcd that
+// still carries druid-stretch's fields inline (stored under the extended Etcd
+// CRD of earlier releases) has them removed, now that its EtcdMembership
+// carries them. Both writes are merge patches guarded by resourceVersion: a
+// conflict is returned (apierrors.IsConflict) for the caller to read again
+// and retry.
 func Apply(ctx context.Context, c client.Client, p *Pair, want *v1alpha1.Etcd) error {
 	m, err := writeMembership(ctx, c, p.Etcd, p.Membership, want.Spec.MembershipSpec)
 	if err != nil {
@@ -175,6 +177,7 @@ func Apply(ctx context.Context, c client.Client, p *Pair, want *v1alpha1.Etcd) e
 	e := p.Etcd.DeepCopy()
 	e.ObjectMeta = *want.ObjectMeta.DeepCopy()
 	e.Spec = *want.Spec.DeepCopy()
+	e.Spec.MembershipSpec = v1alpha1.MembershipSpec{}
 	if equality.Semantic.DeepEqual(e.ObjectMeta, p.Etcd.ObjectMeta) && equality.Semantic.DeepEqual(e.Spec, p.Etcd.Spec) {
 		return nil
 	}
@@ -186,13 +189,18 @@ func Apply(ctx context.Context, c client.Client, p *Pair, want *v1alpha1.Etcd) e
 }
 
 // Create creates e's EtcdMembership, when e sets druid-stretch's fields,
-// and then e itself (with the fields inline as well, as Apply writes them).
-// An EtcdMembership that already exists is updated to e's fields.
+// and then e itself in druid's own form, as Apply writes it. An
+// EtcdMembership that already exists is updated to e's fields. e is left
+// as created, its fields back in place.
 func Create(ctx context.Context, c client.Client, e *v1alpha1.Etcd) error {
-	if _, err := writeMembership(ctx, c, e, nil, e.Spec.MembershipSpec); err != nil {
+	spec := *e.Spec.MembershipSpec.DeepCopy()
+	if _, err := writeMembership(ctx, c, e, nil, spec); err != nil {
 		return err
 	}
-	return c.Create(ctx, e)
+	e.Spec.MembershipSpec = v1alpha1.MembershipSpec{}
+	err := c.Create(ctx, e)
+	e.Spec.MembershipSpec = spec
+	return err
 }
 
 // writeMembership makes e's EtcdMembership carry spec: it creates it when

@@ -8,13 +8,13 @@ import (
 	"sync"
 	"time"
 
-	druidcrds "github.com/gardener/etcd-druid/api/core/v1alpha1/crds"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
+
+	"github.com/druid-stretch/druid-stretch/internal/druidcrds"
 )
 
 // CRDDeployer writes druid's own CRDs into a site over and over, as
@@ -41,16 +41,12 @@ type CRDDeployerResult struct {
 // DeployDruidCRDs writes druid's CRDs into s once before it returns, then
 // every interval until Stop or the site stops.
 func (s *Site) DeployDruidCRDs(ctx context.Context, every time.Duration) (*CRDDeployer, error) {
-	all, err := druidcrds.GetAll("1.35")
+	all, err := druidcrds.All()
 	if err != nil {
-		return nil, fmt.Errorf("druid's CRDs: %w", err)
+		return nil, err
 	}
 	patches := map[string][]byte{}
-	for name, manifest := range all {
-		var crd apiextensionsv1.CustomResourceDefinition
-		if err := yaml.Unmarshal([]byte(manifest), &crd); err != nil {
-			return nil, fmt.Errorf("decoding druid's CRD %s: %w", name, err)
-		}
+	for _, crd := range all {
 		spec, err := json.Marshal(map[string]any{"spec": crd.Spec})
 		if err != nil {
 			return nil, err

@@ -62,11 +62,23 @@ func TestRebalanceBetweenNodeGroups(t *testing.T) {
 	}})[0]
 	ns := createNamespace(t, s, rebalanceNamespace)
 
+	// The Etcd starts as an earlier release of druid-stretch left it: the
+	// extended Etcd CRD in place of druid's, druid-stretch's field inline.
+	// The upgrade to the EtcdMembership is part of this test.
+	installExtendedEtcdCRD(t, s)
 	// group-b's node is cordoned, so the Etcd lands on group-a.
 	g.Expect(s.Cordon(ctx, groupBNode, true)).To(Succeed())
-	e := applyEtcd(t, s, ns, func(o *unstructured.Unstructured) {
-		g.Expect(unstructured.SetNestedField(o.Object, int64(0), "spec", "ordinalStart")).To(Succeed())
-	})
+	var e *v1alpha1.Etcd
+	g.Eventually(func() error {
+		// The CRD's new schema reaches the API server's handlers shortly
+		// after it is established; a strict create fails until then.
+		var err error
+		_, err = s.CreateEtcd(ctx, ns, func(o *unstructured.Unstructured) error {
+			return unstructured.SetNestedField(o.Object, int64(0), "spec", "ordinalStart")
+		})
+		return err
+	}).WithTimeout(30*time.Second).WithPolling(time.Second).Should(Succeed(), "the Etcd with its inline ordinalStart")
+	e = &v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: MoveEtcdName}}
 	key := client.ObjectKeyFromObject(e)
 	waitEtcdReady(t, s, e, 3)
 	waitVoters(t, s, e, 3)
@@ -111,7 +123,7 @@ func TestRebalanceBetweenNodeGroups(t *testing.T) {
 		return time.Since(load.StartedAt()) >= trafficFrom+5*time.Second && wroteSince(load, shoot.Name, trafficFrom)
 	}).WithTimeout(time.Minute).WithPolling(200*time.Millisecond).Should(BeTrue(), "the clients write before the move")
 
-	// From here on, druid's own CRDs are written every 30 s as gardenlet's
+	// The upgrade: from here on, druid's own CRDs are written every 30 s as gardenlet's
 	// CRD deployer writes them on every seed reconcile, which takes the
 	// extended Etcd CRD away: the Etcd's inline fields and status.membership
 	// are pruned at its next write. The controller copied them into the
@@ -134,6 +146,16 @@ func TestRebalanceBetweenNodeGroups(t *testing.T) {
 		g.Expect(stored.Spec.MembershipSpec).To(BeZero())
 		g.Expect(stored.Status.Membership).To(BeNil())
 	}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed(), "druid's own CRD pruned the Etcd's inline fields")
+	// The upgrade changed no membership: etcd went through one member list
+	// from the start, the three voters the Etcd was created with.
+	lists := history.Snapshot()
+	g.Expect(lists).To(HaveLen(1), "the member list did not change during the upgrade to the EtcdMembership: %v", lists)
+	var voters []string
+	for _, m := range lists[0] {
+		g.Expect(m.Learner).To(BeFalse(), "member %s", m.Name)
+		voters = append(voters, m.Name)
+	}
+	g.Expect(voters).To(ConsistOf("etcd-main-0", "etcd-main-1", "etcd-main-2"))
 
 	ties, tieSum, tiesUnder, err := tieHistogram()
 	g.Expect(err).NotTo(HaveOccurred())

@@ -21,11 +21,17 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/yaml"
 
+	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
+	"github.com/druid-stretch/druid-stretch/internal/etcdview"
+	"github.com/druid-stretch/druid-stretch/internal/extendedcrd"
+	"github.com/druid-stretch/druid-stretch/test/chart"
 )
 
 // TestPlainEtcdOnRealSites: a plain druid Etcd comes up, backs up, heals a
@@ -184,8 +190,7 @@ func optedInEtcd(t *testing.T, s *Site) *v1alpha1.Etcd {
 	g := NewWithT(t)
 	ctx := testContext(t, siteTestDeadline)
 	ns := createNamespace(t, s, "shoot--stretch")
-	e := applyEtcd(t, s, ns, func(o *unstructured.Unstructured) {
-		g.Expect(unstructured.SetNestedField(o.Object, int64(0), "spec", "ordinalStart")).To(Succeed())
+	e := applyStretchedEtcd(t, s, ns, v1alpha1.MembershipSpec{OrdinalStart: ptr.To[int32](0)}, func(o *unstructured.Unstructured) {
 		g.Expect(unstructured.SetNestedField(o.Object, "etcd-stretch", "spec", "backup", "store", "prefix")).To(Succeed())
 	})
 	waitEtcdReady(t, s, e, 3)
@@ -194,10 +199,7 @@ func optedInEtcd(t *testing.T, s *Site) *v1alpha1.Etcd {
 		g.Expect(podReady(&p)).To(BeTrue(), "pod %s", p.Name)
 	}
 	g.Eventually(func(g Gomega) {
-		var got v1alpha1.Etcd
-		g.Expect(s.Client.Get(ctx, client.ObjectKeyFromObject(e), &got)).To(Succeed())
-		m := got.Status.Membership
-		g.Expect(m).NotTo(BeNil())
+		m := membershipStatus(ctx, g, s, e)
 		g.Expect(apimeta.IsStatusConditionTrue(m.Conditions, v1alpha1.ConditionMembershipConverged)).To(BeTrue(), "conditions: %+v", m.Conditions)
 		var names []string
 		for _, om := range m.Members {
@@ -217,6 +219,42 @@ func createNamespace(t *testing.T, s *Site, name string) string {
 		t.Fatal(err)
 	}
 	return name
+}
+
+// applyStretchedEtcd opts the Etcd of EtcdMainManifest in ns into
+// druid-stretch with an EtcdMembership of spec, then creates the Etcd,
+// edited by edit, with druid's own type.
+func applyStretchedEtcd(t *testing.T, s *Site, ns string, spec v1alpha1.MembershipSpec, edit func(*unstructured.Unstructured)) *v1alpha1.Etcd {
+	t.Helper()
+	e := &v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: MoveEtcdName}}
+	if err := s.Client.Create(context.Background(), stretchv1alpha1.For(e, spec)); err != nil {
+		t.Fatalf("creating the EtcdMembership %s/%s: %v", ns, e.Name, err)
+	}
+	return applyEtcd(t, s, ns, edit)
+}
+
+// installExtendedEtcdCRD puts the extended Etcd CRD of earlier releases in
+// place of druid's, as installing such a release did.
+func installExtendedEtcdCRD(t *testing.T, s *Site) {
+	t.Helper()
+	o := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal(extendedcrd.Manifest(), &o.Object); err != nil {
+		t.Fatal(err)
+	}
+	if err := chart.InstallCRDs(context.Background(), s.Client, []*unstructured.Unstructured{o}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// membershipStatus reads status.membership of e's EtcdMembership, where
+// druid-stretch reports it, and fails g while there is none.
+func membershipStatus(ctx context.Context, g Gomega, s *Site, e *v1alpha1.Etcd) *v1alpha1.MembershipStatus {
+	p, err := etcdview.Get(ctx, s.Client, client.ObjectKeyFromObject(e))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(p.Membership).NotTo(BeNil(), "the EtcdMembership")
+	m := p.Membership.Status.Membership
+	g.Expect(m).NotTo(BeNil(), "status.membership of the EtcdMembership")
+	return m
 }
 
 // applyEtcd creates the Etcd of EtcdMainManifest in ns, edited by edit,

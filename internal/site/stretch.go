@@ -43,9 +43,9 @@ controller:
   maxLearners: %d
 `
 
-// startDruidStretch installs druid-stretch from its chart: the extended Etcd
-// CRD replaces druid's (as applying the chart's crds/ does), the chart's
-// namespace and RBAC are created, and the controller runs in this process
+// startDruidStretch installs druid-stretch from its chart: the chart's
+// CRD (the EtcdMembership; druid's Etcd CRD stays druid's own), the
+// chart's namespace and RBAC are created, and the controller runs in this process
 // as the chart's ServiceAccount, with the flags the chart gives it, its
 // webhook server on 127.0.0.1 and the chart's webhook configurations
 // pointed there (the API server cannot reach a pod's Service here).

@@ -13,11 +13,13 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
+	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 )
 
 // stretchedEtcd: a second Etcd, in another namespace, with its own member
@@ -62,17 +64,13 @@ func stretchedEtcd(t *testing.T, s *Site, a *v1alpha1.Etcd) {
 		e.Spec.ExternalMembers = externalMembersOf(b, 0, 2)
 		e.Spec.ExternalMembersPolicy = ptr.To(v1alpha1.ExternalMembersPolicyKeep)
 	})
-	b = applyEtcd(t, s, ns, func(o *unstructured.Unstructured) {
+	b = applyStretchedEtcd(t, s, ns, v1alpha1.MembershipSpec{
+		ExternalMembers:       externalMembersOf(a, 0, 3),
+		ExternalMembersPolicy: ptr.To(v1alpha1.ExternalMembersPolicyKeep),
+	}, func(o *unstructured.Unstructured) {
 		g.Expect(unstructured.SetNestedField(o.Object, prefix, "spec", "memberNamePrefix")).To(Succeed())
 		g.Expect(unstructured.SetNestedField(o.Object, int64(2), "spec", "replicas")).To(Succeed())
 		g.Expect(unstructured.SetNestedField(o.Object, "etcd-stretch-b", "spec", "backup", "store", "prefix")).To(Succeed())
-		var externals []any
-		for _, x := range externalMembersOf(a, 0, 3) {
-			externals = append(externals, map[string]any{"name": x.Name, "peerURLs": []any{x.PeerURLs[0]},
-				"clientURLs": []any{x.ClientURLs[0]}, "sidecarURL": x.SidecarURL})
-		}
-		g.Expect(unstructured.SetNestedSlice(o.Object, externals, "spec", "externalMembers")).To(Succeed())
-		g.Expect(unstructured.SetNestedField(o.Object, string(v1alpha1.ExternalMembersPolicyKeep), "spec", "externalMembersPolicy")).To(Succeed())
 	})
 
 	// In the middle of the join (the first learner added), druid is made
@@ -95,8 +93,7 @@ func stretchedEtcd(t *testing.T, s *Site, a *v1alpha1.Etcd) {
 			var got v1alpha1.Etcd
 			g.Expect(s.Client.Get(ctx, client.ObjectKeyFromObject(e), &got)).To(Succeed())
 			g.Expect(got.Annotations).NotTo(HaveKey(druidv1alpha1.GardenerOperationAnnotation), "druid ran the reconcile it was asked for")
-			m := got.Status.Membership
-			g.Expect(m).NotTo(BeNil())
+			m := membershipStatus(ctx, g, s, e)
 			g.Expect(apimeta.IsStatusConditionTrue(m.Conditions, v1alpha1.ConditionMembershipConverged)).To(BeTrue(), "%s: %+v", e.Namespace, m.Conditions)
 			g.Expect(m.Voters()).To(HaveLen(5))
 		}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
@@ -168,16 +165,22 @@ func externalMembersOf(e *v1alpha1.Etcd, from, to int) []v1alpha1.ExternalMember
 	return out
 }
 
-// patchEtcd changes e as a merge patch from the stored object.
+// patchEtcd changes e as the migration adapter does: mutate edits the
+// view of the Etcd and its EtcdMembership, and each part is written back
+// where it lives, read again on a conflict.
 func patchEtcd(t *testing.T, s *Site, e *v1alpha1.Etcd, mutate func(*v1alpha1.Etcd)) {
 	t.Helper()
-	var got v1alpha1.Etcd
-	if err := s.Client.Get(context.Background(), client.ObjectKeyFromObject(e), &got); err != nil {
-		t.Fatal(err)
-	}
-	before := got.DeepCopy()
-	mutate(&got)
-	if err := s.Client.Patch(context.Background(), &got, client.MergeFrom(before)); err != nil {
+	ctx := context.Background()
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		p, err := etcdview.Get(ctx, s.Client, client.ObjectKeyFromObject(e))
+		if err != nil {
+			return err
+		}
+		want := p.View.DeepCopy()
+		mutate(want)
+		return etcdview.Apply(ctx, s.Client, p, want)
+	})
+	if err != nil {
 		t.Fatalf("patching Etcd %s/%s: %v", e.Namespace, e.Name, err)
 	}
 }

@@ -12,11 +12,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/druid-stretch/druid-stretch/internal/druidcrds"
+	"github.com/druid-stretch/druid-stretch/internal/extendedcrd"
 )
 
 // hint tells a reader how to get a missing binary.
@@ -237,13 +242,30 @@ func missing() error {
 	return errors.Join(errs...)
 }
 
-// Environment is an envtest environment on the real binaries, with the
-// extended Etcd CRD of charts/druid-stretch/crds installed. Where setpriv
-// exists, kube-apiserver and its etcd are started through it with a parent
-// death signal, so that they die with the test binary even when it ends
-// without its cleanup (SIGKILL, the panic of a test timeout): envtest starts
-// them as ordinary children, which would outlive it.
-func Environment() (*envtest.Environment, error) {
+// EnvironmentOption changes what Environment installs.
+type EnvironmentOption func(*environmentOptions)
+
+type environmentOptions struct{ extendedEtcdCRD bool }
+
+// WithExtendedEtcdCRD installs the extended Etcd CRD of earlier releases
+// (internal/extendedcrd) in place of druid's own, for the tests of Etcds that
+// carry druid-stretch's fields inline.
+func WithExtendedEtcdCRD() EnvironmentOption {
+	return func(o *environmentOptions) { o.extendedEtcdCRD = true }
+}
+
+// Environment is an envtest environment on the real binaries with the CRDs
+// of a seed: etcd-druid's own, exactly as its API module ships them, and
+// druid-stretch's chart's (the EtcdMembership). Where setpriv exists,
+// kube-apiserver and its etcd are started through it with a parent death
+// signal, so that they die with the test binary even when it ends without
+// its cleanup (SIGKILL, the panic of a test timeout): envtest starts them
+// as ordinary children, which would outlive it.
+func Environment(opts ...EnvironmentOption) (*envtest.Environment, error) {
+	var o environmentOptions
+	for _, f := range opts {
+		f(&o)
+	}
 	assets, err := Dir()
 	if err != nil {
 		return nil, err
@@ -252,8 +274,21 @@ func Environment() (*envtest.Environment, error) {
 	if err != nil {
 		return nil, err
 	}
+	crds, err := druidcrds.All()
+	if err != nil {
+		return nil, err
+	}
+	if o.extendedEtcdCRD {
+		ext, err := extendedcrd.CRD()
+		if err != nil {
+			return nil, err
+		}
+		crds = slices.DeleteFunc(crds, func(c *apiextensionsv1.CustomResourceDefinition) bool { return c.Name == ext.Name })
+		crds = append(crds, ext)
+	}
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: assets,
+		CRDs:                  crds,
 		CRDDirectoryPaths:     []string{filepath.Join(root, "charts", "druid-stretch", "crds")},
 		ErrorIfCRDPathMissing: true,
 	}

@@ -48,7 +48,7 @@ func View(e *v1alpha1.Etcd, m *EtcdMembership) (*v1alpha1.Etcd, SpecSource) {
 // IsZero reports whether s sets no field.
 func IsZero(s *v1alpha1.MembershipSpec) bool {
 	return s.OrdinalStart == nil && len(s.ExternalMembers) == 0 && s.ExternalMembersPolicy == nil &&
-		s.RetainedExternalMembers == nil && s.LearnerReplicas == nil
+		s.RetainedExternalMembers == nil && s.LearnerReplicas == nil && len(s.AdditionalAdvertisePeerURLs) == 0
 }
 
 // For returns the EtcdMembership of e carrying spec: same name and namespace,
