@@ -9,8 +9,9 @@ import (
 // correctly: every reconcile plans anew from the observed members, so there is
 // no step pointer here, only facts about the members.
 type MembershipStatus struct {
-	// ObservedGeneration is the metadata.generation of the Etcd spec the
-	// controller last planned from.
+	// ObservedGeneration is the generation of the spec the controller last
+	// planned from: the Etcd's metadata.generation plus its
+	// EtcdMembership's, which grows whenever either spec changes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 

@@ -176,6 +176,9 @@ func Apply(ctx context.Context, c client.Client, p *Pair, want *v1alpha1.Etcd) e
 	p.Membership = m
 	e := p.Etcd.DeepCopy()
 	e.ObjectMeta = *want.ObjectMeta.DeepCopy()
+	// The View's generation is the pair's (stretchv1alpha1.View), not the
+	// Etcd's; the API server owns the Etcd's.
+	e.Generation = p.Etcd.Generation
 	e.Spec = *want.Spec.DeepCopy()
 	e.Spec.MembershipSpec = v1alpha1.MembershipSpec{}
 	if equality.Semantic.DeepEqual(e.ObjectMeta, p.Etcd.ObjectMeta) && equality.Semantic.DeepEqual(e.Spec, p.Etcd.Spec) {

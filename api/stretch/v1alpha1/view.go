@@ -27,8 +27,18 @@ const (
 // fields, where an Etcd still carries them, win over m's spec; m's status
 // wins over the Etcd's, because druid's compaction controller replaces the
 // Etcd's whole status and never touches m. e and m are not changed.
+//
+// The View's metadata.generation is the Etcd's plus m's: it grows whenever
+// either spec changes, so that status.membership.observedGeneration, which
+// the controller writes from the View it planned, tells a reader whether
+// the controller has seen the current pair. The Etcd's own generation
+// alone would not: a change of m's spec leaves it as it was, and a stale
+// status would pass for current.
 func View(e *v1alpha1.Etcd, m *EtcdMembership) (*v1alpha1.Etcd, SpecSource) {
 	v := e.DeepCopy()
+	if m != nil {
+		v.Generation += m.Generation
+	}
 	src := SpecNone
 	switch {
 	case !IsZero(&e.Spec.MembershipSpec):
@@ -76,6 +86,8 @@ func OwnerReference(e *v1alpha1.Etcd) metav1.OwnerReference {
 // written each to its own resource (the EtcdMembership first, so that
 // druid-stretch sees the fields before druid acts on the Etcd).
 // status.membership stays with neither: only the controller writes it.
+// The Etcd's metadata.generation is the View's (the pair's); the API
+// server keeps its own on every write.
 func Split(v *v1alpha1.Etcd) (*druidv1alpha1.Etcd, *EtcdMembership) {
 	e := v.DruidEtcd()
 	m := For(v, v.Spec.MembershipSpec)

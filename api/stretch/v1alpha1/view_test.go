@@ -103,3 +103,24 @@ func TestSplitUndoesView(t *testing.T) {
 	g.Expect(src).To(Equal(stretchv1alpha1.SpecFromEtcdMembership))
 	g.Expect(again.Spec).To(Equal(v.Spec), "viewed again, the pair is the View that was split")
 }
+
+// A change of either spec makes the View's generation grow, so a status
+// observed before it no longer passes for current.
+func TestViewGeneration(t *testing.T) {
+	g := NewWithT(t)
+	e := etcd(v1alpha1.MembershipSpec{}, nil)
+	e.Generation = 4
+	m := membership(v1alpha1.MembershipSpec{OrdinalStart: ptr.To[int32](0)}, nil)
+	m.Generation = 1
+	v, _ := stretchv1alpha1.View(e, m)
+	g.Expect(v.Generation).To(Equal(int64(5)))
+	m.Generation++
+	after, _ := stretchv1alpha1.View(e, m)
+	g.Expect(after.Generation).To(BeNumerically(">", v.Generation), "the EtcdMembership's spec changed")
+	e.Generation++
+	later, _ := stretchv1alpha1.View(e, m)
+	g.Expect(later.Generation).To(BeNumerically(">", after.Generation), "the Etcd's spec changed")
+	alone, _ := stretchv1alpha1.View(e, nil)
+	g.Expect(alone.Generation).To(Equal(e.Generation), "without an EtcdMembership, the Etcd's own")
+	g.Expect(e.Generation).To(Equal(int64(5)), "the Etcd is not changed")
+}
