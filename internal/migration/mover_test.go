@@ -13,12 +13,15 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
+	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 	"github.com/druid-stretch/druid-stretch/internal/migration"
 	"github.com/druid-stretch/druid-stretch/internal/testbin"
 )
@@ -71,7 +74,8 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// setup creates a namespace in both clusters and the source Etcd in it.
+// setup creates a namespace in both clusters and the source Etcd in it,
+// with its EtcdMembership.
 func setup(t *testing.T) (namespace string, src *v1alpha1.Etcd) {
 	t.Helper()
 	g := NewWithT(t)
@@ -82,7 +86,9 @@ func setup(t *testing.T) (namespace string, src *v1alpha1.Etcd) {
 	src = &v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Name: "etcd-main", Namespace: namespace}}
 	src.Spec.Replicas = 3
 	src.Spec.Labels = map[string]string{"app": "etcd-statefulset"}
-	g.Expect(srcClient.Create(t.Context(), src)).To(Succeed())
+	// Opted in, as a source is before a move: its EtcdMembership exists.
+	src.Spec.OrdinalStart = ptr.To[int32](0)
+	g.Expect(etcdview.Create(t.Context(), srcClient, src)).To(Succeed())
 	return namespace, src
 }
 
@@ -118,13 +124,45 @@ func mover(t *testing.T, namespace string, events *[]migration.Event, options ..
 	return m
 }
 
+// get reads the Etcd of namespace as the mover sees it: the view of the
+// Etcd and its EtcdMembership; nil when there is no Etcd.
 func get(t *testing.T, c client.Client, namespace string) *v1alpha1.Etcd {
 	t.Helper()
-	e := &v1alpha1.Etcd{}
-	if err := c.Get(t.Context(), client.ObjectKey{Namespace: namespace, Name: "etcd-main"}, e); err != nil {
+	p, err := etcdview.Get(t.Context(), c, client.ObjectKey{Namespace: namespace, Name: "etcd-main"})
+	if err != nil {
 		return nil
 	}
-	return e
+	return p.View
+}
+
+// apply changes the Etcd of namespace as the mover does: mutate edits its
+// view, and each part is written back where it lives.
+func apply(t *testing.T, c client.Client, namespace string, mutate func(*v1alpha1.Etcd)) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p, err := etcdview.Get(t.Context(), c, client.ObjectKey{Namespace: namespace, Name: "etcd-main"})
+		if err != nil {
+			return err
+		}
+		want := p.View.DeepCopy()
+		mutate(want)
+		return etcdview.Apply(t.Context(), c, p, want)
+	})
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+}
+
+// report writes the status.membership that the controller of c's cluster
+// would write, planned from the current pair: st gets the pair's
+// generation to observe.
+func report(t *testing.T, c client.Client, namespace string, st func(gen int64) *v1alpha1.MembershipStatus) {
+	t.Helper()
+	g := NewWithT(t)
+	p, err := etcdview.Get(t.Context(), c, client.ObjectKey{Namespace: namespace, Name: "etcd-main"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(p.Membership).NotTo(BeNil(), "the controller reports into the EtcdMembership")
+	m := p.Membership.DeepCopy()
+	m.Status.Membership = st(p.View.Generation)
+	g.Expect(c.Status().Update(t.Context(), m)).To(Succeed())
 }
 
 func TestNewRefusesMissingOptions(t *testing.T) {
@@ -173,7 +211,7 @@ func TestMoveRefusesASeparateDestinationCluster(t *testing.T) {
 	ns, _ := setup(t)
 	dst := move.NewDestination(get(t, srcClient, ns), 3)
 	dst.ResourceVersion = ""
-	g.Expect(dstClient.Create(t.Context(), dst)).To(Succeed())
+	g.Expect(etcdview.Create(t.Context(), dstClient, dst)).To(Succeed())
 	srcBefore, dstBefore := get(t, srcClient, ns), get(t, dstClient, ns)
 
 	err := mover(t, ns, nil).Move(context.Background())
@@ -202,21 +240,21 @@ func startedMove(t *testing.T, converged bool, step func(dst *v1alpha1.Etcd), ob
 	g.Expect(err).NotTo(HaveOccurred())
 	srcMembers, err := move.ExternalMembers(src, migration.URLTemplates{Peer: "http://{pod}.a:2380"}.Addresses())
 	g.Expect(err).NotTo(HaveOccurred())
-	before := src.DeepCopy()
-	move.PrepareSource(src, dstMembers)
-	g.Expect(srcClient.Patch(t.Context(), src, client.MergeFrom(before))).To(Succeed())
-	dst := move.NewDestination(src, 3)
+	apply(t, srcClient, ns, func(v *v1alpha1.Etcd) { move.PrepareSource(v, dstMembers) })
+	dst := move.NewDestination(get(t, srcClient, ns), 3)
 	move.JoinDestination(dst, srcMembers)
 	step(dst)
-	dst.ResourceVersion, dst.Spec.ExternalMembers = "", srcMembers
-	g.Expect(dstClient.Create(t.Context(), dst)).To(Succeed())
-	now := metav1.Now()
-	dst.Status.Membership = &v1alpha1.MembershipStatus{ObservedGeneration: dst.Generation, ObservedTime: &now, Members: observed}
-	if converged {
-		dst.Status.Membership.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionMembershipConverged, Status: metav1.ConditionTrue,
-			ObservedGeneration: dst.Generation, Reason: v1alpha1.ReasonConverged, LastTransitionTime: now}}
-	}
-	g.Expect(dstClient.Status().Update(t.Context(), dst)).To(Succeed())
+	dst.ResourceVersion, dst.Generation, dst.Spec.ExternalMembers = "", 0, srcMembers
+	g.Expect(etcdview.Create(t.Context(), dstClient, dst)).To(Succeed())
+	report(t, dstClient, ns, func(gen int64) *v1alpha1.MembershipStatus {
+		now := metav1.Now()
+		st := &v1alpha1.MembershipStatus{ObservedGeneration: gen, ObservedTime: &now, Members: observed}
+		if converged {
+			st.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionMembershipConverged, Status: metav1.ConditionTrue,
+				ObservedGeneration: gen, Reason: v1alpha1.ReasonConverged, LastTransitionTime: now}}
+		}
+		return st
+	})
 	return ns
 }
 
@@ -240,12 +278,16 @@ func joinedMove(t *testing.T) (string, []v1alpha1.ObservedMember) {
 // it converged on the destination's current spec: the observed members.
 func reportConverged(t *testing.T, ns string, observed ...v1alpha1.ObservedMember) {
 	t.Helper()
-	dst := get(t, dstClient, ns)
+	report(t, dstClient, ns, func(gen int64) *v1alpha1.MembershipStatus { return converged(gen, observed...) })
+}
+
+// converged is a controller's report of observed members, converged on
+// generation gen of the pair.
+func converged(gen int64, observed ...v1alpha1.ObservedMember) *v1alpha1.MembershipStatus {
 	now := metav1.Now()
-	dst.Status.Membership = &v1alpha1.MembershipStatus{ObservedGeneration: dst.Generation, ObservedTime: &now, Members: observed,
+	return &v1alpha1.MembershipStatus{ObservedGeneration: gen, ObservedTime: &now, Members: observed,
 		Conditions: []metav1.Condition{{Type: v1alpha1.ConditionMembershipConverged, Status: metav1.ConditionTrue,
-			ObservedGeneration: dst.Generation, Reason: v1alpha1.ReasonConverged, LastTransitionTime: now}}}
-	NewWithT(t).Expect(dstClient.Status().Update(t.Context(), dst)).To(Succeed())
+			ObservedGeneration: gen, Reason: v1alpha1.ReasonConverged, LastTransitionTime: now}}}
 }
 
 // observedMember is a healthy member as a controller reports it.
@@ -465,12 +507,20 @@ type statusWriterBeforePatch struct {
 
 func (c *statusWriterBeforePatch) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 	if c.left.Add(-1) >= 0 {
-		e := &v1alpha1.Etcd{}
-		if err := c.Client.Get(ctx, client.ObjectKeyFromObject(obj), e); err != nil {
+		cur := obj.DeepCopyObject().(client.Object)
+		if err := c.Client.Get(ctx, client.ObjectKeyFromObject(obj), cur); err != nil {
 			return err
 		}
-		e.Status.ObservedGeneration = ptr.To(e.Generation + int64(c.left.Load()) + 100)
-		if err := c.Client.Status().Update(ctx, e); err != nil {
+		gen := cur.GetGeneration() + int64(c.left.Load()) + 100
+		switch o := cur.(type) {
+		case *v1alpha1.Etcd:
+			o.Status.ObservedGeneration = ptr.To(gen)
+		case *stretchv1alpha1.EtcdMembership:
+			o.Status.ObservedGeneration = gen
+		default:
+			return fmt.Errorf("no status to write for a %T", cur)
+		}
+		if err := c.Client.Status().Update(ctx, cur); err != nil {
 			return err
 		}
 	}
@@ -527,14 +577,8 @@ func TestHeldOrderJoinsWarm(t *testing.T) {
 			ns, src := setup(t)
 			dstMembers, err := move.ExternalMembers(move.NewDestination(src, 3), migration.URLTemplates{Peer: "http://{pod}.seed-b.example:2380"}.Addresses())
 			g.Expect(err).NotTo(HaveOccurred())
-			before := src.DeepCopy()
-			move.PrepareSource(src, dstMembers)
-			g.Expect(srcClient.Patch(t.Context(), src, client.MergeFrom(before))).To(Succeed())
-			now := metav1.Now()
-			src.Status.Membership = &v1alpha1.MembershipStatus{ObservedGeneration: src.Generation, ObservedTime: &now,
-				Conditions: []metav1.Condition{{Type: v1alpha1.ConditionMembershipConverged, Status: metav1.ConditionTrue,
-					ObservedGeneration: src.Generation, Reason: v1alpha1.ReasonConverged, LastTransitionTime: now}}}
-			g.Expect(srcClient.Status().Update(t.Context(), src)).To(Succeed())
+			apply(t, srcClient, ns, func(v *v1alpha1.Etcd) { move.PrepareSource(v, dstMembers) })
+			report(t, srcClient, ns, func(gen int64) *v1alpha1.MembershipStatus { return converged(gen) })
 			srcBefore := get(t, srcClient, ns)
 
 			options := []func(*migration.Options){func(o *migration.Options) {
