@@ -21,6 +21,7 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/internal/migration"
+	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 	"github.com/druid-stretch/druid-stretch/internal/testbin"
 )
 
@@ -87,13 +88,25 @@ func TestMigrateCommand(t *testing.T) {
 	g.Expect(exitCode(err)).To(Equal(ExitNotFinished))
 	g.Expect(out).To(ContainSubstring("step prepare-source: starting (NotStarted)"))
 
-	got := &v1alpha1.Etcd{}
-	g.Expect(clients[0].Get(ctx, client.ObjectKeyFromObject(src), got)).To(Succeed())
-	g.Expect(got.Spec.ExternalMembers).To(HaveLen(3))
-	g.Expect(got.Spec.ExternalMembers[0]).To(Equal(v1alpha1.ExternalMember{
+	// The source as stored: the Etcd and the EtcdMembership that carries
+	// druid-stretch's fields.
+	stored := func() *etcdview.Pair {
+		p, err := etcdview.Get(ctx, clients[0], client.ObjectKeyFromObject(src))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(p.Membership).NotTo(BeNil(), "the source's EtcdMembership")
+		return p
+	}
+	unchanged := func(before *etcdview.Pair, why string) {
+		after := stored()
+		g.Expect(after.Etcd.ResourceVersion).To(Equal(before.Etcd.ResourceVersion), why)
+		g.Expect(after.Membership.ResourceVersion).To(Equal(before.Membership.ResourceVersion), why)
+	}
+	got := stored()
+	g.Expect(got.View.Spec.ExternalMembers).To(HaveLen(3))
+	g.Expect(got.View.Spec.ExternalMembers[0]).To(Equal(v1alpha1.ExternalMember{
 		Name: "etcd-main-10", PeerURLs: []string{"http://etcd-main-10.seed-b.example:2380"}, SidecarURL: "https://etcd-main-10.seed-b.example:8090",
 	}))
-	g.Expect(got.Spec.GetExternalMembersPolicy()).To(Equal(v1alpha1.ExternalMembersPolicyKeep))
+	g.Expect(got.View.Spec.GetExternalMembersPolicy()).To(Equal(v1alpha1.ExternalMembersPolicyKeep))
 
 	// --status reads where the move stands and changes nothing.
 	base := []string{"migrate", "--source-kubeconfig", kubeconfigs[0], "--destination-kubeconfig", kubeconfigs[1], "--namespace", "shoot--p--s", "--name", "etcd-main"}
@@ -103,9 +116,7 @@ func TestMigrateCommand(t *testing.T) {
 	g.Expect(out).To(ContainSubstring("next step: prepare-source"))
 	g.Expect(out).To(ContainSubstring("source: replicas 3, 3 external members, policy Keep; not observed yet"))
 	g.Expect(out).To(ContainSubstring("destination: no Etcd"))
-	after := &v1alpha1.Etcd{}
-	g.Expect(clients[0].Get(ctx, client.ObjectKeyFromObject(src), after)).To(Succeed())
-	g.Expect(after.ResourceVersion).To(Equal(got.ResourceVersion), "--status writes nothing")
+	unchanged(got, "--status writes nothing")
 	g.Expect(clients[1].Get(ctx, client.ObjectKeyFromObject(src), &v1alpha1.Etcd{})).To(MatchError(ContainSubstring("not found")))
 
 	_, err = run(append(base, "--status", "--abort")...)
@@ -133,8 +144,7 @@ func TestMigrateCommand(t *testing.T) {
 	g.Expect(out).To(ContainSubstring("dryRun: true"))
 	g.Expect(out).To(ContainSubstring("- does: sets the destination to replicas 0"))
 	g.Expect(out).To(ContainSubstring("step: abort"))
-	g.Expect(clients[0].Get(ctx, client.ObjectKeyFromObject(src), after)).To(Succeed())
-	g.Expect(after.ResourceVersion).To(Equal(got.ResourceVersion), "--dry-run writes nothing")
+	unchanged(got, "--dry-run writes nothing")
 	_, err = run(append(base, "--dry-run", "-o", "wide")...)
 	g.Expect(exitCode(err)).To(Equal(ExitUsage))
 	// --hold-source puts switch-clients after retire-source; it needs the
@@ -149,8 +159,7 @@ func TestMigrateCommand(t *testing.T) {
 	_, err = run(append(base, "--dry-run", "--switch-clients-command", "true", "--hold-source", "-1")...)
 	g.Expect(err).To(MatchError(ContainSubstring("--hold-source -1")))
 	g.Expect(exitCode(err)).To(Equal(ExitUsage))
-	g.Expect(clients[0].Get(ctx, client.ObjectKeyFromObject(src), after)).To(Succeed())
-	g.Expect(after.ResourceVersion).To(Equal(got.ResourceVersion), "a refused call writes nothing")
+	unchanged(got, "a refused call writes nothing")
 
 	// Two contexts of one kubeconfig, as kubectl takes them.
 	merged := clientcmdapi.NewConfig()

@@ -15,11 +15,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 	"github.com/druid-stretch/druid-stretch/internal/pki"
 	"github.com/druid-stretch/druid-stretch/internal/podrunner"
 	"github.com/druid-stretch/druid-stretch/internal/testbin"
@@ -85,7 +87,21 @@ func TestRunnerPlaysKubelet(t *testing.T) {
 		TLSCASecretRef:     druidv1alpha1.SecretReference{SecretReference: corev1.SecretReference{Name: "ca"}},
 		ServerTLSSecretRef: corev1.SecretReference{Name: "server"},
 	}}
+	// Its EtcdMembership, empty for now, carries the ordinal start and
+	// the status below, as druid-stretch's controller would write them.
+	g.Expect(k8s.Create(ctx, stretchv1alpha1.For(e, v1alpha1.MembershipSpec{}))).To(Succeed())
 	g.Expect(k8s.Create(ctx, e)).To(Succeed())
+	edit := func(mutate func(*v1alpha1.Etcd)) {
+		g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			p, err := etcdview.Get(ctx, k8s, client.ObjectKeyFromObject(e))
+			if err != nil {
+				return err
+			}
+			want := p.View.DeepCopy()
+			mutate(want)
+			return etcdview.Apply(ctx, k8s, p, want)
+		})).To(Succeed())
+	}
 	pod := func(o int64) string { return fmt.Sprintf("etcd-main-%d", o) }
 	member := func(o int64) string { return "run-" + pod(o) }
 
@@ -127,9 +143,7 @@ func TestRunnerPlaysKubelet(t *testing.T) {
 	g.Expect(list(g)).To(HaveLen(3))
 
 	// A fourth pod crash-loops until its member is added.
-	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(e), e)).To(Succeed())
-	e.Spec.Replicas = 4
-	g.Expect(k8s.Update(ctx, e)).To(Succeed())
+	edit(func(e *v1alpha1.Etcd) { e.Spec.Replicas = 4 })
 	m3, err := r.Member(e, 3)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Consistently(func() bool { return r.Running(ns.Name, pod(3)) }).WithTimeout(3 * time.Second).Should(BeFalse())
@@ -139,9 +153,7 @@ func TestRunnerPlaysKubelet(t *testing.T) {
 	writeStatus(ctx, g, cli, e)
 
 	// Out of the range, a pod runs while etcd lists its member...
-	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(e), e)).To(Succeed())
-	e.Spec.OrdinalStart = ptr.To[int32](1)
-	g.Expect(k8s.Update(ctx, e)).To(Succeed())
+	edit(func(e *v1alpha1.Etcd) { e.Spec.OrdinalStart = ptr.To[int32](1) })
 	g.Consistently(func() bool { return r.Running(ns.Name, pod(0)) }).WithTimeout(2 * time.Second).Should(BeTrue())
 	// ...and stops once it is gone.
 	first := memberID(ctx, g, cli, member(0))
@@ -151,9 +163,7 @@ func TestRunnerPlaysKubelet(t *testing.T) {
 
 	// Back in the range, it joins again as a new member, on a fresh data dir.
 	g.Eventually(func() error { _, err := cli.MemberPromote(ctx, added.Member.ID); return err }).WithTimeout(30 * time.Second).Should(Succeed())
-	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(e), e)).To(Succeed())
-	e.Spec.OrdinalStart = nil
-	g.Expect(k8s.Update(ctx, e)).To(Succeed())
+	edit(func(e *v1alpha1.Etcd) { e.Spec.OrdinalStart = nil })
 	again := addLearner(ctx, g, cli, m0.PeerURL)
 	g.Expect(again.Member.ID).NotTo(Equal(first))
 	g.Eventually(list).WithTimeout(40 * time.Second).Should(ContainElement(member(0) + " learner=true"))
@@ -189,12 +199,13 @@ func addLearner(ctx context.Context, g Gomega, cli *clientv3.Client, peerURL str
 	return resp
 }
 
-// writeStatus writes etcd's member list into status.membership, as the
-// controller would.
+// writeStatus writes etcd's member list into status.membership of e's
+// EtcdMembership, as the controller would.
 func writeStatus(ctx context.Context, g Gomega, cli *clientv3.Client, e *v1alpha1.Etcd) {
 	resp, err := cli.MemberList(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(e), e)).To(Succeed())
+	m := &stretchv1alpha1.EtcdMembership{}
+	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(e), m)).To(Succeed())
 	st := &v1alpha1.MembershipStatus{Phase: v1alpha1.MembershipPhaseConverged}
 	for _, m := range resp.Members {
 		role := v1alpha1.MemberRoleVoter
@@ -203,6 +214,6 @@ func writeStatus(ctx context.Context, g Gomega, cli *clientv3.Client, e *v1alpha
 		}
 		st.Members = append(st.Members, v1alpha1.ObservedMember{ID: fmt.Sprintf("%x", m.ID), Name: m.Name, PeerURLs: m.PeerURLs, Role: role})
 	}
-	e.Status.Membership = st
-	g.Expect(k8s.Status().Update(ctx, e)).To(Succeed())
+	m.Status.Membership = st
+	g.Expect(k8s.Status().Update(ctx, m)).To(Succeed())
 }
