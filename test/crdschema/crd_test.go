@@ -2,8 +2,6 @@ package crdschema
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"sort"
@@ -15,7 +13,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/druid-stretch/druid-stretch/internal/testbin"
+	"github.com/druid-stretch/druid-stretch/internal/extendedcrd"
 )
 
 // The only places where our schema may differ from druid's: the extension's
@@ -49,17 +47,9 @@ func loadCRDs(t *testing.T) (druid, ours *apiextensionsv1.CustomResourceDefiniti
 	if err := yaml.UnmarshalStrict([]byte(all[druidcrds.ResourceNameEtcd]), druid); err != nil {
 		t.Fatalf("decoding druid's CRD: %v", err)
 	}
-	root, err := testbin.RepoRoot()
+	ours, err = extendedcrd.CRD()
 	if err != nil {
 		t.Fatal(err)
-	}
-	data, err := os.ReadFile(filepath.Join(root, "charts", "druid-stretch", "crds", "druid.gardener.cloud_etcds.yaml"))
-	if err != nil {
-		t.Fatalf("reading our CRD (make generate writes it): %v", err)
-	}
-	ours = &apiextensionsv1.CustomResourceDefinition{}
-	if err := yaml.UnmarshalStrict(data, ours); err != nil {
-		t.Fatalf("decoding our CRD: %v", err)
 	}
 	return druid, ours
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -22,10 +20,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	celcommon "k8s.io/apiserver/pkg/cel/common"
-	"sigs.k8s.io/yaml"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
-	"github.com/druid-stretch/druid-stretch/internal/testbin"
+	"github.com/druid-stretch/druid-stretch/internal/extendedcrd"
 )
 
 // crdValidator runs the generated CRD's OpenAPI schema, list-type and CEL
@@ -39,30 +36,14 @@ type crdValidator struct {
 	raw *apiextensionsv1.CustomResourceDefinition
 }
 
-func crdPath() (string, error) {
-	root, err := testbin.RepoRoot()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(root, "charts", "druid-stretch", "crds", "druid.gardener.cloud_etcds.yaml"), nil
-}
-
 func loadCRDValidator(t testing.TB) *crdValidator {
 	t.Helper()
-	path, err := crdPath()
+	crd, err := extendedcrd.CRD()
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("reading the generated CRD (make generate writes it): %v", err)
-	}
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := yaml.UnmarshalStrict(data, crd); err != nil {
-		t.Fatalf("decoding %s: %v", path, err)
-	}
 	if len(crd.Spec.Versions) != 1 || crd.Spec.Versions[0].Schema == nil {
-		t.Fatalf("%s: want one version with a schema", path)
+		t.Fatalf("the extended Etcd CRD: want one version with a schema")
 	}
 	internal := &apiextensions.JSONSchemaProps{}
 	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(crd.Spec.Versions[0].Schema.OpenAPIV3Schema, internal, nil); err != nil {
