@@ -46,6 +46,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
 	"github.com/druid-stretch/druid-stretch/internal/etcdview"
@@ -110,7 +111,8 @@ type Reconciler struct {
 	Resync time.Duration
 }
 
-// SetupWithManager watches Etcds and the member leases druid labels.
+// SetupWithManager watches Etcds, their EtcdMemberships and the member
+// leases druid labels.
 func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	if r.Resync <= 0 {
 		r.Resync = 10 * time.Second
@@ -121,6 +123,9 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	return ctrl.ControllerManagedBy(mgr).
 		Named("etcd-member-lease-bridge").
 		For(&v1alpha1.Etcd{}).
+		// The ordinal range is the EtcdMembership's, of the Etcd's name:
+		// a change of it alone may need leases that no Lease event asks for.
+		Watches(&stretchv1alpha1.EtcdMembership{}, &handler.EnqueueRequestForObject{}).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			etcd := o.GetLabels()[druidv1alpha1.LabelPartOfKey]
 			if etcd == "" {

@@ -10,6 +10,7 @@ import (
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -17,9 +18,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/controllers/memberlease"
 	membershipctrl "github.com/druid-stretch/druid-stretch/controllers/membership"
+	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 	"github.com/druid-stretch/druid-stretch/internal/testbin"
 )
 
@@ -43,9 +46,11 @@ func TestPairs(t *testing.T) {
 	g.Expect(memberlease.Pairs(etcd(1, 3, "seed-b"))).To(Equal([]memberlease.Pair{{Druid: "seed-b-etcd-main-0", Member: "seed-b-etcd-main-3"}}))
 }
 
-// On a real kube-apiserver: the bridge creates the leases backup-restore
-// renews (druid's labels and owner), and what a renewal writes there
-// reaches the lease druid reads; druid's other fields stay.
+// On a real kube-apiserver with druid's own Etcd CRD: the bridge creates
+// the leases backup-restore renews (druid's labels and owner), and what a
+// renewal writes there reaches the lease druid reads; druid's other fields
+// stay. The ordinal range is the EtcdMembership's: its change alone is
+// enough for the bridge.
 func TestBridgeCopiesRenewals(t *testing.T) {
 	g := NewWithT(t)
 	env, err := testbin.Environment()
@@ -62,16 +67,21 @@ func TestBridgeCopiesRenewals(t *testing.T) {
 	g.Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}})).To(Succeed())
 	e := etcd(2, 3, "")
 	e.Spec.Labels = map[string]string{"app": "etcd"}
-	g.Expect(k8s.Create(ctx, e)).To(Succeed())
-	// druid's leases for ordinals 0 and 1, as its member lease component
-	// creates them: labels, owner, nothing renewed.
-	for _, name := range druidv1alpha1.GetMemberLeaseNames(e.DruidEtcd()) {
-		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns",
-			Labels: map[string]string{druidv1alpha1.LabelComponentKey: "etcd-member-lease", druidv1alpha1.LabelPartOfKey: "etcd-main",
-				druidv1alpha1.LabelManagedByKey: druidv1alpha1.LabelManagedByValue, druidv1alpha1.LabelAppNameKey: name},
-			OwnerReferences: []metav1.OwnerReference{druidv1alpha1.GetAsOwnerReference(e.ObjectMeta)}}}
-		g.Expect(k8s.Create(ctx, l)).To(Succeed())
+	// spec.ordinalStart goes into the EtcdMembership: druid's own Etcd CRD
+	// would prune it from the Etcd.
+	g.Expect(etcdview.Create(ctx, k8s, e)).To(Succeed())
+	// druid's leases for ordinals 0..replicas-1, as its member lease
+	// component creates them: labels, owner, nothing renewed.
+	druidLeases := func(e *v1alpha1.Etcd) {
+		for _, name := range druidv1alpha1.GetMemberLeaseNames(e.DruidEtcd()) {
+			l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns",
+				Labels: map[string]string{druidv1alpha1.LabelComponentKey: "etcd-member-lease", druidv1alpha1.LabelPartOfKey: e.Name,
+					druidv1alpha1.LabelManagedByKey: druidv1alpha1.LabelManagedByValue, druidv1alpha1.LabelAppNameKey: name},
+				OwnerReferences: []metav1.OwnerReference{druidv1alpha1.GetAsOwnerReference(e.ObjectMeta)}}}
+			g.Expect(k8s.Create(ctx, l)).To(Succeed())
+		}
 	}
+	druidLeases(e)
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
@@ -122,4 +132,18 @@ func TestBridgeCopiesRenewals(t *testing.T) {
 		g.Expect(l.Labels).To(HaveKeyWithValue(druidv1alpha1.LabelAppNameKey, "etcd-main-1"), "druid's labels stay")
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 	g.Expect(get(g, "etcd-main-0").Spec.RenewTime).To(BeNil(), "etcd-main-3 never renewed: nothing copied")
+
+	// An Etcd on druid's ordinals needs no bridge, until its EtcdMembership
+	// moves them: that write alone, with no Etcd or Lease event, has the
+	// bridge create the leases of the new range.
+	events := etcd(1, 0, "")
+	events.Name, events.Spec.Labels, events.Spec.OrdinalStart = "etcd-events", map[string]string{"app": "etcd"}, nil
+	g.Expect(etcdview.Create(ctx, k8s, events)).To(Succeed())
+	druidLeases(events)
+	g.Consistently(func(g Gomega) {
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "etcd-events-1"}, &coordinationv1.Lease{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue())
+	}).WithTimeout(2*time.Second).Should(Succeed(), "druid's naming needs no bridge")
+	g.Expect(k8s.Create(ctx, stretchv1alpha1.For(events, v1alpha1.MembershipSpec{OrdinalStart: ptr.To[int32](1)}))).To(Succeed())
+	g.Eventually(func(g Gomega) { get(g, "etcd-events-1") }).WithTimeout(30 * time.Second).Should(Succeed())
 }

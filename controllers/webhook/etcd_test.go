@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,11 +14,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
+	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
-	"github.com/druid-stretch/druid-stretch/internal/testbin"
+	"github.com/druid-stretch/druid-stretch/internal/etcdview"
+	"github.com/druid-stretch/druid-stretch/internal/extendedcrd"
 )
 
 // stretchedEtcd is a valid destination-side Etcd of a live move.
@@ -40,16 +39,23 @@ func stretchedEtcd(namespace string) *v1alpha1.Etcd {
 // invalidCase is one Etcd the API server must refuse.
 type invalidCase struct {
 	name string
-	// create is the Etcd to create; with update set it is created valid and
-	// update then makes the invalid change.
+	// create is the Etcd to create, as a view; with update set it is
+	// created valid and update then makes the invalid change.
 	create func(ns string) *v1alpha1.Etcd
 	update func(e *v1alpha1.Etcd)
-	// field is the path the refusal must name, whoever refuses.
+	// field is the path the refusal of the inline Etcd must name, under
+	// the extended Etcd CRD, whoever refuses.
 	field string
 	// webhookField is the precise path the webhook names.
 	webhookField string
 	// druidRule: druid's own CRD rule refuses it too, before any webhook.
 	druidRule bool
+	// pairField is the path the refusal names when the case is written
+	// through the pair under druid's own Etcd CRD (the EtcdMembership's
+	// CRD rules, or druid's on the Etcd). Empty when nothing refuses it
+	// there: its rule reads druid-stretch's fields together with the
+	// Etcd's, which the EtcdMembership's CRD cannot see.
+	pairField string
 }
 
 var invalidCases = []invalidCase{
@@ -62,6 +68,7 @@ var invalidCases = []invalidCase{
 		},
 		field:        "spec.externalMembers[1]",
 		webhookField: "spec.externalMembers[1].name",
+		pairField:    "spec.externalMembers[1]",
 	},
 	{
 		name: "an external member named like a local member",
@@ -81,6 +88,18 @@ var invalidCases = []invalidCase{
 		},
 		field:        "spec.externalMembers[0]",
 		webhookField: "spec.externalMembers[0].peerURLs",
+		pairField:    "spec.externalMembers[0]",
+	},
+	{
+		// How the sidecars are reached (ValidateSidecarAccess).
+		name: "no spec.backup.tls and no insecure opt-in",
+		create: func(ns string) *v1alpha1.Etcd {
+			e := stretchedEtcd(ns)
+			e.Spec.Backup.TLS = nil
+			return e
+		},
+		field:        "spec.backup.tls",
+		webhookField: "spec.backup.tls",
 	},
 	{
 		name:      "changed member name prefix",
@@ -88,6 +107,7 @@ var invalidCases = []invalidCase{
 		update:    func(e *v1alpha1.Etcd) { e.Spec.MemberNamePrefix = ptr.To("seed-c") },
 		field:     "spec.memberNamePrefix",
 		druidRule: true,
+		pairField: "spec.memberNamePrefix",
 	},
 }
 
@@ -114,119 +134,192 @@ func expectRefused(t *testing.T, err error, field string, byWebhook bool) {
 	t.Logf("refused: %v", err)
 }
 
-// tryInvalid runs one case and checks that nothing was stored or changed.
-func tryInvalid(t *testing.T, tc invalidCase, byWebhook bool) {
+// tryInvalid runs one case with the fields inline, on c (whose Etcd CRD is
+// the extended one), and checks that nothing was stored or changed.
+func tryInvalid(t *testing.T, c client.Client, tc invalidCase, byWebhook bool) {
 	g := NewWithT(t)
 	field := tc.field
 	if byWebhook {
 		field = tc.webhookField
 	}
-	e := tc.create(newNamespace(t))
+	e := tc.create(namespaceIn(t, c))
 	key := client.ObjectKeyFromObject(e)
 	if tc.update == nil {
-		expectRefused(t, k8s.Create(t.Context(), e), field, byWebhook)
-		err := k8s.Get(t.Context(), key, &v1alpha1.Etcd{})
+		expectRefused(t, c.Create(t.Context(), e), field, byWebhook)
+		err := c.Get(t.Context(), key, &v1alpha1.Etcd{})
 		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "nothing stored: %v", err)
 		return
 	}
-	g.Expect(k8s.Create(t.Context(), e)).To(Succeed())
+	g.Expect(c.Create(t.Context(), e)).To(Succeed())
 	before := &v1alpha1.Etcd{}
-	g.Expect(k8s.Get(t.Context(), key, before)).To(Succeed())
+	g.Expect(c.Get(t.Context(), key, before)).To(Succeed())
 	changed := before.DeepCopy()
 	tc.update(changed)
-	expectRefused(t, k8s.Update(t.Context(), changed), field, byWebhook)
+	expectRefused(t, c.Update(t.Context(), changed), field, byWebhook)
 	after := &v1alpha1.Etcd{}
-	g.Expect(k8s.Get(t.Context(), key, after)).To(Succeed())
+	g.Expect(c.Get(t.Context(), key, after)).To(Succeed())
 	g.Expect(after.ResourceVersion).To(Equal(before.ResourceVersion), "nothing changed")
 	g.Expect(equality.Semantic.DeepEqual(after.Spec, before.Spec)).To(BeTrue(), "the stored spec is the one before")
 }
 
+// tryInvalidPair runs one case as a user of druid's own Etcd CRD writes
+// it, through the pair (etcdview), and checks that neither the
+// EtcdMembership nor the Etcd was stored or changed.
+func tryInvalidPair(t *testing.T, tc invalidCase) {
+	g := NewWithT(t)
+	e := tc.create(newNamespace(t))
+	key := client.ObjectKeyFromObject(e)
+	if tc.update == nil {
+		expectRefused(t, etcdview.Create(t.Context(), k8s, e), tc.pairField, false)
+		err := k8s.Get(t.Context(), key, &stretchv1alpha1.EtcdMembership{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no EtcdMembership stored: %v", err)
+		err = k8s.Get(t.Context(), key, &v1alpha1.Etcd{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no Etcd stored: %v", err)
+		return
+	}
+	g.Expect(etcdview.Create(t.Context(), k8s, e)).To(Succeed())
+	p, err := etcdview.Get(t.Context(), k8s, key)
+	g.Expect(err).NotTo(HaveOccurred())
+	before := etcdview.Of(p.Etcd.DeepCopy(), p.Membership.DeepCopy())
+	changed := p.View.DeepCopy()
+	tc.update(changed)
+	expectRefused(t, etcdview.Apply(t.Context(), k8s, p, changed), tc.pairField, false)
+	after, err := etcdview.Get(t.Context(), k8s, key)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(after.Etcd.ResourceVersion).To(Equal(before.Etcd.ResourceVersion), "the Etcd did not change")
+	g.Expect(after.Membership.ResourceVersion).To(Equal(before.Membership.ResourceVersion), "the EtcdMembership did not change")
+	g.Expect(equality.Semantic.DeepEqual(after.View.Spec, before.View.Spec)).To(BeTrue(), "the stored spec is the one before")
+}
+
+// Under druid's own Etcd CRD, as on a seed: each case written through the
+// pair.
 func TestInvalidEtcdIsRefused(t *testing.T) {
 	for _, tc := range invalidCases {
-		t.Run(tc.name, func(t *testing.T) { tryInvalid(t, tc, false) })
+		if tc.pairField == "" {
+			// Refused inline only (TestInvalidInlineEtcdIsRefused); under
+			// druid's own CRD the StatefulSet webhook refuses druid's
+			// StatefulSet of it (TestWebhookRefusals), or the membership
+			// controller's check of the pair blocks it.
+			continue
+		}
+		t.Run(tc.name, func(t *testing.T) { tryInvalidPair(t, tc) })
 	}
 }
 
-func TestValidEtcdPassesTheValidator(t *testing.T) {
+// The same cases with druid-stretch's fields inline, under the extended
+// Etcd CRD of earlier releases: its rules and the Etcd validator.
+func TestInvalidInlineEtcdIsRefused(t *testing.T) {
+	c := extended.client(t)
+	for _, tc := range invalidCases {
+		t.Run(tc.name, func(t *testing.T) { tryInvalid(t, c, tc, false) })
+	}
+}
+
+// Under druid's own Etcd CRD the Etcd carries nothing of druid-stretch's,
+// so the Etcd validator's match condition never holds: the writes of a
+// live move go through the EtcdMembership's CRD rules alone, and no write
+// of an Etcd waits for druid-stretch's webhook server.
+func TestPairNeedsNoEtcdValidator(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
 	before := webhookRequests(t, webhook.EtcdValidatorPath)
 
+	e := createEtcd(t, stretchedEtcd(ns))
+	// The changes a live move makes: the ordinal range moves, the policy
+	// turns to Retire, an external member goes.
+	changeEtcd(t, e, func(v *v1alpha1.Etcd) {
+		v.Spec.OrdinalStart = ptr.To[int32](6)
+		v.Spec.ExternalMembersPolicy = ptr.To(v1alpha1.ExternalMembersPolicyRetire)
+		v.Spec.ExternalMembers = v.Spec.ExternalMembers[1:]
+	})
+	p, err := etcdview.Get(t.Context(), k8s, client.ObjectKeyFromObject(e))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(p.Source).To(Equal(stretchv1alpha1.SpecFromEtcdMembership))
+	g.Expect(p.View.Spec.OrdinalStart).To(HaveValue(BeEquivalentTo(6)))
+	g.Expect(p.View.Spec.ExternalMembers).To(HaveLen(2))
+	g.Expect(p.Etcd.UsesExtension()).To(BeFalse(), "druid's CRD stores none of druid-stretch's fields")
+	g.Expect(webhookRequests(t, webhook.EtcdValidatorPath)).To(Equal(before), "the Etcd validator was not asked")
+}
+
+// Under the extended Etcd CRD the validator admits the changes of a live
+// move made inline, and a plain Etcd never reaches it.
+func TestValidEtcdPassesTheValidator(t *testing.T) {
+	g := NewWithT(t)
+	c := extended.client(t)
+	ns := namespaceIn(t, c)
+	before := webhookRequests(t, webhook.EtcdValidatorPath)
+
 	e := stretchedEtcd(ns)
-	g.Expect(k8s.Create(t.Context(), e)).To(Succeed())
+	g.Expect(c.Create(t.Context(), e)).To(Succeed())
 	// The changes a live move makes: the ordinal range moves, the policy
 	// turns to Retire, an external member goes.
 	e.Spec.OrdinalStart = ptr.To[int32](6)
 	e.Spec.ExternalMembersPolicy = ptr.To(v1alpha1.ExternalMembersPolicyRetire)
 	e.Spec.ExternalMembers = e.Spec.ExternalMembers[1:]
-	g.Expect(k8s.Update(t.Context(), e)).To(Succeed())
+	g.Expect(c.Update(t.Context(), e)).To(Succeed())
 	g.Expect(webhookRequests(t, webhook.EtcdValidatorPath)).To(Equal(before+2), "the validator admitted both")
 
 	// A plain Etcd never reaches the validator (the match condition), so
 	// druid's own Etcds do not depend on druid-stretch being up.
-	g.Expect(k8s.Create(t.Context(), plainEtcd(ns))).To(Succeed())
+	g.Expect(c.Create(t.Context(), plainEtcd(ns))).To(Succeed())
 	g.Expect(webhookRequests(t, webhook.EtcdValidatorPath)).To(Equal(before + 2))
 }
 
 // TestWebhookAloneRefusesInvalidEtcd removes the extension's rules from the
-// CRD, as on a cluster whose CRD predates them, so that only the webhook
-// stands between an invalid extension and the store. The API server
-// evaluates a CRD's own rules before validating webhooks, so with the full
-// CRD the webhook is the second line and this is the way to see it refuse.
+// extended Etcd CRD, as on a cluster whose CRD predates them, so that only
+// the webhook stands between an invalid inline extension and the store.
+// The API server evaluates a CRD's own rules before validating webhooks,
+// so with the full CRD the webhook is the second line and this is the way
+// to see it refuse. It edits the CRD of the extended server, which no test
+// of druid's own CRD shares.
 func TestWebhookAloneRefusesInvalidEtcd(t *testing.T) {
 	g := NewWithT(t)
 	ctx := t.Context()
-	probeNS := newNamespace(t)
+	c := extended.client(t)
+	probeNS := namespaceIn(t, c)
 	crd := loadCRD(t)
 	original := crd.DeepCopy()
 	stripExtensionRules(t, crd)
 	live := &apiextensionsv1.CustomResourceDefinition{}
-	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(crd), live)).To(Succeed())
+	g.Expect(c.Get(ctx, client.ObjectKeyFromObject(crd), live)).To(Succeed())
 	setSchema(live, crd)
-	g.Expect(k8s.Update(ctx, live)).To(Succeed())
+	g.Expect(c.Update(ctx, live)).To(Succeed())
 	t.Cleanup(func() {
-		// Later tests see the CRD of the chart again.
+		// Later tests see the extended CRD again.
 		ctx := context.Background()
 		restored := &apiextensionsv1.CustomResourceDefinition{}
-		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(original), restored)).To(Succeed())
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(original), restored)).To(Succeed())
 		setSchema(restored, original)
-		g.Expect(k8s.Update(ctx, restored)).To(Succeed())
-		waitUntilRefusedBy(ctx, t, probeNS, false)
+		g.Expect(c.Update(ctx, restored)).To(Succeed())
+		waitUntilRefusedBy(ctx, t, c, probeNS, false)
 	})
-	waitUntilRefusedBy(ctx, t, probeNS, true)
+	waitUntilRefusedBy(ctx, t, c, probeNS, true)
 
 	for _, tc := range invalidCases {
 		if tc.druidRule {
 			continue // druid's rule stays in the CRD and answers first
 		}
-		t.Run(tc.name, func(t *testing.T) { tryInvalid(t, tc, true) })
+		t.Run(tc.name, func(t *testing.T) { tryInvalid(t, c, tc, true) })
 	}
 }
 
-// waitUntilRefusedBy waits until the API server serves the CRD it was
+// waitUntilRefusedBy waits until the API server of c serves the CRD it was
 // given: a dry-run create of duplicate names is refused by the webhook (or,
-// with the chart's CRD, by the CRD's list rule).
-func waitUntilRefusedBy(ctx context.Context, t *testing.T, ns string, byWebhook bool) {
+// with the full extended CRD, by the CRD's list rule).
+func waitUntilRefusedBy(ctx context.Context, t *testing.T, c client.Client, ns string, byWebhook bool) {
 	t.Helper()
 	NewWithT(t).Eventually(func() bool {
 		e := invalidCases[0].create(ns)
-		err := k8s.Create(ctx, e, client.DryRunAll)
+		err := c.Create(ctx, e, client.DryRunAll)
 		return err != nil && strings.Contains(err.Error(), "admission webhook") == byWebhook
 	}).WithTimeout(30 * time.Second).WithPolling(100 * time.Millisecond).Should(BeTrue())
 }
 
+// loadCRD is the extended Etcd CRD as testbin installs it.
 func loadCRD(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
 	t.Helper()
-	root, err := testbin.RepoRoot()
+	crd, err := extendedcrd.CRD()
 	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(filepath.Join(root, "charts", "druid-stretch", "crds", "druid.gardener.cloud_etcds.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := yaml.UnmarshalStrict(data, crd); err != nil {
 		t.Fatal(err)
 	}
 	return crd

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,12 +33,19 @@ import (
 	"github.com/druid-stretch/druid-stretch/internal/testbin"
 )
 
-// One kube-apiserver and one webhook server for the package: starting them
+// One kube-apiserver and one webhook server for the package (and a second
+// pair for the extended Etcd CRD, once a test asks for it): starting them
 // takes seconds. Tests use namespaces of their own.
 var (
+	// k8s serves the CRDs of a seed: druid's own Etcd CRD, which prunes any
+	// druid-stretch field written to an Etcd, and the chart's
+	// EtcdMembership, which carries them.
 	k8s client.Client
-	// env is kept for the test that edits the CRD.
-	env *envtest.Environment
+	// extended is a second kube-apiserver, started by the first test that
+	// asks for it, with the extended Etcd CRD of earlier releases in place
+	// of druid's: for the Etcds that carry druid-stretch's fields inline,
+	// and the rules only the Etcd validator applies to them.
+	extended lazyServer
 	// injected is what the tests' webhook injects.
 	injected = webhook.Options{
 		SidecarImage:           "registry.example/druid-stretch:test",
@@ -59,30 +67,59 @@ func run(m *testing.M) int {
 		level = zapcore.DebugLevel
 	}
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(level)))
-	_, err := testbin.KubeAPIServer()
-	if err == nil {
-		env, err = testbin.Environment()
-	}
+	srv, err := startServer()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	defer srv.stop()
+	defer extended.stop()
+	k8s = srv.client
+	return m.Run()
+}
+
+// server is a kube-apiserver with the chart's webhook configurations
+// (testdata/webhooks.yaml) and a manager serving druid-stretch's webhooks
+// for it.
+type server struct {
+	client client.Client
+	stop   func()
+}
+
+// startServer starts a server on testbin's environment with opts.
+func startServer(opts ...testbin.EnvironmentOption) (_ *server, err error) {
+	if _, err := testbin.KubeAPIServer(); err != nil {
+		return nil, err
+	}
+	env, err := testbin.Environment(opts...)
+	if err != nil {
+		return nil, err
+	}
 	env.WebhookInstallOptions = envtest.WebhookInstallOptions{Paths: []string{filepath.Join("testdata", "webhooks.yaml")}}
 	cfg, err := env.Start()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "starting envtest (kube-apiserver from %s): %v\n", env.BinaryAssetsDirectory, err)
-		return 1
+		return nil, fmt.Errorf("starting envtest (kube-apiserver from %s): %w", env.BinaryAssetsDirectory, err)
 	}
-	defer func() {
+	var stops []func()
+	stop := func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	stops = append(stops, func() {
 		if err := env.Stop(); err != nil {
 			fmt.Fprintf(os.Stderr, "stopping envtest: %v\n", err)
+		}
+	})
+	defer func() {
+		if err != nil {
+			stop()
 		}
 	}()
 
 	scheme := runtime.NewScheme()
 	if err := errors.Join(clientgoscheme.AddToScheme(scheme), v1alpha1.AddToScheme(scheme), stretchv1alpha1.AddToScheme(scheme), apiextensionsv1.AddToScheme(scheme)); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return nil, err
 	}
 	wio := env.WebhookInstallOptions
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
@@ -94,31 +131,52 @@ func run(m *testing.M) int {
 		}),
 	})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "creating the manager:", err)
-		return 1
+		return nil, fmt.Errorf("creating the manager: %w", err)
 	}
 	if err := webhook.SetupWithManager(mgr, injected); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	defer func() {
+	stops = append(stops, func() {
 		cancel()
 		if err := <-done; err != nil {
 			fmt.Fprintln(os.Stderr, "manager:", err)
 		}
-	}()
+	})
 	if err := waitServing(mgr, done); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return nil, err
 	}
-	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
-		fmt.Fprintln(os.Stderr, "creating the client:", err)
-		return 1
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("creating the client: %w", err)
 	}
-	return m.Run()
+	return &server{client: c, stop: stop}, nil
+}
+
+// lazyServer is a server with the extended Etcd CRD, started once, when a
+// test first needs it: most runs of a single test do not.
+type lazyServer struct {
+	once sync.Once
+	srv  *server
+	err  error
+}
+
+// client starts the server unless it runs, and returns its client.
+func (l *lazyServer) client(t *testing.T) client.Client {
+	t.Helper()
+	l.once.Do(func() { l.srv, l.err = startServer(testbin.WithExtendedEtcdCRD()) })
+	if l.err != nil {
+		t.Fatalf("starting the kube-apiserver with the extended Etcd CRD: %v", l.err)
+	}
+	return l.srv.client
+}
+
+func (l *lazyServer) stop() {
+	if l.srv != nil {
+		l.srv.stop()
+	}
 }
 
 // waitServing waits until the webhook server answers TLS, so that no test
@@ -143,18 +201,25 @@ func waitServing(mgr ctrl.Manager, done <-chan error) error {
 	}
 }
 
-// newNamespace gives a test its own namespace.
+// newNamespace gives a test its own namespace on k8s.
 func newNamespace(t *testing.T) string {
 	t.Helper()
+	return namespaceIn(t, k8s)
+}
+
+// namespaceIn gives a test its own namespace on the API server of c.
+func namespaceIn(t *testing.T, c client.Client) string {
+	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "webhook-"}}
-	if err := k8s.Create(t.Context(), ns); err != nil {
+	if err := c.Create(t.Context(), ns); err != nil {
 		t.Fatalf("creating a namespace: %v", err)
 	}
 	return ns.Name
 }
 
 // webhookRequests is how many admission requests the webhook at path has
-// served so far, from controller-runtime's request counter.
+// served so far, from controller-runtime's request counter: the servers of
+// both kube-apiservers count into it, and tests run one at a time.
 func webhookRequests(t *testing.T, path string) float64 {
 	t.Helper()
 	families, err := crmetrics.Registry.Gather()

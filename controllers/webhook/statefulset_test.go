@@ -1,6 +1,7 @@
 package webhook_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -17,9 +18,11 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
+	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 )
 
 // etcdWithTLS is an Etcd as gardenlet writes one: client, peer and
@@ -165,23 +168,63 @@ func twinOf(sts *appsv1.StatefulSet) *appsv1.StatefulSet {
 	return twin
 }
 
-// createBoth stores sts and its twin and returns what the server stored.
+// createBoth stores sts and its twin on k8s and returns what the server
+// stored.
 func createBoth(t *testing.T, sts *appsv1.StatefulSet) (stored, twin *appsv1.StatefulSet) {
+	t.Helper()
+	return createBothIn(t, k8s, sts)
+}
+
+// createBothIn is createBoth on the API server of c.
+func createBothIn(t *testing.T, c client.Client, sts *appsv1.StatefulSet) (stored, twin *appsv1.StatefulSet) {
 	t.Helper()
 	g := NewWithT(t)
 	twin = twinOf(sts)
-	g.Expect(k8s.Create(t.Context(), twin)).To(Succeed())
-	g.Expect(k8s.Create(t.Context(), sts.DeepCopy())).To(Succeed())
+	g.Expect(c.Create(t.Context(), twin)).To(Succeed())
+	g.Expect(c.Create(t.Context(), sts.DeepCopy())).To(Succeed())
 	stored = &appsv1.StatefulSet{}
-	g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(sts), stored)).To(Succeed())
-	g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(twin), twin)).To(Succeed())
+	g.Expect(c.Get(t.Context(), client.ObjectKeyFromObject(sts), stored)).To(Succeed())
+	g.Expect(c.Get(t.Context(), client.ObjectKeyFromObject(twin), twin)).To(Succeed())
 	return stored, twin
 }
 
+// createEtcd creates e, a view, as a user of druid's own Etcd CRD does:
+// its EtcdMembership with druid-stretch's fields first (when e sets any),
+// so that the StatefulSet webhook sees them before druid acts on the Etcd,
+// then the Etcd in druid's form. e is returned as created, its fields
+// back in place.
 func createEtcd(t *testing.T, e *v1alpha1.Etcd) *v1alpha1.Etcd {
 	t.Helper()
-	NewWithT(t).Expect(k8s.Create(t.Context(), e)).To(Succeed())
+	NewWithT(t).Expect(etcdview.Create(t.Context(), k8s, e)).To(Succeed())
 	return e
+}
+
+// changeEtcd applies change to the view of e's pair as stored and writes
+// each part back where it lives (etcdview.Apply); it returns the view
+// written. Status is the caller's: see setMembershipStatus.
+func changeEtcd(t *testing.T, e *v1alpha1.Etcd, change func(*v1alpha1.Etcd)) *v1alpha1.Etcd {
+	t.Helper()
+	g := NewWithT(t)
+	p, err := etcdview.Get(t.Context(), k8s, client.ObjectKeyFromObject(e))
+	g.Expect(err).NotTo(HaveOccurred())
+	want := p.View.DeepCopy()
+	change(want)
+	g.Expect(etcdview.Apply(t.Context(), k8s, p, want)).To(Succeed())
+	return want
+}
+
+// setMembershipStatus writes st as status.membership of e's EtcdMembership,
+// where the membership controller reports it, and into e, the view the
+// test plans with.
+func setMembershipStatus(t *testing.T, e *v1alpha1.Etcd, st *v1alpha1.MembershipStatus) {
+	t.Helper()
+	g := NewWithT(t)
+	m, err := etcdview.GetMembership(t.Context(), k8s, client.ObjectKeyFromObject(e))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(m).NotTo(BeNil(), "the EtcdMembership of %s", e.Name)
+	m.Status.Membership = st.DeepCopy()
+	g.Expect(k8s.Status().Update(t.Context(), m)).To(Succeed())
+	e.Status.Membership = st.DeepCopy()
 }
 
 // expectSpec compares two StatefulSet specs semantically, printing a diff.
@@ -324,56 +367,73 @@ func withWindow(spec appsv1.StatefulSetSpec, start, replicas int32, sidecar core
 	return out
 }
 
+// The same StatefulSet comes of an Etcd whether druid-stretch's fields are
+// in its EtcdMembership (druid's own Etcd CRD, as on a seed) or inline in
+// the Etcd (the extended Etcd CRD of earlier releases, until an upgrade has
+// the controller copy them into the EtcdMembership).
 func TestStatefulSetOfExtendedEtcd(t *testing.T) {
-	for _, tc := range []struct {
-		name      string
-		etcd      func(ns string) *v1alpha1.Etcd
-		wantStart int32
-		sidecar   func(ns string) corev1.Container
+	for _, form := range []struct {
+		name   string
+		server func(t *testing.T) client.Client
+		create func(ctx context.Context, c client.Client, e *v1alpha1.Etcd) error
 	}{
-		{
-			name: "ordinal start with druid's TLS",
-			etcd: func(ns string) *v1alpha1.Etcd {
-				e := etcdWithTLS(ns)
-				e.Spec.OrdinalStart = ptr.To[int32](3)
-				return e
-			},
-			wantStart: 3,
-			sidecar:   tlsSidecar,
-		},
-		{
-			name: "external members without TLS, ordinal start unset",
-			etcd: func(ns string) *v1alpha1.Etcd {
-				e := plainEtcd(ns)
-				e.Spec.ExternalMembers = []v1alpha1.ExternalMember{{Name: "seed-a-etcd-events-0", PeerURLs: []string{"http://etcd-events-0.seed-a.example:2380"}}}
-				return e
-			},
-			wantStart: 0,
-			sidecar:   plainSidecar,
-		},
+		{"EtcdMembership", func(*testing.T) client.Client { return k8s }, etcdview.Create},
+		{"inline under the extended Etcd CRD", extended.client, func(ctx context.Context, c client.Client, e *v1alpha1.Etcd) error {
+			return c.Create(ctx, e)
+		}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			g := NewWithT(t)
-			e := createEtcd(t, tc.etcd(newNamespace(t)))
-			before := webhookRequests(t, webhook.StatefulSetMutatorPath)
-			stored, twin := createBoth(t, druidStatefulSet(e))
-			g.Expect(webhookRequests(t, webhook.StatefulSetMutatorPath)).To(Equal(before+1), "the webhook admitted the StatefulSet, not its twin")
+		for _, tc := range []struct {
+			name      string
+			etcd      func(ns string) *v1alpha1.Etcd
+			wantStart int32
+			sidecar   func(ns string) corev1.Container
+		}{
+			{
+				name: "ordinal start with druid's TLS",
+				etcd: func(ns string) *v1alpha1.Etcd {
+					e := etcdWithTLS(ns)
+					e.Spec.OrdinalStart = ptr.To[int32](3)
+					return e
+				},
+				wantStart: 3,
+				sidecar:   tlsSidecar,
+			},
+			{
+				name: "external members without TLS, ordinal start unset",
+				etcd: func(ns string) *v1alpha1.Etcd {
+					e := plainEtcd(ns)
+					e.Spec.ExternalMembers = []v1alpha1.ExternalMember{{Name: "seed-a-etcd-events-0", PeerURLs: []string{"http://etcd-events-0.seed-a.example:2380"}}}
+					return e
+				},
+				wantStart: 0,
+				sidecar:   plainSidecar,
+			},
+		} {
+			t.Run(form.name+"/"+tc.name, func(t *testing.T) {
+				g := NewWithT(t)
+				c := form.server(t)
+				e := tc.etcd(namespaceIn(t, c))
+				g.Expect(form.create(t.Context(), c, e)).To(Succeed())
+				before := webhookRequests(t, webhook.StatefulSetMutatorPath)
+				stored, twin := createBothIn(t, c, druidStatefulSet(e))
+				g.Expect(webhookRequests(t, webhook.StatefulSetMutatorPath)).To(Equal(before+1), "the webhook admitted the StatefulSet, not its twin")
 
-			expectSpec(t, stored.Spec, withWindow(twin.Spec, tc.wantStart, 3, tc.sidecar(e.Namespace)))
+				expectSpec(t, stored.Spec, withWindow(twin.Spec, tc.wantStart, 3, tc.sidecar(e.Namespace)))
 
-			// druid applies its own StatefulSet again (it rebuilds it on every
-			// reconcile): the stored object does not change, not even its
-			// resourceVersion.
-			again := druidStatefulSet(e)
-			again.ResourceVersion = stored.ResourceVersion
-			g.Expect(k8s.Update(t.Context(), again)).To(Succeed())
-			g.Expect(again.ResourceVersion).To(Equal(stored.ResourceVersion), "re-admitting druid's StatefulSet was a no-op")
-			// And an update of the already mutated object keeps one sidecar.
-			stored.Labels["touched"] = "yes"
-			g.Expect(k8s.Update(t.Context(), stored)).To(Succeed())
-			expectSpec(t, stored.Spec, withWindow(twin.Spec, tc.wantStart, 3, tc.sidecar(e.Namespace)))
-			g.Expect(webhookRequests(t, webhook.StatefulSetMutatorPath)).To(Equal(before + 3))
-		})
+				// druid applies its own StatefulSet again (it rebuilds it on every
+				// reconcile): the stored object does not change, not even its
+				// resourceVersion.
+				again := druidStatefulSet(e)
+				again.ResourceVersion = stored.ResourceVersion
+				g.Expect(c.Update(t.Context(), again)).To(Succeed())
+				g.Expect(again.ResourceVersion).To(Equal(stored.ResourceVersion), "re-admitting druid's StatefulSet was a no-op")
+				// And an update of the already mutated object keeps one sidecar.
+				stored.Labels["touched"] = "yes"
+				g.Expect(c.Update(t.Context(), stored)).To(Succeed())
+				expectSpec(t, stored.Spec, withWindow(twin.Spec, tc.wantStart, 3, tc.sidecar(e.Namespace)))
+				g.Expect(webhookRequests(t, webhook.StatefulSetMutatorPath)).To(Equal(before + 3))
+			})
+		}
 	}
 }
 
@@ -388,11 +448,11 @@ func TestStatefulSetFollowsThePodWindow(t *testing.T) {
 	// observe records members as the membership controller does.
 	observe := func(names ...string) {
 		t.Helper()
-		e.Status.Membership = &v1alpha1.MembershipStatus{Phase: v1alpha1.MembershipPhaseReconfiguring}
+		st := &v1alpha1.MembershipStatus{Phase: v1alpha1.MembershipPhaseReconfiguring}
 		for i, n := range names {
-			e.Status.Membership.Members = append(e.Status.Membership.Members, v1alpha1.ObservedMember{ID: string(rune('a' + i)), Name: n, Role: v1alpha1.MemberRoleVoter})
+			st.Members = append(st.Members, v1alpha1.ObservedMember{ID: string(rune('a' + i)), Name: n, Role: v1alpha1.MemberRoleVoter})
 		}
-		g.Expect(k8s.Status().Update(t.Context(), e)).To(Succeed())
+		setMembershipStatus(t, e, st)
 	}
 	get := func() *appsv1.StatefulSet {
 		sts := &appsv1.StatefulSet{}
@@ -442,8 +502,10 @@ func TestStatefulSetFollowsThePodWindow(t *testing.T) {
 	g.Expect(changed).To(BeFalse())
 }
 
-// TestDroppedStatusStopsNoPod: druid's compaction controller replaces the
-// whole Etcd status, dropping status.membership, and druid writes its
+// TestDroppedStatusStopsNoPod: status.membership can go while a move runs
+// (the EtcdMembership recreated, by hand or by a writer that knows only its
+// spec, starts without one; under the extended Etcd CRD druid's compaction
+// controller replaced the Etcd's whole status), and druid writes its
 // StatefulSet on every spec change. A write admitted after such a drop
 // keeps every pod the StatefulSet runs: the pods of the old ordinals still
 // hold voters. Only the window the membership controller derives from
@@ -451,6 +513,7 @@ func TestStatefulSetFollowsThePodWindow(t *testing.T) {
 func TestDroppedStatusStopsNoPod(t *testing.T) {
 	g := NewWithT(t)
 	e := etcdWithTLS(newNamespace(t))
+	e.Spec.OrdinalStart = ptr.To[int32](0) // opted in, on druid's ordinals
 	e = createEtcd(t, e)
 	_, twin := createBoth(t, druidStatefulSet(e))
 	get := func() *appsv1.StatefulSet {
@@ -466,19 +529,17 @@ func TestDroppedStatusStopsNoPod(t *testing.T) {
 	}
 
 	// A move from 0-2 to 3-5 begins: the status lists the voters 0-2.
-	e.Status.Membership = &v1alpha1.MembershipStatus{}
+	st := &v1alpha1.MembershipStatus{}
 	for _, n := range []string{"seed-b-etcd-main-0", "seed-b-etcd-main-1", "seed-b-etcd-main-2"} {
-		e.Status.Membership.Members = append(e.Status.Membership.Members, v1alpha1.ObservedMember{ID: n, Name: n, Role: v1alpha1.MemberRoleVoter, Origin: v1alpha1.MemberOriginLocal})
+		st.Members = append(st.Members, v1alpha1.ObservedMember{ID: n, Name: n, Role: v1alpha1.MemberRoleVoter, Origin: v1alpha1.MemberOriginLocal})
 	}
-	g.Expect(k8s.Status().Update(t.Context(), e)).To(Succeed())
-	e.Spec.OrdinalStart = ptr.To[int32](3)
-	g.Expect(k8s.Update(t.Context(), e)).To(Succeed())
+	setMembershipStatus(t, e, st)
+	e = changeEtcd(t, e, func(v *v1alpha1.Etcd) { v.Spec.OrdinalStart = ptr.To[int32](3) })
 	expectSpec(t, apply().Spec, withWindow(twin.Spec, 0, 6, tlsSidecar(e.Namespace)))
 
-	// druid's compaction controller drops the status; druid applies its
-	// StatefulSet again. The status alone would say [3, 6).
-	e.Status.Membership = nil
-	g.Expect(k8s.Status().Update(t.Context(), e)).To(Succeed())
+	// The status goes; druid applies its StatefulSet again. The status
+	// alone would say [3, 6).
+	setMembershipStatus(t, e, nil)
 	g.Expect(members.PodWindow(e)).To(Equal(members.Ordinals{Start: 3, End: 6}))
 	sts := apply()
 	expectSpec(t, sts.Spec, withWindow(twin.Spec, 0, 6, tlsSidecar(e.Namespace)))
@@ -502,11 +563,12 @@ func TestDroppedStatusStopsNoPod(t *testing.T) {
 }
 
 // TestLostExtensionFieldsKeepTheStatefulSet: druid-stretch's fields are
-// gone from an Etcd whose pods run its sidecar on its pod window (a CRD
-// without them pruned them, or someone removed them). druid's next write
-// of the StatefulSet is refused with a message that names the cause, and
-// the stored StatefulSet is unchanged: no pod restarts without its sidecar,
-// no pod outside druid's ordinals stops.
+// gone from an Etcd whose pods run its sidecar on its pod window (its
+// EtcdMembership lost them or was deleted; under the extended Etcd CRD,
+// druid's own CRD coming back pruned them). druid's next write of the
+// StatefulSet is refused with a message that names the cause, and the
+// stored StatefulSet is unchanged: no pod restarts without its sidecar, no
+// pod outside druid's ordinals stops.
 func TestLostExtensionFieldsKeepTheStatefulSet(t *testing.T) {
 	g := NewWithT(t)
 	e := etcdWithTLS(newNamespace(t))
@@ -516,8 +578,7 @@ func TestLostExtensionFieldsKeepTheStatefulSet(t *testing.T) {
 	before := &appsv1.StatefulSet{}
 	g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(e), before)).To(Succeed())
 
-	e.Spec.OrdinalStart = nil
-	g.Expect(k8s.Update(t.Context(), e)).To(Succeed())
+	e = changeEtcd(t, e, func(v *v1alpha1.Etcd) { v.Spec.OrdinalStart = nil })
 	g.Expect(e.UsesExtension()).To(BeFalse())
 	again := druidStatefulSet(e)
 	again.ResourceVersion = before.ResourceVersion
@@ -560,6 +621,12 @@ func TestStatefulSetsTheWebhookLeavesAlone(t *testing.T) {
 	}{
 		{"owned by an Etcd without extension fields", func() *appsv1.StatefulSet {
 			return druidStatefulSet(createEtcd(t, etcdWithTLS(ns)))
+		}},
+		{"owned by an Etcd whose EtcdMembership sets no field", func() *appsv1.StatefulSet {
+			e := etcdWithTLS(ns)
+			e.Name = "etcd-empty-membership"
+			NewWithT(t).Expect(k8s.Create(t.Context(), stretchv1alpha1.For(e, v1alpha1.MembershipSpec{}))).To(Succeed())
+			return druidStatefulSet(createEtcd(t, e))
 		}},
 		{"owned by something else", func() *appsv1.StatefulSet { return otherOwner }},
 		{"owner Etcd gone", func() *appsv1.StatefulSet { return goneOwner }},
