@@ -20,6 +20,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 )
 
@@ -30,6 +31,9 @@ const (
 	StatefulSetMutatorPath = "/mutate-apps-v1-statefulset"
 	// EtcdValidatorPath serves the validating webhook on Etcds.
 	EtcdValidatorPath = "/validate-druid-gardener-cloud-v1alpha1-etcd"
+	// EtcdMembershipValidatorPath serves the validating webhook on
+	// EtcdMemberships.
+	EtcdMembershipValidatorPath = "/validate-druid-stretch-druid-gardener-cloud-v1alpha1-etcdmembership"
 )
 
 // DefaultSidecarPort is the port the injected sidecar serves on: clear of
@@ -188,6 +192,9 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	if !mgr.GetScheme().Recognizes(v1alpha1.GroupVersion.WithKind("Etcd")) {
 		return errors.New("admission webhooks: the manager's scheme lacks the extended Etcd; add api/v1alpha1.AddToScheme")
 	}
+	if !mgr.GetScheme().Recognizes(stretchv1alpha1.GroupVersion.WithKind("EtcdMembership")) {
+		return errors.New("admission webhooks: the manager's scheme lacks the EtcdMembership; add api/stretch/v1alpha1.AddToScheme")
+	}
 	if !mgr.GetScheme().Recognizes(appsv1.SchemeGroupVersion.WithKind("StatefulSet")) {
 		return errors.New("admission webhooks: the manager's scheme lacks apps/v1 StatefulSet; add client-go's scheme")
 	}
@@ -198,6 +205,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		Options: opts,
 	}})
 	srv.Register(EtcdValidatorPath, &admission.Webhook{Handler: &EtcdValidator{Decoder: decoder}})
+	srv.Register(EtcdMembershipValidatorPath, &admission.Webhook{Handler: &EtcdMembershipValidator{Reader: mgr.GetAPIReader(), Decoder: decoder}})
 	// The kube-apiserver calls the webhooks as soon as a Service endpoint is
 	// ready: not ready until the server answers TLS handshakes.
 	if err := mgr.AddReadyzCheck("webhook-server", srv.StartedChecker()); err != nil {

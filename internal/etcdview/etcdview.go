@@ -168,12 +168,36 @@ func Detached(ctx context.Context, c client.Client, key types.NamespacedName) er
 // carries them. Both writes are merge patches guarded by resourceVersion: a
 // conflict is returned (apierrors.IsConflict) for the caller to read again
 // and retry.
+//
+// A change that scales the Etcd to zero (an abort gives the cluster up)
+// writes the Etcd first: the EtcdMembership's change that goes with it
+// (Retire back to Keep in the middle of a move) is admitted only for an
+// Etcd of zero replicas, and the EtcdMembership webhook judges it against
+// the stored Etcd. In between, the controller sees Retire with no replicas,
+// which it refuses to plan from, and changes nothing.
 func Apply(ctx context.Context, c client.Client, p *Pair, want *v1alpha1.Etcd) error {
+	if want.Spec.Replicas == 0 && p.Etcd.Spec.Replicas > 0 {
+		if err := applyEtcd(ctx, c, p, want); err != nil {
+			return err
+		}
+		return applyMembership(ctx, c, p, want)
+	}
+	if err := applyMembership(ctx, c, p, want); err != nil {
+		return err
+	}
+	return applyEtcd(ctx, c, p, want)
+}
+
+func applyMembership(ctx context.Context, c client.Client, p *Pair, want *v1alpha1.Etcd) error {
 	m, err := writeMembership(ctx, c, p.Etcd, p.Membership, want.Spec.MembershipSpec)
 	if err != nil {
 		return err
 	}
 	p.Membership = m
+	return nil
+}
+
+func applyEtcd(ctx context.Context, c client.Client, p *Pair, want *v1alpha1.Etcd) error {
 	e := p.Etcd.DeepCopy()
 	e.ObjectMeta = *want.ObjectMeta.DeepCopy()
 	// The View's generation is the pair's (stretchv1alpha1.View), not the

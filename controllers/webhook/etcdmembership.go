@@ -1,0 +1,86 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1/validation"
+)
+
+// EtcdMembershipValidator is the validating webhook on EtcdMemberships. It
+// judges the EtcdMembership together with the Etcd of its name, as the
+// controller will plan the pair, with the rules the Etcd validator applies
+// to an Etcd that carries the same fields inline: ValidateEtcd on create,
+// ValidateEtcdUpdate against the stored EtcdMembership on update (the
+// ordinal range moves by at most spec.replicas, Retire turns back to Keep
+// only once converged, no external member that still votes is dropped),
+// and ValidateSidecarAccess. Under druid's own Etcd CRD the Etcd validator
+// never sees druid-stretch's fields, so this is where a bad change of them
+// is refused before anything is planned.
+//
+// An EtcdMembership written before its Etcd exists (the order in which a
+// move creates the pair, so that druid's first StatefulSet already gets the
+// ordinal range) is judged by its CRD's rules alone; the StatefulSet
+// webhook and the controller judge the pair once the Etcd exists.
+type EtcdMembershipValidator struct {
+	// Reader reads the Etcd of the EtcdMembership's name (the manager's
+	// API reader: a cached Etcd could be older than the write judged).
+	Reader client.Reader
+	// Decoder decodes the admitted EtcdMembership.
+	Decoder admission.Decoder
+}
+
+// Handle admits one EtcdMembership create or update.
+func (v *EtcdMembershipValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return admission.Allowed("only creates and updates are validated")
+	}
+	m := &stretchv1alpha1.EtcdMembership{}
+	if err := v.Decoder.Decode(req, m); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the EtcdMembership: %w", err))
+	}
+	e := &v1alpha1.Etcd{}
+	if err := v.Reader.Get(ctx, client.ObjectKey{Namespace: req.Namespace, Name: req.Name}, e); err != nil {
+		if apierrors.IsNotFound(err) {
+			return admission.Allowed(fmt.Sprintf("there is no Etcd %s/%s yet: the pair is judged once it exists", req.Namespace, req.Name))
+		}
+		// Failing closed: a change judged without its Etcd could be one
+		// the rules refuse.
+		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("reading the Etcd %s/%s to judge its EtcdMembership with: %w", req.Namespace, req.Name, err))
+	}
+	// The EtcdMembership's fields are judged, not an inline copy on an Etcd
+	// of an earlier release (which the controller copies over them).
+	e.Spec.MembershipSpec = v1alpha1.MembershipSpec{}
+	view, _ := stretchv1alpha1.View(e, m)
+	var errs field.ErrorList
+	if req.Operation == admissionv1.Create {
+		errs = validation.ValidateEtcd(view)
+	} else {
+		old := &stretchv1alpha1.EtcdMembership{}
+		if err := v.Decoder.DecodeRaw(req.OldObject, old); err != nil {
+			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the stored EtcdMembership: %w", err))
+		}
+		oldView, _ := stretchv1alpha1.View(e, old)
+		errs = validation.ValidateEtcdUpdate(view, oldView)
+	}
+	if view.UsesExtension() {
+		errs = append(errs, validation.ValidateSidecarAccess(view)...)
+	}
+	if len(errs) == 0 {
+		return admission.Allowed("")
+	}
+	for _, err := range errs {
+		err.Detail = fmt.Sprintf("%s (judged with the Etcd %s/%s)", err.Detail, req.Namespace, req.Name)
+	}
+	status := apierrors.NewInvalid(stretchv1alpha1.GroupVersion.WithKind("EtcdMembership").GroupKind(), req.Name, errs).ErrStatus
+	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &status}}
+}
