@@ -97,6 +97,8 @@ leaderElectionID is controller.leaderElectionID, else <fullname>-membership
 {{- define "druid-stretch.statefulSetMutatorPath" -}}/mutate-apps-v1-statefulset{{- end -}}
 {{- define "druid-stretch.etcdValidatorPath" -}}/validate-druid-gardener-cloud-v1alpha1-etcd{{- end -}}
 
+{{- define "druid-stretch.etcdMembershipValidatorPath" -}}/validate-druid-stretch-druid-gardener-cloud-v1alpha1-etcdmembership{{- end -}}
+
 {{/*
 webhookNamespaceSelector joins webhook.namespaceSelector and one webhook's
 own (list root own): label sets merged, expressions appended, and the
