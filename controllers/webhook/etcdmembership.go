@@ -60,16 +60,29 @@ func (v *EtcdMembershipValidator) Handle(ctx context.Context, req admission.Requ
 	// The EtcdMembership's fields are judged, not an inline copy on an Etcd
 	// of an earlier release (which the controller copies over them).
 	e.Spec.MembershipSpec = v1alpha1.MembershipSpec{}
-	view, _ := stretchv1alpha1.View(e, m)
+	old := &stretchv1alpha1.EtcdMembership{}
+	if req.Operation == admissionv1.Update {
+		if err := v.Decoder.DecodeRaw(req.OldObject, old); err != nil {
+			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the stored EtcdMembership: %w", err))
+		}
+	}
+	oldView, _ := stretchv1alpha1.View(e, old)
+	// A write paired with a new spec.replicas of the Etcd, written right
+	// after it, is judged with those replicas: the pair as it is about to
+	// be (a warm destination gets its learners and its replicas at once).
+	paired := e.DeepCopy()
+	if a := m.Annotations[stretchv1alpha1.PairedReplicasAnnotation]; a != "" && a != old.Annotations[stretchv1alpha1.PairedReplicasAnnotation] {
+		r, err := stretchv1alpha1.ParsePairedReplicas(a)
+		if err != nil {
+			return admission.Denied(err.Error())
+		}
+		paired.Spec.Replicas = r
+	}
+	view, _ := stretchv1alpha1.View(paired, m)
 	var errs field.ErrorList
 	if req.Operation == admissionv1.Create {
 		errs = validation.ValidateEtcd(view)
 	} else {
-		old := &stretchv1alpha1.EtcdMembership{}
-		if err := v.Decoder.DecodeRaw(req.OldObject, old); err != nil {
-			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the stored EtcdMembership: %w", err))
-		}
-		oldView, _ := stretchv1alpha1.View(e, old)
 		errs = validation.ValidateEtcdUpdate(view, oldView)
 	}
 	if view.UsesExtension() {

@@ -104,3 +104,43 @@ func TestEtcdMembershipValidatorAdmitsAMovesWrites(t *testing.T) {
 	g.Expect(p.View.Spec.ExternalMembers).To(Equal(aborted.Spec.ExternalMembers), "the abort keeps the external members listed")
 	g.Expect(p.Source).To(Equal(stretchv1alpha1.SpecFromEtcdMembership))
 }
+
+// A warm destination gets its learners and its final replicas in one step:
+// the EtcdMembership (learnerReplicas 2) is written first and judged with
+// the replicas the Etcd is written to right after, which its write names
+// (stretchv1alpha1.PairedReplicasAnnotation). The same change without that
+// name, or with one left from an earlier write, is judged with the stored
+// Etcd and refused, and nothing changes.
+func TestEtcdMembershipValidatorJudgesAPairedWriteWithItsReplicas(t *testing.T) {
+	g := NewWithT(t)
+	e := stretchedEtcd(newNamespace(t))
+	e.Spec.Replicas = 1
+	createEtcd(t, e)
+	key := client.ObjectKeyFromObject(e)
+
+	// By hand: the EtcdMembership alone, as kubectl would write it.
+	m, err := etcdview.GetMembership(t.Context(), k8s, key)
+	g.Expect(err).NotTo(HaveOccurred())
+	alone := m.DeepCopy()
+	alone.Spec.LearnerReplicas = ptr.To[int32](2)
+	expectRefused(t, k8s.Update(t.Context(), alone), "spec.learnerReplicas", false)
+	stale := m.DeepCopy()
+	stale.Annotations = map[string]string{stretchv1alpha1.PairedReplicasAnnotation: "3/1"}
+	g.Expect(k8s.Update(t.Context(), stale)).To(Succeed(), "an annotation alone changes nothing the rules read")
+	stale.Spec.LearnerReplicas = ptr.To[int32](2)
+	expectRefused(t, k8s.Update(t.Context(), stale), "spec.learnerReplicas", false)
+	after, err := etcdview.GetMembership(t.Context(), k8s, key)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(after.Spec.LearnerReplicas).To(BeNil(), "nothing of the refused changes was stored")
+
+	// As a move writes it: both parts, the EtcdMembership first.
+	changeEtcd(t, e, func(v *v1alpha1.Etcd) {
+		v.Spec.Replicas = 3
+		v.Spec.LearnerReplicas = ptr.To[int32](2)
+	})
+	p, err := etcdview.Get(t.Context(), k8s, key)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(p.Etcd.Spec.Replicas).To(BeNumerically("==", 3))
+	g.Expect(p.Membership.Spec.LearnerReplicas).To(HaveValue(BeNumerically("==", 2)))
+	g.Expect(p.Membership.Annotations).To(HaveKeyWithValue(stretchv1alpha1.PairedReplicasAnnotation, HavePrefix("3/")))
+}

@@ -189,7 +189,14 @@ func Apply(ctx context.Context, c client.Client, p *Pair, want *v1alpha1.Etcd) e
 }
 
 func applyMembership(ctx context.Context, c client.Client, p *Pair, want *v1alpha1.Etcd) error {
-	m, err := writeMembership(ctx, c, p.Etcd, p.Membership, want.Spec.MembershipSpec)
+	// A write that goes with a new spec.replicas of the Etcd, written
+	// next, says so, so that the EtcdMembership's webhook judges it with
+	// the pair as it is about to be (stretchv1alpha1.PairedReplicasAnnotation).
+	paired := ""
+	if want.Spec.Replicas != p.Etcd.Spec.Replicas {
+		paired = stretchv1alpha1.PairedReplicas(p.Etcd, want.Spec.Replicas)
+	}
+	m, err := writeMembership(ctx, c, p.Etcd, p.Membership, want.Spec.MembershipSpec, paired)
 	if err != nil {
 		return err
 	}
@@ -221,7 +228,7 @@ func applyEtcd(ctx context.Context, c client.Client, p *Pair, want *v1alpha1.Etc
 // as created, its fields back in place.
 func Create(ctx context.Context, c client.Client, e *v1alpha1.Etcd) error {
 	spec := *e.Spec.MembershipSpec.DeepCopy()
-	if _, err := writeMembership(ctx, c, e, nil, spec); err != nil {
+	if _, err := writeMembership(ctx, c, e, nil, spec, ""); err != nil {
 		return err
 	}
 	e.Spec.MembershipSpec = v1alpha1.MembershipSpec{}
@@ -232,9 +239,10 @@ func Create(ctx context.Context, c client.Client, e *v1alpha1.Etcd) error {
 
 // writeMembership makes e's EtcdMembership carry spec: it creates it when
 // have is nil and spec sets a field (patching one that exists already), or
-// patches have when its spec differs, guarded by resourceVersion. It
-// returns the EtcdMembership as written, have when nothing was written.
-func writeMembership(ctx context.Context, c client.Client, e *v1alpha1.Etcd, have *stretchv1alpha1.EtcdMembership, spec v1alpha1.MembershipSpec) (*stretchv1alpha1.EtcdMembership, error) {
+// patches have when its spec differs, guarded by resourceVersion; a patch
+// carries paired, when set, as its PairedReplicasAnnotation. It returns the
+// EtcdMembership as written, have when nothing was written.
+func writeMembership(ctx context.Context, c client.Client, e *v1alpha1.Etcd, have *stretchv1alpha1.EtcdMembership, spec v1alpha1.MembershipSpec, paired string) (*stretchv1alpha1.EtcdMembership, error) {
 	key := client.ObjectKeyFromObject(e)
 	if have == nil {
 		if stretchv1alpha1.IsZero(&spec) {
@@ -257,6 +265,9 @@ func writeMembership(ctx context.Context, c client.Client, e *v1alpha1.Etcd, hav
 	}
 	m := have.DeepCopy()
 	m.Spec.MembershipSpec = *spec.DeepCopy()
+	if paired != "" {
+		metav1.SetMetaDataAnnotation(&m.ObjectMeta, stretchv1alpha1.PairedReplicasAnnotation, paired)
+	}
 	if err := c.Patch(ctx, m, client.MergeFromWithOptions(have, client.MergeFromWithOptimisticLock{})); err != nil {
 		return nil, fmt.Errorf("patching the EtcdMembership %s: %w", key, err)
 	}
