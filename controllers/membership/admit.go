@@ -46,7 +46,7 @@ func (r *Reconciler) admitLearners(ctx context.Context, e *v1alpha1.Etcd, runnin
 		var admitted []string
 		admitted, err = r.cluster.Admit(ctx, obs, js)
 		if len(admitted) > 0 {
-			r.event(e, corev1.EventTypeNormal, "MemberAdmitted", "Admit", "%s may start: joins the cluster as the learner it was added as", strings.Join(admitted, ", "))
+			r.event(ctx, e, corev1.EventTypeNormal, "MemberAdmitted", "Admit", "%s may start: joins the cluster as the learner it was added as", strings.Join(admitted, ", "))
 		}
 	}
 	if err != nil {

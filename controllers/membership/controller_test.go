@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -182,9 +183,7 @@ func TestRetainedExternalMemberStaysUntilLowered(t *testing.T) {
 		g.Expect(c).NotTo(BeNil())
 		g.Expect(c.ObservedGeneration).To(Equal(int64(1)))
 		g.Expect(c.Status).To(Equal(metav1.ConditionTrue), "%s: %s", c.Reason, c.Message)
-		got := &v1alpha1.Etcd{}
-		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(etcd), got)).To(Succeed())
-		st = got.Status.Membership
+		st = view(g, etcd).Status.Membership
 		g.Expect(st.Voters()).To(HaveLen(4))
 		g.Expect(st.Voters()).To(ContainElements(names("loc", 0, 1, 2)))
 	}).WithTimeout(3 * time.Minute).WithPolling(250 * time.Millisecond).Should(Succeed())
@@ -251,12 +250,14 @@ func TestControllerRestartMidStep(t *testing.T) {
 	}
 }
 
-// TestDroppedStatusMidMove: druid's compaction controller replaces the
-// whole Etcd status, so status.membership vanishes, at any moment of a move
-// of the ordinal range. Right after each kind of step the status is
-// dropped, from the Etcd as druid's full Update drops it and from the
-// EtcdMembership as well (deleted and made again by hand, say); the
-// controller then writes its own patch over what is left. The pods of the old range hold voters and
+// TestDroppedStatusMidMove: status.membership, the controller's record,
+// can vanish at any moment of a move of the ordinal range: the
+// EtcdMembership deleted and made again by hand, say, or, where the Etcd
+// carried it (the extended Etcd CRD), druid's compaction controller
+// replacing the whole Etcd status. Right after each kind of step the record
+// is dropped from the EtcdMembership, and druid's full status Update
+// writes the Etcd's; the controller then writes its own patch over what is
+// left. The pods of the old range hold voters and
 // must not stop on the lost record: the move completes in its usual order,
 // on the same etcd cluster (no new one bootstrapped), with the key written
 // before it.
@@ -274,8 +275,9 @@ func TestDroppedStatusMidMove(t *testing.T) {
 			e.calls.reset()
 
 			dropped := make(chan error, 1)
+			key := client.ObjectKeyFromObject(etcd)
 			e.calls.armAfter(kind, func() { // in the sidecar's handler: no t.Fatal here
-				dropped <- dropMembershipStatus(context.Background(), etcd)
+				dropped <- dropMembershipStatus(context.Background(), key)
 			})
 			gen := update(g, etcd, func(x *v1alpha1.Etcd) { x.Spec.OrdinalStart = ptr.To[int32](3) })
 			g.Eventually(dropped).WithTimeout(2*time.Minute).Should(Receive(BeNil()), "status.membership dropped after the first %s", kind)
@@ -296,11 +298,10 @@ func TestDroppedStatusMidMove(t *testing.T) {
 	}
 }
 
-// dropMembershipStatus removes status.membership from the Etcd and from its
-// EtcdMembership, each with a full status Update as druid's compaction
+// dropMembershipStatus removes status.membership from the Etcd key and from
+// its EtcdMembership, each with a full status Update as druid's compaction
 // controller writes the Etcd's.
-func dropMembershipStatus(ctx context.Context, etcd *v1alpha1.Etcd) error {
-	key := client.ObjectKeyFromObject(etcd)
+func dropMembershipStatus(ctx context.Context, key client.ObjectKey) error {
 	got := &v1alpha1.Etcd{}
 	if err := k8s.Get(ctx, key, got); err != nil {
 		return err
@@ -318,10 +319,10 @@ func dropMembershipStatus(ctx context.Context, etcd *v1alpha1.Etcd) error {
 }
 
 // pruneInlineFields removes druid-stretch's fields and status.membership
-// from the Etcd, as the API server prunes them at the next write of an Etcd
-// once druid's own CRD is back (gardenlet re-applies it every minute).
-func pruneInlineFields(ctx context.Context, etcd *v1alpha1.Etcd) error {
-	key := client.ObjectKeyFromObject(etcd)
+// from the Etcd key, stored under the extended Etcd CRD, as the API server
+// prunes them at the next write of an Etcd once druid's own CRD is back
+// (gardenlet re-applies it every minute).
+func pruneInlineFields(ctx context.Context, key client.ObjectKey) error {
 	got := &v1alpha1.Etcd{}
 	if err := k8s.Get(ctx, key, got); err != nil {
 		return err
@@ -334,15 +335,31 @@ func pruneInlineFields(ctx context.Context, etcd *v1alpha1.Etcd) error {
 	return k8s.Status().Update(ctx, got)
 }
 
-// TestFieldsPrunedFromTheEtcdMidMove: right after the first AddLearner of a
-// move of the ordinal range, the Etcd loses druid-stretch's fields and
-// status.membership, as druid's own CRD prunes them. The controller had
-// copied both into the Etcd's EtcdMembership: the move completes from it,
-// in the usual order, on the same cluster, and the Etcd is never written
-// with the fields again.
+// updateInline changes the Etcd's inline fields as a user did under the
+// extended Etcd CRD: one write of the Etcd, and the controller copies them
+// into the EtcdMembership.
+func updateInline(g Gomega, etcd *v1alpha1.Etcd, mutate func(*v1alpha1.Etcd)) {
+	ctx := context.Background()
+	g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		got := &v1alpha1.Etcd{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(etcd), got); err != nil {
+			return err
+		}
+		mutate(got)
+		return k8s.Update(ctx, got)
+	})).To(Succeed())
+}
+
+// TestFieldsPrunedFromTheEtcdMidMove: an Etcd stored under the extended
+// Etcd CRD, its fields inline, is moved by an edit of them; right after
+// the first AddLearner of the move of the ordinal range, the Etcd loses
+// druid-stretch's fields and status.membership, as druid's own CRD prunes
+// them. The controller had copied both into the Etcd's EtcdMembership: the
+// move completes from it, in the usual order, on the same cluster, and the
+// Etcd is never written with the fields again.
 func TestFieldsPrunedFromTheEtcdMidMove(t *testing.T) {
 	g := NewWithT(t)
-	e := newEnv(t)
+	e := newExtendedEnv(t)
 	etcd, sts, before := e.runningOnStatefulSet(g, "pruned")
 	m, err := etcdview.GetMembership(t.Context(), k8s, client.ObjectKeyFromObject(etcd))
 	g.Expect(err).NotTo(HaveOccurred())
@@ -353,9 +370,9 @@ func TestFieldsPrunedFromTheEtcdMidMove(t *testing.T) {
 
 	pruned := make(chan error, 1)
 	e.calls.armAfter("AddLearner", func() { // in the sidecar's handler: no t.Fatal here
-		pruned <- pruneInlineFields(context.Background(), etcd)
+		pruned <- pruneInlineFields(context.Background(), client.ObjectKeyFromObject(etcd))
 	})
-	update(g, etcd, func(x *v1alpha1.Etcd) { x.Spec.OrdinalStart = ptr.To[int32](3) })
+	updateInline(g, etcd, func(x *v1alpha1.Etcd) { x.Spec.OrdinalStart = ptr.To[int32](3) })
 	g.Eventually(pruned).WithTimeout(2*time.Minute).Should(Receive(BeNil()), "the fields pruned after the first AddLearner")
 	stored := &v1alpha1.Etcd{}
 	g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(etcd), stored)).To(Succeed())
@@ -377,18 +394,17 @@ func TestFieldsPrunedFromTheEtcdMidMove(t *testing.T) {
 	g.Expect(m.Status.Membership.Voters()).To(ConsistOf(names("pruned", 3, 4, 5)))
 }
 
-// TestLostExtensionFieldsAreReported: druid-stretch's fields vanish from
-// both places, the Etcd (pruned by druid's own CRD, as gardenlet re-applies
-// it) and its EtcdMembership (deleted). The controller then sees a plain
-// Etcd whose StatefulSet runs its sidecar: it changes nothing and says so
-// (a Warning event and a metric), and resumes once the fields are back.
+// TestLostExtensionFieldsAreReported: druid-stretch's fields vanish with
+// the EtcdMembership (deleted), the one place druid's own CRD leaves them.
+// The controller then sees a plain Etcd whose StatefulSet runs its sidecar:
+// it changes nothing and says so (a Warning event and a metric), and
+// resumes once the fields are back.
 func TestLostExtensionFieldsAreReported(t *testing.T) {
 	g := NewWithT(t)
 	e := newEnv(t)
 	etcd, _, before := e.runningOnStatefulSet(g, "lost")
 	e.calls.reset()
 
-	g.Expect(pruneInlineFields(t.Context(), etcd)).To(Succeed())
 	m, err := etcdview.GetMembership(t.Context(), k8s, client.ObjectKeyFromObject(etcd))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(m).NotTo(BeNil())
@@ -454,10 +470,9 @@ func TestSidecar5xxDegradesAndChangesNothing(t *testing.T) {
 	}
 	g.Expect(attempts).To(BeNumerically(">=", 2), "retried")
 	g.Expect(attempts).To(BeNumerically("<=", 6), "with backoff, not in a tight loop")
-	got := &v1alpha1.Etcd{}
-	g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(etcd), got)).To(Succeed())
-	g.Expect(got.Status.Membership.LastStep).NotTo(BeNil())
-	g.Expect(got.Status.Membership.LastStep.Reason).To(Equal("OutcomeUncertain"))
+	last := view(g, etcd).Status.Membership.LastStep
+	g.Expect(last).NotTo(BeNil())
+	g.Expect(last.Reason).To(Equal("OutcomeUncertain"))
 
 	e.calls.setFault(nil)
 	converged(g, etcd, gen, 2*time.Minute, names("five", 0, 1, 2, 3)...)
@@ -553,9 +568,7 @@ func TestStuckLearnerIsRemovedAndReported(t *testing.T) {
 		g.Expect(c.Message).To(ContainSubstring(learner))
 	}).WithTimeout(45 * time.Second).Should(Succeed())
 	t.Logf("MembershipDegraded: %s", condition(g, etcd, v1alpha1.ConditionMembershipDegraded).Message)
-	got := &v1alpha1.Etcd{}
-	g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(etcd), got)).To(Succeed())
-	last := got.Status.Membership.LastStep
+	last := view(g, etcd).Status.Membership.LastStep
 	g.Expect(last.Kind).To(Equal(v1alpha1.StepRemoveMember))
 	g.Expect(last.Member).To(Equal(learner))
 	g.Expect(last.Reason).To(Equal(v1alpha1.ReasonLearnerStalled))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	membershipctrl "github.com/druid-stretch/druid-stretch/controllers/membership"
+	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 	"github.com/druid-stretch/druid-stretch/internal/podrunner"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
@@ -94,9 +95,8 @@ func TestEtcdsLearnerLimitIsNotAFailedStep(t *testing.T) {
 		// the refusal, reported as a failed step, would show as lastStep
 		// with outcome Failed and etcd's reason.
 		for ctx.Err() == nil {
-			got := &v1alpha1.Etcd{}
-			if k8s.Get(ctx, client.ObjectKeyFromObject(etcd), got) == nil && got.Status.Membership != nil {
-				if l := got.Status.Membership.LastStep; l != nil && l.Outcome == v1alpha1.StepFailed && l.Reason == sidecar.ReasonTooManyLearners {
+			if p, err := etcdview.Get(ctx, k8s, client.ObjectKeyFromObject(etcd)); err == nil && p.View.Status.Membership != nil {
+				if l := p.View.Status.Membership.LastStep; l != nil && l.Outcome == v1alpha1.StepFailed && l.Reason == sidecar.ReasonTooManyLearners {
 					failed <- l
 					return
 				}

@@ -131,7 +131,7 @@ func (r *Reconciler) syncPeerNames(ctx context.Context, e *v1alpha1.Etcd, obs *m
 	for _, ep := range eps {
 		names = append(names, fmt.Sprintf("%s.%s=%s", *ep.Hostname, members.PeerServiceDomain(e), strings.Join(ep.Addresses, ",")))
 	}
-	r.event(e, corev1.EventTypeNormal, "PeerNamesPublished", "SyncPeerNames", "the external members' in-cluster peer names resolve here (EndpointSlice %s): %s", key.Name, strings.Join(names, " "))
+	r.event(ctx, e, corev1.EventTypeNormal, "PeerNamesPublished", "SyncPeerNames", "the external members' in-cluster peer names resolve here (EndpointSlice %s): %s", key.Name, strings.Join(names, " "))
 }
 
 // peerNameEndpoints are the endpoints of the slice: one per in-cluster peer

@@ -23,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -232,6 +233,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if _, err := etcdview.Adopt(ctx, r.client, p); err != nil {
 		return ctrl.Result{}, err
 	}
+	ctx = context.WithValue(ctx, relatedKey{}, p.Membership)
 	sts, err := r.statefulSet(ctx, e)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -299,7 +301,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 			s.blocked(v1alpha1.ReasonBootstrapping, berr.Error())
 			return r.backoff(key, 0), nil
 		case started:
-			r.event(e, corev1.EventTypeNormal, v1alpha1.ReasonBootstrapping, "Bootstrap", "no cluster existed: the pods start a new one with the initial cluster %s", detail)
+			r.event(ctx, e, corev1.EventTypeNormal, v1alpha1.ReasonBootstrapping, "Bootstrap", "no cluster existed: the pods start a new one with the initial cluster %s", detail)
 			s.reconfiguring(v1alpha1.ReasonBootstrapping, "the pods start a new etcd cluster: "+detail)
 			return ctrl.Result{RequeueAfter: r.opts.ProgressInterval}, nil
 		default:
@@ -349,7 +351,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 			s.degraded(reasonRetirementRecords, fmt.Sprintf("the target wants %s again, but deleting this controller's retirement records failed: %v", strings.Join(plan.Unretire, ", "), err))
 			return r.backoff(key, 0), nil
 		}
-		r.event(e, corev1.EventTypeNormal, "RetirementWithdrawn", "Unretire", "%s may join again: %s no longer retires it", strings.Join(plan.Unretire, ", "), r.opts.ClusterIdentity)
+		r.event(ctx, e, corev1.EventTypeNormal, "RetirementWithdrawn", "Unretire", "%s may join again: %s no longer retires it", strings.Join(plan.Unretire, ", "), r.opts.ClusterIdentity)
 		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 	}
 
@@ -455,14 +457,14 @@ func (r *Reconciler) execute(ctx context.Context, s *scope, key types.Namespaced
 		r.noteTie(key, membership.Tie(after), end)
 		s.stepDone(step, res, stalled)
 		if stalled {
-			r.event(s.etcd, corev1.EventTypeWarning, v1alpha1.ReasonLearnerStalled, string(step.Kind), "removed learner %s: %s; it is added again after %s", stepLabel(step), step.Reason, r.opts.LearnerProgressTimeout)
+			r.event(ctx, s.etcd, corev1.EventTypeWarning, v1alpha1.ReasonLearnerStalled, string(step.Kind), "removed learner %s: %s; it is added again after %s", stepLabel(step), step.Reason, r.opts.LearnerProgressTimeout)
 		} else {
-			r.event(s.etcd, corev1.EventTypeNormal, stepEventReason(step.Kind), string(step.Kind), "%s %s: %s (through %s)", step.Kind, stepLabel(step), step.Reason, res.Via)
+			r.event(ctx, s.etcd, corev1.EventTypeNormal, stepEventReason(step.Kind), string(step.Kind), "%s %s: %s (through %s)", step.Kind, stepLabel(step), step.Reason, res.Via)
 		}
 		if res.ThenRemoved {
 			then := *plan.ThenRemove
 			r.metrics.Steps.WithLabelValues(string(then.Kind), string(res.Outcome)).Inc()
-			r.event(s.etcd, corev1.EventTypeNormal, stepEventReason(then.Kind), string(then.Kind), "%s %s right after the promotion, %.3f s later: %s (through %s)", then.Kind, stepLabel(then), res.Gap.Seconds(), then.Reason, res.Via)
+			r.event(ctx, s.etcd, corev1.EventTypeNormal, stepEventReason(then.Kind), string(then.Kind), "%s %s right after the promotion, %.3f s later: %s (through %s)", then.Kind, stepLabel(then), res.Gap.Seconds(), then.Reason, res.Via)
 		}
 		// etcd applied the change before the sidecar answered: plan the
 		// next one from a fresh observation now, not after the progress
@@ -487,7 +489,7 @@ func (r *Reconciler) execute(ctx context.Context, s *scope, key types.Namespaced
 			n := learners(obs)
 			r.capLearners(key, n)
 			s.reconfiguring(v1alpha1.ReasonWaitingForLearner, fmt.Sprintf("etcd refused %s %s: it accepts %d learners at a time (its --max-learners), fewer than the controller's --max-learners %d; planning with %d", step.Kind, stepLabel(step), n, r.opts.MaxLearners, n))
-			r.event(s.etcd, corev1.EventTypeNormal, reasonLearnerLimit, string(step.Kind), "etcd accepts %d learners at a time (--max-learners), fewer than the controller's %d; the move goes on with %d", n, r.opts.MaxLearners, n)
+			r.event(ctx, s.etcd, corev1.EventTypeNormal, reasonLearnerLimit, string(step.Kind), "etcd accepts %d learners at a time (--max-learners), fewer than the controller's %d; the move goes on with %d", n, r.opts.MaxLearners, n)
 			return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 		}
 		s.stepRefused(step, res, false)
@@ -511,11 +513,11 @@ func (r *Reconciler) execute(ctx context.Context, s *scope, key types.Namespaced
 		return r.backoff(key, res.RetryAfter), nil
 	case membership.Uncertain:
 		s.stepUncertain(step, res, end)
-		r.event(s.etcd, corev1.EventTypeWarning, v1alpha1.ReasonStepFailed, string(step.Kind), "the outcome of %s %s is unknown; nothing else changes until it shows: %v", step.Kind, stepLabel(step), res.Err)
+		r.event(ctx, s.etcd, corev1.EventTypeWarning, v1alpha1.ReasonStepFailed, string(step.Kind), "the outcome of %s %s is unknown; nothing else changes until it shows: %v", step.Kind, stepLabel(step), res.Err)
 		return r.backoff(key, res.RetryAfter), nil
 	default:
 		s.stepRefused(step, res, true)
-		r.event(s.etcd, corev1.EventTypeWarning, v1alpha1.ReasonStepFailed, string(step.Kind), "%s %s refused: %v", step.Kind, stepLabel(step), res.Err)
+		r.event(ctx, s.etcd, corev1.EventTypeWarning, v1alpha1.ReasonStepFailed, string(step.Kind), "%s %s refused: %v", step.Kind, stepLabel(step), res.Err)
 		return r.backoff(key, res.RetryAfter), nil
 	}
 }
@@ -532,9 +534,9 @@ func (r *Reconciler) syncPodWindow(ctx context.Context, e *v1alpha1.Etcd, w memb
 	switch {
 	case err != nil:
 		logf.FromContext(ctx).Error(err, "the StatefulSet does not follow the pod window; druid's next update of it will", "window", w.String())
-		r.event(e, corev1.EventTypeWarning, "PodWindowNotSynced", "SyncPodWindow", "%v", err)
+		r.event(ctx, e, corev1.EventTypeWarning, "PodWindowNotSynced", "SyncPodWindow", "%v", err)
 	case changed:
-		r.event(e, corev1.EventTypeNormal, "PodWindowMoved", "SyncPodWindow", "the StatefulSet keeps the pods of ordinals %s", w)
+		r.event(ctx, e, corev1.EventTypeNormal, "PodWindowMoved", "SyncPodWindow", "the StatefulSet keeps the pods of ordinals %s", w)
 	}
 }
 
@@ -564,7 +566,7 @@ func (r *Reconciler) extensionLost(ctx context.Context, e *v1alpha1.Etcd, window
 	msg := fmt.Sprintf("neither the Etcd nor an EtcdMembership of its name carries druid-stretch's fields (spec.ordinalStart, spec.externalMembers, spec.externalMembersPolicy), "+
 		"but its StatefulSet runs druid-stretch's sidecar on the pod window %s; no member is changed, and druid's updates of the StatefulSet are refused until the fields are back", window)
 	logf.FromContext(ctx).Info("druid-stretch's fields are gone from the Etcd; changing nothing", "etcd", client.ObjectKeyFromObject(e), "window", window)
-	r.event(e, corev1.EventTypeWarning, reasonExtensionLost, "Observe", "%s", msg)
+	r.event(ctx, e, corev1.EventTypeWarning, reasonExtensionLost, "Observe", "%s", msg)
 	r.metrics.ExtensionLost.WithLabelValues(e.Namespace, e.Name).Set(1)
 }
 
@@ -689,8 +691,23 @@ func project(ms []planner.Member, s planner.Step) []planner.Member {
 	return out
 }
 
-func (r *Reconciler) event(e *v1alpha1.Etcd, eventType, reason, action, note string, args ...any) {
-	r.recorder.Eventf(e, nil, eventType, reason, action, note, args...)
+// relatedKey keys the EtcdMembership a reconcile read in its context.
+type relatedKey struct{}
+
+// event records an Event regarding the Etcd e, related to the
+// EtcdMembership that ctx's reconcile read. events/v1 folds an Event into
+// the series of an earlier one of the same reason, action and objects
+// (resourceVersions included) and reports the later ones only as a count,
+// every 30 minutes, their notes dropped. The controller writes the
+// EtcdMembership's status, not the Etcd's: only the EtcdMembership's
+// resourceVersion moves from one step to the next, so it keeps each step's
+// Event its own.
+func (r *Reconciler) event(ctx context.Context, e *v1alpha1.Etcd, eventType, reason, action, note string, args ...any) {
+	var related runtime.Object
+	if m, _ := ctx.Value(relatedKey{}).(*stretchv1alpha1.EtcdMembership); m != nil {
+		related = m
+	}
+	r.recorder.Eventf(e, related, eventType, reason, action, note, args...)
 }
 
 func stepEventReason(k planner.StepKind) string {

@@ -20,17 +20,22 @@ import (
 	. "github.com/onsi/gomega"
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	membershipctrl "github.com/druid-stretch/druid-stretch/controllers/membership"
+	"github.com/druid-stretch/druid-stretch/internal/druidcrds"
 	"github.com/druid-stretch/druid-stretch/internal/etcdview"
+	"github.com/druid-stretch/druid-stretch/internal/extendedcrd"
 	"github.com/druid-stretch/druid-stretch/internal/pki"
 	"github.com/druid-stretch/druid-stretch/internal/podrunner"
 	"github.com/druid-stretch/druid-stretch/internal/testbin"
@@ -60,6 +65,11 @@ func run(m *testing.M) int {
 	defer func() { _ = env.Stop() }()
 	scheme, err := membershipctrl.Scheme()
 	if err == nil {
+		// The CRDs too: the tests of Etcds stored under the extended Etcd
+		// CRD install it for their duration.
+		err = apiextensionsv1.AddToScheme(scheme)
+	}
+	if err == nil {
 		k8s, err = client.New(restConfig, client.Options{Scheme: scheme})
 	}
 	if err != nil {
@@ -83,6 +93,9 @@ type env struct {
 	runner    *podrunner.Runner
 	calls     *callLog
 	log       logr.Logger
+	// inline: Etcds are created with druid-stretch's fields inline, as
+	// under the extended Etcd CRD (newExtendedEnv).
+	inline bool
 }
 
 func newEnv(t *testing.T, runner ...func(*podrunner.Options)) *env {
@@ -117,8 +130,55 @@ func newEnv(t *testing.T, runner ...func(*podrunner.Options)) *env {
 		}
 		// Gone, so that later tests' controllers do not reconcile it.
 		_ = k8s.DeleteAllOf(context.Background(), &v1alpha1.Etcd{}, client.InNamespace(ns.Name))
+		_ = k8s.DeleteAllOf(context.Background(), &stretchv1alpha1.EtcdMembership{}, client.InNamespace(ns.Name))
 	})
 	return e
+}
+
+// newExtendedEnv is newEnv under the extended Etcd CRD of earlier releases,
+// installed in place of druid's for this test, with its Etcds written as
+// that CRD's users wrote them: druid-stretch's fields inline. The package's
+// tests share one API server and the others run under druid's CRD, so a
+// test that calls this must not run in parallel with another.
+func newExtendedEnv(t *testing.T, runner ...func(*podrunner.Options)) *env {
+	t.Helper()
+	ext, err := extendedcrd.CRD()
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	druids := setEtcdCRD(t, ext.Spec, true)
+	// Registered before newEnv's cleanup, so run after it: druid's CRD
+	// comes back once the test's controllers, pods and Etcds are gone.
+	t.Cleanup(func() { setEtcdCRD(t, druids, false) })
+	e := newEnv(t, runner...)
+	e.inline = true
+	return e
+}
+
+// setEtcdCRD makes spec the Etcd CRD's and waits until the API server
+// stores Etcds by it: their inline ordinalStart kept when inline, pruned
+// otherwise. It returns the spec it replaced.
+func setEtcdCRD(t *testing.T, spec apiextensionsv1.CustomResourceDefinitionSpec, inline bool) apiextensionsv1.CustomResourceDefinitionSpec {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	var old apiextensionsv1.CustomResourceDefinitionSpec
+	g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := k8s.Get(ctx, client.ObjectKey{Name: druidcrds.EtcdCRDName}, crd); err != nil {
+			return err
+		}
+		old = *crd.Spec.DeepCopy()
+		crd.Spec = *spec.DeepCopy()
+		return k8s.Update(ctx, crd)
+	})).To(Succeed())
+	// The API server decodes Etcds with the new schema a moment after the
+	// update, Established or not: a dry-run create shows which one it uses.
+	g.Eventually(func(g Gomega) {
+		probe := etcdObject("default", "probe", 1)
+		probe.Name, probe.GenerateName = "", "crd-probe-"
+		g.Expect(k8s.Create(ctx, probe, client.DryRunAll)).To(Succeed())
+		g.Expect(probe.Spec.OrdinalStart != nil).To(Equal(inline), "an Etcd's inline ordinalStart kept")
+	}).WithTimeout(30 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
+	return old
 }
 
 // controller is one running controller manager.
@@ -172,10 +232,27 @@ func (e *env) startController(mutate ...func(*membershipctrl.ManagerOptions)) *c
 
 // newEtcd creates an Etcd of the given replicas with member name prefix
 // prefix and peer TLS on. Its ordinalStart is set (to 0): the controller
-// manages only Etcds that use the extension.
+// manages only Etcds that use the extension. It is written as a user
+// writes it: druid-stretch's fields into its EtcdMembership, the Etcd in
+// druid's form; under the extended Etcd CRD, the fields inline.
 func (e *env) newEtcd(prefix string, replicas int32, mutate ...func(*v1alpha1.Etcd)) *v1alpha1.Etcd {
 	e.t.Helper()
-	etcd := &v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Name: "etcd-main", Namespace: e.ns}}
+	etcd := etcdObject(e.ns, prefix, replicas)
+	for _, f := range mutate {
+		f(etcd)
+	}
+	g := NewWithT(e.t)
+	if e.inline {
+		g.Expect(k8s.Create(e.t.Context(), etcd)).To(Succeed())
+	} else {
+		g.Expect(etcdview.Create(e.t.Context(), k8s, etcd)).To(Succeed())
+	}
+	return etcd
+}
+
+// etcdObject is the view of the Etcd newEtcd creates in ns.
+func etcdObject(ns, prefix string, replicas int32) *v1alpha1.Etcd {
+	etcd := &v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Name: "etcd-main", Namespace: ns}}
 	etcd.Spec.Replicas = replicas
 	etcd.Spec.OrdinalStart = ptr.To[int32](0)
 	etcd.Spec.MemberNamePrefix = ptr.To(prefix)
@@ -184,32 +261,43 @@ func (e *env) newEtcd(prefix string, replicas int32, mutate ...func(*v1alpha1.Et
 		TLSCASecretRef:     druidv1alpha1.SecretReference{SecretReference: corev1.SecretReference{Name: "ca-etcd-peer"}},
 		ServerTLSSecretRef: corev1.SecretReference{Name: "etcd-peer-server"},
 	}}
-	for _, f := range mutate {
-		f(etcd)
-	}
-	NewWithT(e.t).Expect(k8s.Create(e.t.Context(), etcd)).To(Succeed())
 	return etcd
 }
 
-// update changes the Etcd's spec and returns its new generation.
+// update changes the Etcd's view as a user does, each part where it lives
+// (etcdview.Apply), leaves etcd as the view written, and returns the
+// view's generation, the one status.membership observes. That is the
+// Etcd's, which a change of druid-stretch's fields alone leaves as it was:
+// converged also waits for the EtcdMembership's status to observe the
+// EtcdMembership's own.
 func update(g Gomega, etcd *v1alpha1.Etcd, mutate func(*v1alpha1.Etcd)) int64 {
 	ctx := context.Background()
-	g.Eventually(func() error {
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(etcd), etcd); err != nil {
+	g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p, err := etcdview.Get(ctx, k8s, client.ObjectKeyFromObject(etcd))
+		if err != nil {
 			return err
 		}
-		mutate(etcd)
-		return k8s.Update(ctx, etcd)
-	}).Should(Succeed())
+		want := p.View.DeepCopy()
+		mutate(want)
+		if err := etcdview.Apply(ctx, k8s, p, want); err != nil {
+			return err
+		}
+		*etcd = *etcdview.Of(p.Etcd, p.Membership).View
+		return nil
+	})).To(Succeed())
 	return etcd.Generation
 }
 
-// converged waits until the controller reports, for generation gen,
-// MembershipConverged with exactly the named members as voters.
+// converged waits until the controller reports, for generation gen of the
+// view and the current one of the EtcdMembership, MembershipConverged with
+// exactly the named members as voters.
 func converged(g Gomega, etcd *v1alpha1.Etcd, gen int64, timeout time.Duration, names ...string) *v1alpha1.MembershipStatus {
 	var st *v1alpha1.MembershipStatus
 	g.Eventually(func(g Gomega) {
-		st = view(g, etcd).Status.Membership
+		p := pair(g, etcd)
+		g.Expect(p.Membership).NotTo(BeNil())
+		g.Expect(p.Membership.Status.ObservedGeneration).To(Equal(p.Membership.Generation), "planned from the EtcdMembership's spec as it is")
+		st = p.View.Status.Membership
 		g.Expect(st).NotTo(BeNil())
 		c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionMembershipConverged)
 		g.Expect(c).NotTo(BeNil())
@@ -222,10 +310,13 @@ func converged(g Gomega, etcd *v1alpha1.Etcd, gen int64, timeout time.Duration, 
 
 // view reads the Etcd with its EtcdMembership from the API server, as the
 // controller sees the pair.
-func view(g Gomega, etcd *v1alpha1.Etcd) *v1alpha1.Etcd {
+func view(g Gomega, etcd *v1alpha1.Etcd) *v1alpha1.Etcd { return pair(g, etcd).View }
+
+// pair reads the Etcd and its EtcdMembership from the API server.
+func pair(g Gomega, etcd *v1alpha1.Etcd) *etcdview.Pair {
 	p, err := etcdview.Get(context.Background(), k8s, client.ObjectKeyFromObject(etcd))
 	g.Expect(err).NotTo(HaveOccurred())
-	return p.View
+	return p
 }
 
 // condition reads one condition of the Etcd's membership status from the
