@@ -240,7 +240,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	}
 	r.metrics.ExtensionLost.DeleteLabelValues(e.Namespace, e.Name) // set again below while the fields are gone
 	if !e.UsesExtension() {
-		if w, ok := sts.GetAnnotations()[webhook.PodWindowAnnotation]; ok {
+		// sts is nil until druid has created the Etcd's StatefulSet.
+		if w, ok := podWindowOf(sts); ok {
 			// Planned without its fields, the Etcd would read as druid's
 			// ordinals 0..replicas-1, and a move would undo itself.
 			r.extensionLost(ctx, e, w)
@@ -555,6 +556,16 @@ func (r *Reconciler) statefulSet(ctx context.Context, e *v1alpha1.Etcd) (*appsv1
 		return nil, nil
 	}
 	return sts, nil
+}
+
+// podWindowOf is the pod window the webhook put sts on, from its
+// annotation; none when sts is nil.
+func podWindowOf(sts *appsv1.StatefulSet) (string, bool) {
+	if sts == nil {
+		return "", false
+	}
+	w, ok := sts.Annotations[webhook.PodWindowAnnotation]
+	return w, ok
 }
 
 // extensionLost reports an Etcd that no longer carries druid-stretch's

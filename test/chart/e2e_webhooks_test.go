@@ -27,6 +27,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/controllers/membership"
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
@@ -189,11 +190,10 @@ func webhookRequests(g *WithT, path string) float64 {
 	return n
 }
 
-// tlsEtcd is an extended Etcd with TLS as Gardener configures it, so the
-// injected sidecar serves and reaches etcd over TLS.
-func tlsEtcd(namespace, name string, ordinalStart int32) *v1alpha1.Etcd {
+// tlsEtcd is an Etcd with TLS as Gardener configures it, so the injected
+// sidecar serves and reaches etcd over TLS.
+func tlsEtcd(namespace, name string) *v1alpha1.Etcd {
 	e := newEtcd(namespace, name)
-	e.Spec.OrdinalStart = ptr.To(ordinalStart)
 	e.Spec.Etcd.ClientUrlTLS = &druidv1alpha1.TLSConfig{
 		TLSCASecretRef:     druidv1alpha1.SecretReference{SecretReference: corev1.SecretReference{Name: "ca-etcd-bundle"}},
 		ServerTLSSecretRef: corev1.SecretReference{Name: "etcd-server-tls"},
@@ -209,10 +209,14 @@ func tlsEtcd(namespace, name string, ordinalStart int32) *v1alpha1.Etcd {
 
 // TestChartWebhooks: the controller's real webhooks, configured by the
 // chart's flags and reading as the chart's ServiceAccount, are called by the
-// kube-apiserver through the chart's webhook configurations: druid's
-// StatefulSet of an extended Etcd is put on the Etcd's ordinals and gets the
+// kube-apiserver through the chart's webhook configurations. On a seed
+// (druid's own Etcd CRD), druid's StatefulSet of an Etcd opted in by its
+// EtcdMembership is put on the ordinals the EtcdMembership gives and gets the
 // sidecar the chart configured; a plain Etcd's StatefulSet stays as druid
-// wrote it; only extended Etcds reach the validator.
+// wrote it; no Etcd reaches the validator, since none carries druid-stretch's
+// fields. Under the extended Etcd CRD of an earlier release, only Etcds that
+// carry them inline reach the validator, which refuses an update that would
+// break the running cluster.
 func TestChartWebhooks(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -228,14 +232,14 @@ sidecar:
 	g.Expect(ws.options.SidecarImage).To(Equal("registry.example.com/druid-stretch:0.1.0"))
 
 	validations := webhookRequests(g, webhook.EtcdValidatorPath)
-	e := tlsEtcd(f.etcdNS, "etcd-moved", 3)
+	e := tlsEtcd(f.etcdNS, "etcd-moved")
 	g.Expect(admin.Create(ctx, e)).To(Succeed())
-	g.Expect(webhookRequests(g, webhook.EtcdValidatorPath)).To(Equal(validations+1), "the extended Etcd went through the validator")
+	g.Expect(admin.Create(ctx, stretchv1alpha1.For(e, v1alpha1.MembershipSpec{OrdinalStart: ptr.To[int32](3)}))).To(Succeed())
 	plain := newEtcd(f.etcdNS, "etcd-plain")
 	g.Expect(admin.Create(ctx, plain)).To(Succeed())
-	g.Expect(webhookRequests(g, webhook.EtcdValidatorPath)).To(Equal(validations+1), "the plain Etcd did not")
+	g.Expect(webhookRequests(g, webhook.EtcdValidatorPath)).To(Equal(validations), "neither Etcd went through the validator")
 
-	// druid creates the StatefulSet of the extended Etcd.
+	// druid creates the StatefulSet of the opted-in Etcd.
 	sts := druidStatefulSet(f.etcdNS, e.Name)
 	sts.OwnerReferences = []metav1.OwnerReference{druidv1alpha1.GetAsOwnerReference(e.ObjectMeta)}
 	sts.Spec.Replicas = ptr.To[int32](3)
@@ -272,12 +276,23 @@ sidecar:
 	g.Expect(stored.Spec.Template.Spec.Containers).To(HaveLen(2), "druid's two containers, no sidecar")
 	g.Expect(stored.Spec.Template.Spec.InitContainers).To(BeEmpty())
 
+	// A cluster not yet upgraded from the extended Etcd CRD: an Etcd that
+	// carries the fields inline goes through the validator, a plain one
+	// does not.
+	withExtendedEtcdCRD(t)
+	inline := tlsEtcd(f.etcdNS, "etcd-inline")
+	inline.Spec.OrdinalStart = ptr.To[int32](3)
+	g.Expect(admin.Create(ctx, inline)).To(Succeed())
+	g.Expect(webhookRequests(g, webhook.EtcdValidatorPath)).To(Equal(validations+1), "the Etcd with inline fields went through the validator")
+	g.Expect(admin.Create(ctx, newEtcd(f.etcdNS, "etcd-plain-too"))).To(Succeed())
+	g.Expect(webhookRequests(g, webhook.EtcdValidatorPath)).To(Equal(validations+1), "the plain Etcd did not")
+
 	// An update that breaks the running cluster is refused (by the CRD's
 	// rule or, behind it, the webhook) and changes nothing.
-	err := patchEtcd(ctx, f.etcdNS, e.Name, `{"spec":{"externalMembers":[{"name":"etcd-moved-4","peerURLs":["https://etcd-moved-4.seed-a.example:2380"]}]}}`)
+	err := patchEtcd(ctx, f.etcdNS, inline.Name, `{"spec":{"externalMembers":[{"name":"etcd-inline-4","peerURLs":["https://etcd-inline-4.seed-a.example:2380"]}]}}`)
 	g.Expect(err).To(HaveOccurred())
 	g.Expect(err.Error()).To(ContainSubstring("spec.externalMembers"))
 	after := &v1alpha1.Etcd{}
-	g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(e), after)).To(Succeed())
+	g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(inline), after)).To(Succeed())
 	g.Expect(after.Spec.ExternalMembers).To(BeEmpty())
 }

@@ -51,12 +51,18 @@ func TestInstallOnAPIServer(t *testing.T) {
 	}
 }
 
-// helmConfig is Helm's action configuration against the envtest API server,
-// storing releases in Secrets as the helm CLI does.
+// helmConfig is Helm's action configuration against the package's API
+// server, storing releases in Secrets as the helm CLI does.
 func helmConfig(t *testing.T, namespace string) *action.Configuration {
 	t.Helper()
+	return helmConfigAt(t, kubeconfigPath, namespace)
+}
+
+// helmConfigAt is helmConfig against the API server of a kubeconfig file.
+func helmConfigAt(t *testing.T, kubeconfig, namespace string) *action.Configuration {
+	t.Helper()
 	flags := genericclioptions.NewConfigFlags(false)
-	flags.KubeConfig = &kubeconfigPath
+	flags.KubeConfig = &kubeconfig
 	flags.Namespace = &namespace
 	cfg := &action.Configuration{}
 	if err := cfg.Init(flags, namespace, "secret", func(format string, v ...any) { t.Logf("helm: "+format, v...) }); err != nil {
@@ -86,7 +92,9 @@ func helmConfig(t *testing.T, namespace string) *action.Configuration {
 // do: the upgrade keeps the self-signed webhook certificate (lookup reuses
 // the Secret, so the caBundle and the mounted certificate never disagree),
 // scaling to one replica removes the PodDisruptionBudget, and uninstalling
-// leaves the Etcd CRD (Helm never deletes crds/), so no Etcd is lost.
+// leaves the EtcdMembership CRD (Helm never deletes crds/), so no
+// EtcdMembership is lost. What the release does to druid's Etcd CRD (nothing)
+// is TestDruidEtcdCRDStaysDruids'.
 func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -137,8 +145,8 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	uninstalled = true
 	err = admin.Get(ctx, client.ObjectKey{Name: "druid-stretch"}, &admissionregistrationv1.ValidatingWebhookConfiguration{})
 	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "uninstall removes the webhook configurations, got %v", err)
-	g.Expect(admin.Get(ctx, client.ObjectKey{Name: "etcds.druid.gardener.cloud"}, &apiextensionsv1.CustomResourceDefinition{})).To(Succeed(),
-		"uninstall keeps the Etcd CRD and with it every Etcd")
+	g.Expect(admin.Get(ctx, client.ObjectKey{Name: membershipCRDName}, &apiextensionsv1.CustomResourceDefinition{})).To(Succeed(),
+		"uninstall keeps the EtcdMembership CRD and with it every EtcdMembership")
 }
 
 // caBundles are the caBundles of the release's two webhook configurations.

@@ -34,7 +34,7 @@ import (
 var (
 	// adminCfg is envtest's admin (system:masters), allowed to impersonate.
 	adminCfg *rest.Config
-	// admin knows the built-in kinds, the extended Etcd and CRDs.
+	// admin knows the built-in kinds, the Etcd, the EtcdMembership and CRDs.
 	admin client.Client
 	// kubeVersion is the API server's version, e.g. v1.35.4, for renders.
 	kubeVersion string
@@ -54,7 +54,10 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	// The tests install the CRDs from the rendered chart themselves.
+	// The API server starts as a seed does before druid-stretch: with
+	// etcd-druid's own CRDs (env.CRDs), written before any chart of
+	// druid-stretch's. The chart's CRD comes in setUp, as helm or kubectl
+	// would create it, not through envtest.
 	env.CRDDirectoryPaths, env.ErrorIfCRDPathMissing = nil, false
 	adminCfg, err = env.Start()
 	if err != nil {

@@ -150,8 +150,13 @@ var chartOptions = []chartOption{
 			for _, c := range r.CRDs {
 				crds = append(crds, c.GetName())
 			}
-			g.Expect(crds).To(ConsistOf("etcds.druid.gardener.cloud", "etcdmemberships.druid-stretch.druid.gardener.cloud"))
+			// The chart's one CRD is its own; druid's Etcd CRD stays druid's
+			// (expectLeavesCRDsAlone, for every option).
+			g.Expect(crds).To(ConsistOf(membershipCRDName))
+			// Helm never upgrades crds/, so the notes still say how to.
 			g.Expect(r.Notes).To(ContainSubstring("kubectl apply --server-side"))
+			g.Expect(r.Notes).To(ContainSubstring(membershipCRDName))
+			g.Expect(r.Notes).NotTo(ContainSubstring("replaces"), "the notes tell of no CRD of druid's replaced")
 		},
 	},
 	{
@@ -401,6 +406,7 @@ func TestRenderOptions(t *testing.T) {
 				g.Expect(o.GetLabels()).To(HaveKeyWithValue("app.kubernetes.io/instance", "stretch"), "%s %s", o.GetKind(), o.GetName())
 			}
 			g.Expect(counts).To(Equal(opt.kinds))
+			expectLeavesCRDsAlone(g, renderedObjects(r))
 			opt.check(g, r)
 		})
 	}

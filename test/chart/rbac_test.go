@@ -28,12 +28,14 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 )
 
 // rbacFixture is the chart's RBAC applied to the API server, a namespace
-// with an Etcd and the objects around it, and clients acting as the chart's
-// ServiceAccount.
+// with an Etcd opted in by its EtcdMembership and the objects around it, and
+// clients acting as the chart's ServiceAccount.
 type rbacFixture struct {
 	releaseNS, etcdNS string
 	// rendered is the chart the RBAC came from.
@@ -45,9 +47,11 @@ type rbacFixture struct {
 	sa      client.Client
 	saWatch client.WithWatch
 	etcd    *v1alpha1.Etcd
-	sts     *appsv1.StatefulSet
-	pod     *corev1.Pod
-	secret  *corev1.Secret
+	// membership carries the Etcd's ordinal start.
+	membership *stretchv1alpha1.EtcdMembership
+	sts        *appsv1.StatefulSet
+	pod        *corev1.Pod
+	secret     *corev1.Secret
 }
 
 // newRBACFixture applies the chart's ServiceAccount, Roles, ClusterRoles and
@@ -79,8 +83,9 @@ func newRBACFixture(t *testing.T, vals map[string]any) *rbacFixture {
 	f.sa = f.saWatch
 
 	f.etcd = newEtcd(f.etcdNS, "etcd-main")
-	f.etcd.Spec.OrdinalStart = ptr.To[int32](3)
 	g.Expect(admin.Create(ctx, f.etcd)).To(Succeed())
+	f.membership = stretchv1alpha1.For(f.etcd, v1alpha1.MembershipSpec{OrdinalStart: ptr.To[int32](3)})
+	g.Expect(admin.Create(ctx, f.membership)).To(Succeed())
 	f.sts = &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Namespace: f.etcdNS, Name: "etcd-main"},
 		Spec: appsv1.StatefulSetSpec{
@@ -120,7 +125,10 @@ func newEtcd(namespace, name string) *v1alpha1.Etcd {
 
 // TestRBACControllerPath: acting as the chart's ServiceAccount, through the
 // real kube-apiserver, the controller's and webhooks' API calls succeed:
-// list, watch and get Etcds, patch and update an Etcd's status, record
+// list, watch and get Etcds and EtcdMemberships and read the pair, patch an
+// EtcdMembership's status, create an EtcdMembership and patch its spec (the
+// adoption of an Etcd's inline fields), patch and update the status of an
+// Etcd stored under the extended Etcd CRD of an earlier release, record
 // Events on Etcds (events.k8s.io), win leader election on a Lease in the
 // release namespace, recording it as a core Event there, and read, watch and
 // patch the pod-window annotation of druid's StatefulSets.
@@ -135,12 +143,45 @@ func TestRBACControllerPath(t *testing.T) {
 	g.Expect(f.sa.List(ctx, &list)).To(Succeed(), "list Etcds in every namespace")
 	g.Expect(list.Items).To(ContainElement(HaveField("ObjectMeta.Name", f.etcd.Name)))
 	expectWatchSees(g, ctx, f.saWatch, &v1alpha1.EtcdList{}, f.etcdNS, f.etcd.Name)
+	var memberships stretchv1alpha1.EtcdMembershipList
+	g.Expect(f.sa.List(ctx, &memberships)).To(Succeed(), "list EtcdMemberships in every namespace")
+	g.Expect(memberships.Items).To(ContainElement(HaveField("ObjectMeta.Name", f.membership.Name)))
+	expectWatchSees(g, ctx, f.saWatch, &stretchv1alpha1.EtcdMembershipList{}, f.etcdNS, f.membership.Name)
 
+	// The pair, as the controller and the StatefulSet webhook read it.
+	p, err := etcdview.Get(ctx, f.sa, key)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(p.Source).To(Equal(stretchv1alpha1.SpecFromEtcdMembership))
+	g.Expect(p.View.Spec.GetOrdinalStart()).To(Equal(int32(3)))
+
+	// status.membership goes into the EtcdMembership by patch
+	// (etcdview.WriteStatus).
+	m := p.Membership.DeepCopy()
+	m.Status.Membership = &v1alpha1.MembershipStatus{Phase: v1alpha1.MembershipPhaseConverged, ObservedGeneration: p.View.Generation}
+	g.Expect(f.sa.Status().Patch(ctx, m, client.MergeFrom(p.Membership))).To(Succeed())
+	storedMembership := &stretchv1alpha1.EtcdMembership{}
+	g.Expect(admin.Get(ctx, key, storedMembership)).To(Succeed())
+	g.Expect(storedMembership.Status.Membership).NotTo(BeNil())
+	g.Expect(storedMembership.Status.Membership.Phase).To(Equal(v1alpha1.MembershipPhaseConverged))
+	g.Expect(storedMembership.Spec).To(Equal(f.membership.Spec), "status writes leave the spec alone")
+
+	// An Etcd that still carries the fields inline gets them copied into an
+	// EtcdMembership the controller creates, later patches guarded by
+	// resourceVersion (etcdview.Adopt).
+	adopted := stretchv1alpha1.For(newEtcd(f.etcdNS, "etcd-adopted"), v1alpha1.MembershipSpec{OrdinalStart: ptr.To[int32](3)})
+	g.Expect(f.sa.Create(ctx, adopted)).To(Succeed())
+	copied := adopted.DeepCopy()
+	copied.Spec.ExternalMembersPolicy = ptr.To(v1alpha1.ExternalMembersPolicyKeep)
+	g.Expect(f.sa.Patch(ctx, copied, client.MergeFromWithOptions(adopted, client.MergeFromWithOptimisticLock{}))).To(Succeed())
+	g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(adopted), adopted)).To(Succeed())
+	g.Expect(adopted.Spec.GetExternalMembersPolicy()).To(Equal(v1alpha1.ExternalMembersPolicyKeep))
+
+	// Where the Etcd itself carries status.membership (stored under the
+	// extended Etcd CRD of an earlier release), the controller writes it
+	// there too: by patch and by update.
+	withExtendedEtcdCRD(t)
 	etcd := &v1alpha1.Etcd{}
 	g.Expect(f.sa.Get(ctx, key, etcd)).To(Succeed())
-	g.Expect(etcd.Spec.GetOrdinalStart()).To(Equal(int32(3)))
-
-	// status.membership, by patch and by update.
 	before := etcd.DeepCopy()
 	etcd.Status.Membership = &v1alpha1.MembershipStatus{Phase: v1alpha1.MembershipPhasePending, ObservedGeneration: etcd.Generation}
 	g.Expect(f.sa.Status().Patch(ctx, etcd, client.MergeFrom(before))).To(Succeed())
@@ -203,7 +244,9 @@ func TestRBACDenied(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 
 	etcdBefore, stsBefore, podBefore := &v1alpha1.Etcd{}, &appsv1.StatefulSet{}, &corev1.Pod{}
+	membershipBefore := &stretchv1alpha1.EtcdMembership{}
 	g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(f.etcd), etcdBefore)).To(Succeed())
+	g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(f.membership), membershipBefore)).To(Succeed())
 	g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(f.sts), stsBefore)).To(Succeed())
 	g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(f.pod), podBefore)).To(Succeed())
 
@@ -225,6 +268,20 @@ func TestRBACDenied(t *testing.T) {
 			e := etcdBefore.DeepCopy()
 			e.Spec.Replicas = 5
 			return f.sa.Update(ctx, e)
+		}},
+		// The controller creates and patches EtcdMemberships; it never
+		// deletes one (an Etcd's goes with it, by its owner reference), nor
+		// updates one wholesale, which could drop a user's edit.
+		{"delete an EtcdMembership", func() error { return f.sa.Delete(ctx, membershipBefore.DeepCopy()) }},
+		{"update an EtcdMembership", func() error {
+			m := membershipBefore.DeepCopy()
+			m.Spec.OrdinalStart = ptr.To[int32](6)
+			return f.sa.Update(ctx, m)
+		}},
+		{"update an EtcdMembership's status", func() error {
+			m := membershipBefore.DeepCopy()
+			m.Status.Membership = &v1alpha1.MembershipStatus{Phase: v1alpha1.MembershipPhaseBlocked}
+			return f.sa.Status().Update(ctx, m)
 		}},
 		{"update a Pod", func() error {
 			p := podBefore.DeepCopy()
@@ -272,10 +329,13 @@ func TestRBACDenied(t *testing.T) {
 	}
 
 	etcdAfter, stsAfter, podAfter := &v1alpha1.Etcd{}, &appsv1.StatefulSet{}, &corev1.Pod{}
+	membershipAfter := &stretchv1alpha1.EtcdMembership{}
 	g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(f.etcd), etcdAfter)).To(Succeed())
+	g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(f.membership), membershipAfter)).To(Succeed())
 	g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(f.sts), stsAfter)).To(Succeed())
 	g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(f.pod), podAfter)).To(Succeed())
 	g.Expect(etcdAfter.ResourceVersion).To(Equal(etcdBefore.ResourceVersion), "the Etcd is untouched")
+	g.Expect(membershipAfter.ResourceVersion).To(Equal(membershipBefore.ResourceVersion), "the EtcdMembership is untouched")
 	g.Expect(stsAfter.ResourceVersion).To(Equal(stsBefore.ResourceVersion), "the StatefulSet is untouched")
 	g.Expect(podAfter.ResourceVersion).To(Equal(podBefore.ResourceVersion), "the Pod is untouched")
 	var etcds v1alpha1.EtcdList
@@ -293,7 +353,7 @@ func TestRBACMatrix(t *testing.T) {
 
 	verbs := []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
 	type res struct{ group, resource, subresource, namespace string }
-	druid := druidv1alpha1.GroupName
+	druid, stretch := druidv1alpha1.GroupName, stretchv1alpha1.GroupVersion.Group
 	cases := []struct {
 		res
 		allowed []string
@@ -301,6 +361,9 @@ func TestRBACMatrix(t *testing.T) {
 		{res{druid, "etcds", "", f.etcdNS}, []string{"get", "list", "watch"}},
 		{res{druid, "etcds", "", ""}, []string{"get", "list", "watch"}},
 		{res{druid, "etcds", "status", f.etcdNS}, []string{"get", "patch", "update"}},
+		{res{stretch, "etcdmemberships", "", f.etcdNS}, []string{"get", "list", "watch", "create", "patch"}},
+		{res{stretch, "etcdmemberships", "", ""}, []string{"get", "list", "watch", "create", "patch"}},
+		{res{stretch, "etcdmemberships", "status", f.etcdNS}, []string{"get", "patch"}},
 		{res{druid, "etcdcopybackupstasks", "", f.etcdNS}, nil},
 		{res{druid, "etcdopstasks", "", f.etcdNS}, nil},
 		{res{"", "events", "", f.releaseNS}, []string{"create", "patch"}},

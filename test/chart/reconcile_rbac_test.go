@@ -14,14 +14,18 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	membershipctrl "github.com/druid-stretch/druid-stretch/controllers/membership"
+	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 	"github.com/druid-stretch/druid-stretch/internal/pki"
 	"github.com/druid-stretch/druid-stretch/internal/podrunner"
 )
@@ -30,9 +34,12 @@ import (
 // manager, with leader election) as the chart's ServiceAccount through
 // impersonation, against real etcd members that a pod runner keeps running
 // (the pod runner plays kubelet and acts as admin). The controller
-// observes a freshly started 3-member extended Etcd and reports it
-// converged, then moves one member live (ordinalStart 0 -> 1), recording Events with
-// the events.k8s.io API; the API server never refuses any of its requests.
+// observes a freshly started 3-member Etcd opted in by its EtcdMembership,
+// makes the Etcd the EtcdMembership's owner and reports it converged there,
+// then moves one member live (the EtcdMembership's ordinalStart 0 -> 1),
+// recording Events with the events.k8s.io API; the API server never refuses
+// any of its requests. A plain Etcd beside it, whose StatefulSet druid has
+// not made yet, stays druid's alone and never makes a reconcile fail.
 func TestRBACReconcileEndToEnd(t *testing.T) {
 	g := NewWithT(t)
 	ctx := t.Context()
@@ -65,6 +72,7 @@ func TestRBACReconcileEndToEnd(t *testing.T) {
 		}
 	})
 
+	panics := reconcilePanics(g, "etcd-membership")
 	// Every request the controller's manager makes, as the ServiceAccount.
 	requests := &requestLog{}
 	cfg := rest.CopyConfig(f.saCfg)
@@ -106,14 +114,21 @@ func TestRBACReconcileEndToEnd(t *testing.T) {
 
 	etcd := &v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "etcd-main"}}
 	etcd.Spec.Replicas = 3
-	etcd.Spec.OrdinalStart = ptr.To[int32](0) // explicit, so the extension applies
+	etcd.Spec.OrdinalStart = ptr.To[int32](0) // explicit, so the EtcdMembership opts the Etcd in
 	etcd.Spec.MemberNamePrefix = ptr.To("rr")
 	etcd.Spec.Labels = map[string]string{"app": "etcd"}
 	etcd.Spec.Etcd.PeerUrlTLS = &druidv1alpha1.PeerTLSConfig{TLSConfig: druidv1alpha1.TLSConfig{
 		TLSCASecretRef:     druidv1alpha1.SecretReference{SecretReference: corev1.SecretReference{Name: "ca-etcd-peer"}},
 		ServerTLSSecretRef: corev1.SecretReference{Name: "etcd-peer-server"},
 	}}
-	g.Expect(admin.Create(ctx, etcd)).To(Succeed())
+	// The EtcdMembership first, then the Etcd in druid's form, as the
+	// migration adapter writes them; the EtcdMembership has no owner yet.
+	g.Expect(etcdview.Create(ctx, admin, etcd)).To(Succeed())
+	key := client.ObjectKeyFromObject(etcd)
+	// Hibernated, so the pod runner runs none of its pods.
+	plain := &v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "etcd-events"}}
+	plain.Spec.Labels = map[string]string{"app": "etcd-events"}
+	g.Expect(admin.Create(ctx, plain)).To(Succeed())
 	memberNames := func(ordinals ...int) []string {
 		out := make([]string, len(ordinals))
 		for i, o := range ordinals {
@@ -123,18 +138,21 @@ func TestRBACReconcileEndToEnd(t *testing.T) {
 	}
 
 	start := time.Now()
-	expectConverged(g, etcd, etcd.Generation, 90*time.Second, memberNames(0, 1, 2)...)
+	expectConverged(g, key, pairGeneration(g, key), 90*time.Second, memberNames(0, 1, 2)...)
 	t.Logf("converged on members 0-2 in %s", time.Since(start).Round(100*time.Millisecond))
+	m := &stretchv1alpha1.EtcdMembership{}
+	g.Expect(admin.Get(ctx, key, m)).To(Succeed())
+	g.Expect(m.OwnerReferences).To(ConsistOf(HaveField("UID", etcd.UID)), "the controller made the Etcd its EtcdMembership's owner")
 
 	start = time.Now()
 	g.Eventually(func() error {
-		if err := admin.Get(ctx, client.ObjectKeyFromObject(etcd), etcd); err != nil {
+		if err := admin.Get(ctx, key, m); err != nil {
 			return err
 		}
-		etcd.Spec.OrdinalStart = ptr.To[int32](1)
-		return admin.Update(ctx, etcd)
+		m.Spec.OrdinalStart = ptr.To[int32](1)
+		return admin.Update(ctx, m)
 	}).WithTimeout(10 * time.Second).Should(Succeed())
-	st := expectConverged(g, etcd, etcd.Generation, 90*time.Second, memberNames(1, 2, 3)...)
+	st := expectConverged(g, key, pairGeneration(g, key), 90*time.Second, memberNames(1, 2, 3)...)
 	g.Expect(st.RetiredMembers).To(ContainElement(memberNames(0)[0]))
 	t.Logf("moved member 0 to 3 in %s", time.Since(start).Round(100*time.Millisecond))
 
@@ -162,6 +180,9 @@ func TestRBACReconcileEndToEnd(t *testing.T) {
 	// released on exit among them) is in the log.
 	stopMgr()
 	<-mgrDone
+	g.Expect(reconcilePanics(g, "etcd-membership")).To(Equal(panics), "no reconcile panicked")
+	err = admin.Get(ctx, client.ObjectKeyFromObject(plain), &stretchv1alpha1.EtcdMembership{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the plain Etcd got no EtcdMembership: got %v", err)
 	all := requests.snapshot()
 	g.Expect(all).NotTo(BeEmpty())
 	var notImpersonated, forbidden []string
@@ -176,9 +197,11 @@ func TestRBACReconcileEndToEnd(t *testing.T) {
 	g.Expect(notImpersonated).To(BeEmpty(), "every request acts as %s", f.saUser)
 	g.Expect(forbidden).To(BeEmpty(), "requests the chart's RBAC refused")
 	for _, want := range []struct{ what, method, path string }{
-		{"status patch", http.MethodPatch, "/etcds/etcd-main/status"},
+		{"status patch", http.MethodPatch, "/etcdmemberships/etcd-main/status"},
+		{"owner reference patch", http.MethodPatch, "/etcdmemberships/etcd-main"},
 		{"events.k8s.io Event", http.MethodPost, "/apis/events.k8s.io/v1/namespaces/" + ns + "/events"},
 		{"Etcd list or watch", http.MethodGet, "/etcds"},
+		{"EtcdMembership list or watch", http.MethodGet, "/etcdmemberships"},
 	} {
 		g.Expect(requests.count(func(r request) bool {
 			return r.method == want.method && strings.Contains(r.path, want.path) && r.code < 300
@@ -187,14 +210,23 @@ func TestRBACReconcileEndToEnd(t *testing.T) {
 	t.Logf("%d requests as %s, none forbidden", len(all), f.saUser)
 }
 
-// expectConverged waits until status.membership, for generation gen, says
+// pairGeneration is the generation of the Etcd key's View, the one
+// status.membership reports having observed (stretchv1alpha1.View).
+func pairGeneration(g *WithT, key client.ObjectKey) int64 {
+	p, err := etcdview.Get(context.Background(), admin, key)
+	g.ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	return p.View.Generation
+}
+
+// expectConverged waits until status.membership of the Etcd key (in its
+// EtcdMembership), for the pair's generation gen, says
 // MembershipConverged=True with exactly the named members as voters.
-func expectConverged(g *WithT, etcd *v1alpha1.Etcd, gen int64, timeout time.Duration, names ...string) *v1alpha1.MembershipStatus {
+func expectConverged(g *WithT, key client.ObjectKey, gen int64, timeout time.Duration, names ...string) *v1alpha1.MembershipStatus {
 	var st *v1alpha1.MembershipStatus
 	g.Eventually(func(g Gomega) {
-		got := &v1alpha1.Etcd{}
-		g.Expect(admin.Get(context.Background(), client.ObjectKeyFromObject(etcd), got)).To(Succeed())
-		st = got.Status.Membership
+		p, err := etcdview.Get(context.Background(), admin, key)
+		g.Expect(err).NotTo(HaveOccurred())
+		st = p.View.Status.Membership
 		g.Expect(st).NotTo(BeNil())
 		c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionMembershipConverged)
 		g.Expect(c).NotTo(BeNil())
@@ -265,3 +297,24 @@ func (l *requestLog) count(match func(request) bool) int {
 type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// reconcilePanics is controller-runtime's count of the reconciles of the
+// named controller that panicked (and were recovered).
+func reconcilePanics(g *WithT, controller string) float64 {
+	families, err := crmetrics.Registry.Gather()
+	g.ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	var n float64
+	for _, fam := range families {
+		if fam.GetName() != "controller_runtime_reconcile_panics_total" {
+			continue
+		}
+		for _, m := range fam.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == controller {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n
+}

@@ -90,6 +90,10 @@ type Rendered struct {
 	// CRDs are the chart's crds/ folder, which Helm creates before the
 	// templates on the first install only.
 	CRDs []*unstructured.Unstructured
+	// Hooks are the objects of templates annotated as Helm hooks, which
+	// Helm applies outside the manifest (before or after an install,
+	// upgrade or uninstall).
+	Hooks []*unstructured.Unstructured
 	// Notes is the rendered NOTES.txt.
 	Notes string
 }
@@ -146,7 +150,15 @@ func RenderChart(ch *helmchart.Chart, opts Options) (*Rendered, error) {
 		}
 		crds = append(crds, o...)
 	}
-	return &Rendered{Options: opts, Manifest: rel.Manifest, Objects: objs, CRDs: crds, Notes: rel.Info.Notes}, nil
+	var hooks []*unstructured.Unstructured
+	for _, h := range rel.Hooks {
+		o, err := DecodeManifest(h.Manifest)
+		if err != nil {
+			return nil, fmt.Errorf("decoding the hook %s: %w", h.Path, err)
+		}
+		hooks = append(hooks, o...)
+	}
+	return &Rendered{Options: opts, Manifest: rel.Manifest, Objects: objs, CRDs: crds, Hooks: hooks, Notes: rel.Info.Notes}, nil
 }
 
 // DecodeManifest splits a multi-document YAML manifest into objects, in

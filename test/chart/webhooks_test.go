@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	druidv1alpha1 "github.com/gardener/etcd-druid/api/core/v1alpha1"
 	. "github.com/onsi/gomega"
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/internal/pki"
 )
@@ -168,7 +170,13 @@ func plainStatefulSet(namespace, name string) *appsv1.StatefulSet {
 // TestWebhookRouting: with the chart's webhook configurations (pointed at a
 // recording endpoint), the real kube-apiserver calls the StatefulSet mutator
 // for druid's StatefulSets only, and the Etcd validator only for Etcds that
-// use or used the extension, never for status writes.
+// carry or carried druid-stretch's fields inline, never for status writes.
+// On a seed (druid's own Etcd CRD) no Etcd carries them: an Etcd opted in
+// by its EtcdMembership, the EtcdMembership itself, and an Etcd a client of
+// an earlier release sends with the fields inline (druid's CRD prunes them
+// before admission) reach no webhook. Under the extended Etcd CRD of an
+// earlier release, the validator sees exactly the Etcds that use or used
+// the fields.
 func TestWebhookRouting(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -197,12 +205,16 @@ func TestWebhookRouting(t *testing.T) {
 	g.Expect(rec.callsFor(ns, "etcd-main")).To(HaveEach(And(
 		HaveField("Path", "/mutate-apps-v1-statefulset"), HaveField("Kind", "apps/StatefulSet"))))
 
-	steps := []struct {
+	type step struct {
 		what string
 		do   func() error
 		name string
 		want []admissionCall
-	}{
+	}
+	validated := func(op string, name string) admissionCall {
+		return admissionCall{"/validate-druid-gardener-cloud-v1alpha1-etcd", "druid.gardener.cloud/Etcd", op, ns, name}
+	}
+	seed := []step{
 		{"druid StatefulSet created", func() error { return admin.Create(ctx, druidStatefulSet(ns, "etcd-events")) }, "etcd-events",
 			[]admissionCall{{"/mutate-apps-v1-statefulset", "apps/StatefulSet", "CREATE", ns, "etcd-events"}}},
 		{"another StatefulSet created", func() error { return admin.Create(ctx, plainStatefulSet(ns, "postgres")) }, "postgres", nil},
@@ -210,28 +222,49 @@ func TestWebhookRouting(t *testing.T) {
 		{"plain druid Etcd updated", func() error {
 			return patchEtcd(ctx, ns, "plain", `{"metadata":{"annotations":{"druid.gardener.cloud/operation":"reconcile"}}}`)
 		}, "plain", nil},
+		{"EtcdMembership created", func() error {
+			return admin.Create(ctx, stretchv1alpha1.For(newEtcd(ns, "opted-in"), v1alpha1.MembershipSpec{OrdinalStart: ptr.To[int32](3)}))
+		}, "opted-in", nil},
+		{"its Etcd created", func() error { return admin.Create(ctx, newEtcd(ns, "opted-in")) }, "opted-in", nil},
+		{"its Etcd updated", func() error {
+			return patchEtcd(ctx, ns, "opted-in", `{"metadata":{"annotations":{"druid.gardener.cloud/operation":"reconcile"}}}`)
+		}, "opted-in", nil},
+		{"its EtcdMembership changed", func() error {
+			return admin.Patch(ctx, &stretchv1alpha1.EtcdMembership{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "opted-in"}},
+				client.RawPatch(types.MergePatchType, []byte(`{"spec":{"ordinalStart":4}}`)))
+		}, "opted-in", nil},
+		{"its status written", func() error {
+			return admin.Status().Patch(ctx, &stretchv1alpha1.EtcdMembership{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "opted-in"}},
+				client.RawPatch(types.MergePatchType, []byte(`{"status":{"membership":{"phase":"Pending"}}}`)))
+		}, "opted-in", nil},
+		{"Etcd sent with the fields inline", func() error {
+			e := newEtcd(ns, "inline")
+			e.Spec.OrdinalStart = ptr.To[int32](3)
+			return admin.Create(ctx, e)
+		}, "inline", nil},
+	}
+	extended := []step{
 		{"extended Etcd created", func() error {
 			e := newEtcd(ns, "extended")
 			e.Spec.OrdinalStart = ptr.To[int32](3)
 			return admin.Create(ctx, e)
-		}, "extended", []admissionCall{{"/validate-druid-gardener-cloud-v1alpha1-etcd", "druid.gardener.cloud/Etcd", "CREATE", ns, "extended"}}},
+		}, "extended", []admissionCall{validated("CREATE", "extended")}},
 		{"extended Etcd status written", func() error {
 			return admin.Status().Patch(ctx, &v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "extended"}},
-				client.RawPatch("application/merge-patch+json", []byte(`{"status":{"membership":{"phase":"Pending"}}}`)))
-		}, "extended", []admissionCall{{"/validate-druid-gardener-cloud-v1alpha1-etcd", "druid.gardener.cloud/Etcd", "CREATE", ns, "extended"}}},
+				client.RawPatch(types.MergePatchType, []byte(`{"status":{"membership":{"phase":"Pending"}}}`)))
+		}, "extended", []admissionCall{validated("CREATE", "extended")}},
 		{"extension removed from the Etcd", func() error {
 			return patchEtcd(ctx, ns, "extended", `{"spec":{"ordinalStart":null}}`)
-		}, "extended", []admissionCall{
-			{"/validate-druid-gardener-cloud-v1alpha1-etcd", "druid.gardener.cloud/Etcd", "CREATE", ns, "extended"},
-			{"/validate-druid-gardener-cloud-v1alpha1-etcd", "druid.gardener.cloud/Etcd", "UPDATE", ns, "extended"}}},
+		}, "extended", []admissionCall{validated("CREATE", "extended"), validated("UPDATE", "extended")}},
 		{"now plain Etcd updated", func() error {
 			return patchEtcd(ctx, ns, "extended", `{"metadata":{"annotations":{"druid.gardener.cloud/operation":"reconcile"}}}`)
-		}, "extended", []admissionCall{
-			{"/validate-druid-gardener-cloud-v1alpha1-etcd", "druid.gardener.cloud/Etcd", "CREATE", ns, "extended"},
-			{"/validate-druid-gardener-cloud-v1alpha1-etcd", "druid.gardener.cloud/Etcd", "UPDATE", ns, "extended"}}},
+		}, "extended", []admissionCall{validated("CREATE", "extended"), validated("UPDATE", "extended")}},
 		{"external members added to a plain Etcd", func() error {
 			return patchEtcd(ctx, ns, "plain", `{"spec":{"externalMembers":[{"name":"seed-a-plain-0","peerURLs":["http://plain-0.seed-a.example:2380"]}]}}`)
-		}, "plain", []admissionCall{{"/validate-druid-gardener-cloud-v1alpha1-etcd", "druid.gardener.cloud/Etcd", "UPDATE", ns, "plain"}}},
+		}, "plain", []admissionCall{validated("UPDATE", "plain")}},
+		{"an Etcd opted in by its EtcdMembership updated", func() error {
+			return patchEtcd(ctx, ns, "opted-in", `{"metadata":{"annotations":{"druid.gardener.cloud/operation":"reconcile"}}}`)
+		}, "opted-in", nil},
 	}
 	// The calls per object, each step's repeats counted once: the API
 	// server may admit one write twice, since a PATCH is first tried on the
@@ -243,16 +276,21 @@ func TestWebhookRouting(t *testing.T) {
 	// stored.
 	seen := map[string][]admissionCall{}
 	recorded := map[string]int{}
-	for _, s := range steps {
-		g.Expect(etcdCached(ctx, ns, s.name)).To(Succeed(), s.what)
-		g.Expect(s.do()).To(Succeed(), s.what)
-		// Admission is synchronous: the call, if any, was made before the
-		// request returned.
-		calls := rec.callsFor(ns, s.name)
-		seen[s.name] = append(seen[s.name], slices.Compact(slices.Clone(calls[recorded[s.name]:]))...)
-		recorded[s.name] = len(calls)
-		g.Expect(seen[s.name]).To(Equal(s.want), s.what)
+	run := func(steps []step) {
+		for _, s := range steps {
+			g.Expect(etcdCached(ctx, ns, s.name)).To(Succeed(), s.what)
+			g.Expect(s.do()).To(Succeed(), s.what)
+			// Admission is synchronous: the call, if any, was made before
+			// the request returned.
+			calls := rec.callsFor(ns, s.name)
+			seen[s.name] = append(seen[s.name], slices.Compact(slices.Clone(calls[recorded[s.name]:]))...)
+			recorded[s.name] = len(calls)
+			g.Expect(seen[s.name]).To(Equal(s.want), s.what)
+		}
 	}
+	run(seed)
+	withExtendedEtcdCRD(t)
+	run(extended)
 }
 
 // etcdCached waits until the API server's watch cache, which a PATCH reads
@@ -284,15 +322,19 @@ func patchEtcd(ctx context.Context, namespace, name, mergePatch string) error {
 }
 
 // TestWebhookFailurePolicy: with no webhook server answering (the controller
-// is down), the default Fail refuses extended Etcds and druid's StatefulSets,
-// and admits plain Etcds and other StatefulSets; Ignore admits everything,
-// which is the trade-off docs/install.md describes.
+// is down), the default Fail refuses druid's StatefulSet of an Etcd opted in
+// by its EtcdMembership and, where the extended Etcd CRD of an earlier
+// release is still in place, an Etcd that carries druid-stretch's fields
+// inline; Ignore admits them. Whatever the policy, druid's writes of its
+// Etcds (an opted-in Etcd is plain to druid), EtcdMemberships and other
+// StatefulSets never wait on druid-stretch. That is the trade-off
+// docs/install.md describes.
 func TestWebhookFailurePolicy(t *testing.T) {
 	rec := newAdmissionRecorder(t)
 	downURL, caBundle := rec.srv.URL, rec.caBundle
 	rec.srv.Close() // nothing listens at downURL any more
 
-	extended := func(ns, name string) *v1alpha1.Etcd {
+	inline := func(ns, name string) *v1alpha1.Etcd {
 		e := newEtcd(ns, name)
 		e.Spec.OrdinalStart = ptr.To[int32](3)
 		return e
@@ -310,41 +352,71 @@ func TestWebhookFailurePolicy(t *testing.T) {
 			ctx := context.Background()
 			installWebhooks(t, "policy-"+map[bool]string{true: "fail", false: "ignore"}[tc.refused], values(t, tc.values), downURL, caBundle)
 			ns := newNamespace(t, "webhook-policy")
-
 			if tc.refused {
-				// Wait until the API server uses the new configuration.
+				// Wait until the API server uses the new configuration; a
+				// dry run stores nothing, whether admitted or not.
 				g.Eventually(func() error {
-					return admin.Create(ctx, extended(ns, "probe"))
+					return admin.Create(ctx, druidStatefulSet(ns, "probe"), client.DryRunAll)
 				}).WithTimeout(15 * time.Second).WithPolling(100 * time.Millisecond).Should(MatchError(ContainSubstring("failed calling webhook")))
-				err := admin.Create(ctx, extended(ns, "etcd-main"))
-				g.Expect(err).To(MatchError(ContainSubstring(`failed calling webhook "etcds.druid-stretch.druid.gardener.cloud"`)))
-				err = admin.Create(ctx, druidStatefulSet(ns, "etcd-main"))
-				g.Expect(err).To(MatchError(ContainSubstring(`failed calling webhook "statefulsets.druid-stretch.druid.gardener.cloud"`)))
-				var etcds v1alpha1.EtcdList
-				g.Expect(admin.List(ctx, &etcds, client.InNamespace(ns))).To(Succeed())
-				g.Expect(etcds.Items).To(BeEmpty(), "nothing refused was stored")
+			}
+
+			// A seed: the Etcd and its EtcdMembership are written as ever,
+			// druid's StatefulSet of it waits on the webhook.
+			opted := newEtcd(ns, "etcd-main")
+			g.Expect(admin.Create(ctx, opted)).To(Succeed())
+			g.Expect(admin.Create(ctx, stretchv1alpha1.For(opted, v1alpha1.MembershipSpec{OrdinalStart: ptr.To[int32](3)}))).To(Succeed())
+			g.Expect(patchEtcd(ctx, ns, opted.Name, `{"metadata":{"annotations":{"druid.gardener.cloud/operation":"reconcile"}}}`)).To(Succeed())
+			sts := druidStatefulSet(ns, opted.Name)
+			sts.OwnerReferences = []metav1.OwnerReference{druidv1alpha1.GetAsOwnerReference(opted.ObjectMeta)}
+			if tc.refused {
+				g.Expect(admin.Create(ctx, sts)).To(MatchError(ContainSubstring(`failed calling webhook "statefulsets.druid-stretch.druid.gardener.cloud"`)))
+				var stored appsv1.StatefulSetList
+				g.Expect(admin.List(ctx, &stored, client.InNamespace(ns))).To(Succeed())
+				g.Expect(stored.Items).To(BeEmpty(), "nothing refused was stored")
 			} else {
-				g.Expect(admin.Create(ctx, extended(ns, "etcd-main"))).To(Succeed())
-				g.Expect(admin.Create(ctx, druidStatefulSet(ns, "etcd-main"))).To(Succeed())
+				g.Expect(admin.Create(ctx, sts)).To(Succeed())
 			}
 			// Independent of the policy: druid's plain Etcds and other
 			// StatefulSets never wait on druid-stretch.
-			g.Expect(admin.Create(ctx, newEtcd(ns, "etcd-events"))).To(Succeed())
-			g.Expect(patchEtcd(ctx, ns, "etcd-events", `{"metadata":{"finalizers":["druid.gardener.cloud/etcd-druid"]}}`)).To(Succeed())
-			g.Expect(patchEtcd(ctx, ns, "etcd-events", `{"metadata":{"finalizers":null}}`)).To(Succeed())
+			expectPlainWritesAdmitted(g, ctx, ns, "etcd-events")
 			g.Expect(admin.Create(ctx, plainStatefulSet(ns, "postgres"))).To(Succeed())
+
+			// A cluster not yet upgraded from the extended Etcd CRD.
+			withExtendedEtcdCRD(t)
+			if tc.refused {
+				err := admin.Create(ctx, inline(ns, "etcd-inline"))
+				g.Expect(err).To(MatchError(ContainSubstring(`failed calling webhook "etcds.druid-stretch.druid.gardener.cloud"`)))
+				var etcds v1alpha1.EtcdList
+				g.Expect(admin.List(ctx, &etcds, client.InNamespace(ns))).To(Succeed())
+				g.Expect(etcds.Items).To(ConsistOf(HaveField("Name", opted.Name), HaveField("Name", "etcd-events")), "nothing refused was stored")
+			} else {
+				g.Expect(admin.Create(ctx, inline(ns, "etcd-inline"))).To(Succeed())
+			}
+			expectPlainWritesAdmitted(g, ctx, ns, "etcd-plain")
+			g.Expect(patchEtcd(ctx, ns, opted.Name, `{"metadata":{"annotations":{"druid.gardener.cloud/operation":"reconcile"}}}`)).To(Succeed())
 		})
 	}
 }
 
+// expectPlainWritesAdmitted: druid creates a plain Etcd named name and adds
+// and removes its finalizer, each write admitted.
+func expectPlainWritesAdmitted(g *WithT, ctx context.Context, namespace, name string) {
+	g.ExpectWithOffset(1, admin.Create(ctx, newEtcd(namespace, name))).To(Succeed())
+	g.ExpectWithOffset(1, patchEtcd(ctx, namespace, name, `{"metadata":{"finalizers":["druid.gardener.cloud/etcd-druid"]}}`)).To(Succeed())
+	g.ExpectWithOffset(1, patchEtcd(ctx, namespace, name, `{"metadata":{"finalizers":null}}`)).To(Succeed())
+}
+
 // TestWebhookDownOutsideServedNamespaces: with webhook.namespaceSelector
 // naming the served namespaces and no webhook server answering, druid's
-// StatefulSet and an extended Etcd in a namespace outside the selector are
-// admitted, while the same objects in a served namespace are refused and not
-// stored: a druid-stretch outage blocks only the namespaces it serves.
+// StatefulSet and an Etcd that carries druid-stretch's fields inline (under
+// the extended Etcd CRD of an earlier release) in a namespace outside the
+// selector are admitted, while the same objects in a served namespace are
+// refused and not stored: a druid-stretch outage blocks only the namespaces
+// it serves.
 func TestWebhookDownOutsideServedNamespaces(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
+	withExtendedEtcdCRD(t)
 	rec := newAdmissionRecorder(t)
 	downURL, caBundle := rec.srv.URL, rec.caBundle
 	rec.srv.Close() // nothing listens at downURL any more
@@ -354,27 +426,31 @@ func TestWebhookDownOutsideServedNamespaces(t *testing.T) {
 	g.Expect(admin.Patch(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: served}},
 		client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"druid-stretch.io/served":"true"}}}`)))).To(Succeed())
 	unserved := newNamespace(t, "unserved")
-	extended := func(ns, name string) *v1alpha1.Etcd {
+	inline := func(ns, name string) *v1alpha1.Etcd {
 		e := newEtcd(ns, name)
 		e.Spec.OrdinalStart = ptr.To[int32](3)
 		return e
 	}
 
 	// Wait until the API server uses the new configuration: the served
-	// namespace's StatefulSet is refused by the failing call.
+	// namespace's StatefulSet is refused by the failing call. A dry run
+	// stores nothing, whether admitted or not.
 	g.Eventually(func() error {
-		return admin.Create(ctx, druidStatefulSet(served, "probe"))
+		return admin.Create(ctx, druidStatefulSet(served, "probe"), client.DryRunAll)
 	}).WithTimeout(15 * time.Second).WithPolling(100 * time.Millisecond).Should(MatchError(ContainSubstring("failed calling webhook")))
 	err := admin.Create(ctx, druidStatefulSet(served, "etcd-main"))
 	g.Expect(err).To(MatchError(ContainSubstring(`failed calling webhook "statefulsets.druid-stretch.druid.gardener.cloud"`)))
-	g.Expect(admin.Create(ctx, extended(served, "etcd-main"))).To(MatchError(ContainSubstring(`failed calling webhook "etcds.druid-stretch.druid.gardener.cloud"`)))
+	g.Expect(admin.Create(ctx, inline(served, "etcd-main"))).To(MatchError(ContainSubstring(`failed calling webhook "etcds.druid-stretch.druid.gardener.cloud"`)))
 	var stored appsv1.StatefulSetList
 	g.Expect(admin.List(ctx, &stored, client.InNamespace(served))).To(Succeed())
 	g.Expect(stored.Items).To(BeEmpty(), "nothing refused was stored")
+	var etcds v1alpha1.EtcdList
+	g.Expect(admin.List(ctx, &etcds, client.InNamespace(served))).To(Succeed())
+	g.Expect(etcds.Items).To(BeEmpty(), "nothing refused was stored")
 
 	// Outside the selector the webhook server's outage does not matter.
 	g.Expect(admin.Create(ctx, druidStatefulSet(unserved, "etcd-main"))).To(Succeed())
-	g.Expect(admin.Create(ctx, extended(unserved, "etcd-main"))).To(Succeed())
+	g.Expect(admin.Create(ctx, inline(unserved, "etcd-main"))).To(Succeed())
 	g.Expect(admin.List(ctx, &stored, client.InNamespace(unserved))).To(Succeed())
 	g.Expect(stored.Items).To(HaveLen(1))
 	// kube-system is never selected, whatever the values say.
