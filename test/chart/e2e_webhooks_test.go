@@ -148,7 +148,7 @@ func startChartWebhooks(t *testing.T, f *rbacFixture) *webhookServer {
 	}
 	n, err := PointWebhooksAt(hooks, "https://127.0.0.1:"+strconv.Itoa(port), ca.CertPEM())
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(n).To(Equal(2))
+	g.Expect(n).To(Equal(3), "the StatefulSet mutator and the Etcd and EtcdMembership validators")
 	t.Cleanup(func() {
 		if err := Delete(context.Background(), admin, hooks); err != nil {
 			t.Errorf("removing webhook configurations: %v", err)

@@ -116,8 +116,8 @@ var chartOptions = []chartOption{
 
 			mut, val := webhookConfigs(g, r)
 			g.Expect(mut.Webhooks).To(HaveLen(1))
-			g.Expect(val.Webhooks).To(HaveLen(1))
-			m, v := mut.Webhooks[0], val.Webhooks[0]
+			g.Expect(val.Webhooks).To(HaveLen(2))
+			m, v, mv := mut.Webhooks[0], val.Webhooks[0], val.Webhooks[1]
 			g.Expect(*m.ClientConfig.Service).To(Equal(admissionregistrationv1.ServiceReference{
 				Namespace: ns, Name: webhookSvc.Name, Path: ptr.To("/mutate-apps-v1-statefulset"), Port: ptr.To[int32](443)}))
 			g.Expect(*v.ClientConfig.Service).To(Equal(admissionregistrationv1.ServiceReference{
@@ -131,6 +131,15 @@ var chartOptions = []chartOption{
 			g.Expect(m.Rules[0].Resources).To(Equal([]string{"statefulsets"}))
 			g.Expect(v.Rules[0].Resources).To(Equal([]string{"etcds"}), "never etcds/status: druid's status writes must not need druid-stretch")
 			g.Expect(v.MatchConditions).To(HaveLen(1))
+			// The EtcdMembership's validator: druid-stretch's own objects
+			// only, never their status, so that druid's and gardenlet's writes
+			// never wait for it.
+			g.Expect(*mv.ClientConfig.Service).To(Equal(admissionregistrationv1.ServiceReference{
+				Namespace: ns, Name: webhookSvc.Name, Path: ptr.To("/validate-druid-stretch-druid-gardener-cloud-v1alpha1-etcdmembership"), Port: ptr.To[int32](443)}))
+			g.Expect(*mv.FailurePolicy).To(Equal(admissionregistrationv1.Fail))
+			g.Expect(mv.Rules).To(HaveLen(1))
+			g.Expect(mv.Rules[0].APIGroups).To(Equal([]string{"druid-stretch.druid.gardener.cloud"}))
+			g.Expect(mv.Rules[0].Resources).To(Equal([]string{"etcdmemberships"}))
 
 			// The self-signed certificate serves the Service's DNS names and
 			// chains to the caBundle of both configurations.

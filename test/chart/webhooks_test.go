@@ -114,7 +114,7 @@ func installWebhooks(t *testing.T, release string, vals map[string]any, baseURL 
 	}
 	n, err := PointWebhooksAt(hooks, baseURL, caBundle)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(n).To(Equal(2))
+	g.Expect(n).To(Equal(3), "the StatefulSet mutator and the Etcd and EtcdMembership validators")
 	ctx := context.Background()
 	t.Cleanup(func() {
 		if err := Delete(ctx, admin, hooks); err != nil {
@@ -172,9 +172,10 @@ func plainStatefulSet(namespace, name string) *appsv1.StatefulSet {
 // for druid's StatefulSets only, and the Etcd validator only for Etcds that
 // carry or carried druid-stretch's fields inline, never for status writes.
 // On a seed (druid's own Etcd CRD) no Etcd carries them: an Etcd opted in
-// by its EtcdMembership, the EtcdMembership itself, and an Etcd a client of
-// an earlier release sends with the fields inline (druid's CRD prunes them
-// before admission) reach no webhook. Under the extended Etcd CRD of an
+// by its EtcdMembership and an Etcd a client of an earlier release sends
+// with the fields inline (druid's CRD prunes them before admission) reach
+// no webhook; the EtcdMembership's creates and updates reach its own
+// validator, and its status writes nothing. Under the extended Etcd CRD of an
 // earlier release, the validator sees exactly the Etcds that use or used
 // the fields.
 func TestWebhookRouting(t *testing.T) {
@@ -214,6 +215,9 @@ func TestWebhookRouting(t *testing.T) {
 	validated := func(op string, name string) admissionCall {
 		return admissionCall{"/validate-druid-gardener-cloud-v1alpha1-etcd", "druid.gardener.cloud/Etcd", op, ns, name}
 	}
+	judged := func(op string, name string) admissionCall {
+		return admissionCall{"/validate-druid-stretch-druid-gardener-cloud-v1alpha1-etcdmembership", "druid-stretch.druid.gardener.cloud/EtcdMembership", op, ns, name}
+	}
 	seed := []step{
 		{"druid StatefulSet created", func() error { return admin.Create(ctx, druidStatefulSet(ns, "etcd-events")) }, "etcd-events",
 			[]admissionCall{{"/mutate-apps-v1-statefulset", "apps/StatefulSet", "CREATE", ns, "etcd-events"}}},
@@ -224,19 +228,19 @@ func TestWebhookRouting(t *testing.T) {
 		}, "plain", nil},
 		{"EtcdMembership created", func() error {
 			return admin.Create(ctx, stretchv1alpha1.For(newEtcd(ns, "opted-in"), v1alpha1.MembershipSpec{OrdinalStart: ptr.To[int32](3)}))
-		}, "opted-in", nil},
-		{"its Etcd created", func() error { return admin.Create(ctx, newEtcd(ns, "opted-in")) }, "opted-in", nil},
+		}, "opted-in", []admissionCall{judged("CREATE", "opted-in")}},
+		{"its Etcd created", func() error { return admin.Create(ctx, newEtcd(ns, "opted-in")) }, "opted-in", []admissionCall{judged("CREATE", "opted-in")}},
 		{"its Etcd updated", func() error {
 			return patchEtcd(ctx, ns, "opted-in", `{"metadata":{"annotations":{"druid.gardener.cloud/operation":"reconcile"}}}`)
-		}, "opted-in", nil},
+		}, "opted-in", []admissionCall{judged("CREATE", "opted-in")}},
 		{"its EtcdMembership changed", func() error {
 			return admin.Patch(ctx, &stretchv1alpha1.EtcdMembership{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "opted-in"}},
 				client.RawPatch(types.MergePatchType, []byte(`{"spec":{"ordinalStart":4}}`)))
-		}, "opted-in", nil},
+		}, "opted-in", []admissionCall{judged("CREATE", "opted-in"), judged("UPDATE", "opted-in")}},
 		{"its status written", func() error {
 			return admin.Status().Patch(ctx, &stretchv1alpha1.EtcdMembership{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "opted-in"}},
 				client.RawPatch(types.MergePatchType, []byte(`{"status":{"membership":{"phase":"Pending"}}}`)))
-		}, "opted-in", nil},
+		}, "opted-in", []admissionCall{judged("CREATE", "opted-in"), judged("UPDATE", "opted-in")}},
 		{"Etcd sent with the fields inline", func() error {
 			e := newEtcd(ns, "inline")
 			e.Spec.OrdinalStart = ptr.To[int32](3)
@@ -264,7 +268,7 @@ func TestWebhookRouting(t *testing.T) {
 		}, "plain", []admissionCall{validated("UPDATE", "plain")}},
 		{"an Etcd opted in by its EtcdMembership updated", func() error {
 			return patchEtcd(ctx, ns, "opted-in", `{"metadata":{"annotations":{"druid.gardener.cloud/operation":"reconcile"}}}`)
-		}, "opted-in", nil},
+		}, "opted-in", []admissionCall{judged("CREATE", "opted-in"), judged("UPDATE", "opted-in")}},
 	}
 	// The calls per object, each step's repeats counted once: the API
 	// server may admit one write twice, since a PATCH is first tried on the
@@ -322,12 +326,12 @@ func patchEtcd(ctx context.Context, namespace, name, mergePatch string) error {
 }
 
 // TestWebhookFailurePolicy: with no webhook server answering (the controller
-// is down), the default Fail refuses druid's StatefulSet of an Etcd opted in
-// by its EtcdMembership and, where the extended Etcd CRD of an earlier
+// is down), the default Fail refuses a change of an EtcdMembership, druid's
+// StatefulSet of an Etcd opted in by its EtcdMembership and, where the extended Etcd CRD of an earlier
 // release is still in place, an Etcd that carries druid-stretch's fields
 // inline; Ignore admits them. Whatever the policy, druid's writes of its
-// Etcds (an opted-in Etcd is plain to druid), EtcdMemberships and other
-// StatefulSets never wait on druid-stretch. That is the trade-off
+// Etcds (an opted-in Etcd is plain to druid) and other StatefulSets never
+// wait on druid-stretch. That is the trade-off
 // docs/install.md describes.
 func TestWebhookFailurePolicy(t *testing.T) {
 	rec := newAdmissionRecorder(t)
@@ -344,14 +348,20 @@ func TestWebhookFailurePolicy(t *testing.T) {
 		refused      bool
 	}{
 		{"Fail", ``, true},
-		{"Ignore", "webhook:\n  statefulSetMutator: {failurePolicy: Ignore}\n  etcdValidator: {failurePolicy: Ignore}\n", false},
+		{"Ignore", "webhook:\n  statefulSetMutator: {failurePolicy: Ignore}\n  etcdValidator: {failurePolicy: Ignore}\n  etcdMembershipValidator: {failurePolicy: Ignore}\n", false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			ctx := context.Background()
-			installWebhooks(t, "policy-"+map[bool]string{true: "fail", false: "ignore"}[tc.refused], values(t, tc.values), downURL, caBundle)
 			ns := newNamespace(t, "webhook-policy")
+			// A seed: an Etcd opted in by its EtcdMembership, written
+			// while druid-stretch was up.
+			opted := newEtcd(ns, "etcd-main")
+			g.Expect(admin.Create(ctx, opted)).To(Succeed())
+			membership := stretchv1alpha1.For(opted, v1alpha1.MembershipSpec{OrdinalStart: ptr.To[int32](3)})
+			g.Expect(admin.Create(ctx, membership)).To(Succeed())
+			installWebhooks(t, "policy-"+map[bool]string{true: "fail", false: "ignore"}[tc.refused], values(t, tc.values), downURL, caBundle)
 			if tc.refused {
 				// Wait until the API server uses the new configuration; a
 				// dry run stores nothing, whether admitted or not.
@@ -360,12 +370,23 @@ func TestWebhookFailurePolicy(t *testing.T) {
 				}).WithTimeout(15 * time.Second).WithPolling(100 * time.Millisecond).Should(MatchError(ContainSubstring("failed calling webhook")))
 			}
 
-			// A seed: the Etcd and its EtcdMembership are written as ever,
-			// druid's StatefulSet of it waits on the webhook.
-			opted := newEtcd(ns, "etcd-main")
-			g.Expect(admin.Create(ctx, opted)).To(Succeed())
-			g.Expect(admin.Create(ctx, stretchv1alpha1.For(opted, v1alpha1.MembershipSpec{OrdinalStart: ptr.To[int32](3)}))).To(Succeed())
+			// The Etcd is written as ever; a change of its EtcdMembership
+			// and druid's StatefulSet of it wait on the webhooks.
 			g.Expect(patchEtcd(ctx, ns, opted.Name, `{"metadata":{"annotations":{"druid.gardener.cloud/operation":"reconcile"}}}`)).To(Succeed())
+			moved := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"ordinalStart":4}}`))
+			if tc.refused {
+				// The validating configuration may reach the API server after
+				// the mutating one the probe above waited for.
+				g.Eventually(func() error {
+					return admin.Patch(ctx, membership.DeepCopy(), moved, client.DryRunAll)
+				}).WithTimeout(15 * time.Second).WithPolling(100 * time.Millisecond).Should(MatchError(ContainSubstring("failed calling webhook")))
+				g.Expect(admin.Patch(ctx, membership.DeepCopy(), moved)).To(MatchError(ContainSubstring(`failed calling webhook "etcdmemberships.druid-stretch.druid.gardener.cloud"`)))
+				stored := &stretchv1alpha1.EtcdMembership{}
+				g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(membership), stored)).To(Succeed())
+				g.Expect(stored.Spec.OrdinalStart).To(HaveValue(BeNumerically("==", 3)), "nothing refused was stored")
+			} else {
+				g.Expect(admin.Patch(ctx, membership.DeepCopy(), moved)).To(Succeed())
+			}
 			sts := druidStatefulSet(ns, opted.Name)
 			sts.OwnerReferences = []metav1.OwnerReference{druidv1alpha1.GetAsOwnerReference(opted.ObjectMeta)}
 			if tc.refused {
