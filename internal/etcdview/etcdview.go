@@ -176,7 +176,7 @@ func Detached(ctx context.Context, c client.Client, key types.NamespacedName) er
 // the stored Etcd. In between, the controller sees Retire with no replicas,
 // which it refuses to plan from, and changes nothing.
 func Apply(ctx context.Context, c client.Client, p *Pair, want *v1alpha1.Etcd) error {
-	if want.Spec.Replicas == 0 && p.Etcd.Spec.Replicas > 0 {
+	if stretchv1alpha1.WriteEtcdFirst(p.Etcd, want) {
 		if err := applyEtcd(ctx, c, p, want); err != nil {
 			return err
 		}
@@ -192,11 +192,7 @@ func applyMembership(ctx context.Context, c client.Client, p *Pair, want *v1alph
 	// A write that goes with a new spec.replicas of the Etcd, written
 	// next, says so, so that the EtcdMembership's webhook judges it with
 	// the pair as it is about to be (stretchv1alpha1.PairedReplicasAnnotation).
-	paired := ""
-	if want.Spec.Replicas != p.Etcd.Spec.Replicas {
-		paired = stretchv1alpha1.PairedReplicas(p.Etcd, want.Spec.Replicas)
-	}
-	m, err := writeMembership(ctx, c, p.Etcd, p.Membership, want.Spec.MembershipSpec, paired)
+	m, err := writeMembership(ctx, c, p.Etcd, p.Membership, want.Spec.MembershipSpec, stretchv1alpha1.PairedReplicasFor(p.Etcd, want))
 	if err != nil {
 		return err
 	}

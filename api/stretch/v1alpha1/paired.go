@@ -35,3 +35,24 @@ func ParsePairedReplicas(v string) (int32, error) {
 	}
 	return int32(r), nil
 }
+
+// WriteEtcdFirst reports whether a change of the stored Etcd to view, a
+// changed View, writes the Etcd before its EtcdMembership: only a change
+// that scales the Etcd to zero (an abort), whose EtcdMembership change
+// (Retire back to Keep in the middle of a move) is admitted only for an
+// Etcd of zero replicas. Every other change writes the EtcdMembership
+// first, so that the controller and the StatefulSet webhook see it before
+// druid acts on the Etcd.
+func WriteEtcdFirst(stored, view *v1alpha1.Etcd) bool {
+	return view.Spec.Replicas == 0 && stored.Spec.Replicas > 0
+}
+
+// PairedReplicasFor is the PairedReplicasAnnotation value for the
+// EtcdMembership write of a change of the stored Etcd to view, written
+// before the Etcd; empty when the Etcd's spec.replicas does not change.
+func PairedReplicasFor(stored, view *v1alpha1.Etcd) string {
+	if view.Spec.Replicas == stored.Spec.Replicas {
+		return ""
+	}
+	return PairedReplicas(stored, view.Spec.Replicas)
+}
