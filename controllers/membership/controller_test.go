@@ -49,7 +49,7 @@ func TestMoveOrdinalsLive(t *testing.T) {
 	etcd := e.newEtcd("mv", 3)
 	sts := druidStatefulSet(g, etcd)
 	e.startController()
-	converged(g, etcd, view(g, etcd).Generation, 90*time.Second, names("mv", 0, 1, 2)...)
+	converged(g, etcd, current, 90*time.Second, names("mv", 0, 1, 2)...)
 	g.Eventually(podWindow(sts)).WithTimeout(10*time.Second).Should(Equal("[0, 3)"), "the StatefulSet follows the pod window")
 	g.Expect(changes(e.calls.snapshot())).To(BeEmpty(), "a cluster bootstrapped as desired needs no change")
 
@@ -131,7 +131,7 @@ func TestRetireExternals(t *testing.T) {
 	ties, tieSum := histogram(g, "druid_stretch_membership_tie_duration_seconds")
 	start := time.Now()
 	e.startController()
-	st := converged(g, etcd, view(g, etcd).Generation, 3*time.Minute, names("loc", 0, 1, 2)...)
+	st := converged(g, etcd, current, 3*time.Minute, names("loc", 0, 1, 2)...)
 	took := time.Since(start)
 
 	calls := e.calls.snapshot()
@@ -226,7 +226,7 @@ func TestControllerRestartMidStep(t *testing.T) {
 			prefix := strings.ToLower(kind)
 			etcd := e.newEtcd(prefix, 3)
 			first := e.startController()
-			converged(g, etcd, view(g, etcd).Generation, 90*time.Second, names(prefix, 0, 1, 2)...)
+			converged(g, etcd, current, 90*time.Second, names(prefix, 0, 1, 2)...)
 
 			// Member 0 leads, so moving it away needs a MoveLeader too.
 			m1, err := e.runner.Member(etcd, 1)
@@ -377,7 +377,7 @@ func TestFieldsPrunedFromTheEtcdMidMove(t *testing.T) {
 	stored := &v1alpha1.Etcd{}
 	g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(etcd), stored)).To(Succeed())
 	g.Expect(stored.Spec.MembershipSpec).To(BeZero())
-	st := converged(g, etcd, stored.Generation, 3*time.Minute, names("pruned", 3, 4, 5)...)
+	st := converged(g, etcd, current, 3*time.Minute, names("pruned", 3, 4, 5)...)
 
 	calls := e.calls.snapshot()
 	g.Expect(memberCounts(3, calls)).To(Equal([]int{3, 4, 3, 4, 3, 4, 3}), "interleaved, never below 3 members")
@@ -435,7 +435,7 @@ func TestSidecar5xxDegradesAndChangesNothing(t *testing.T) {
 	e := newEnv(t)
 	etcd := e.newEtcd("five", 3)
 	e.startController()
-	converged(g, etcd, view(g, etcd).Generation, 90*time.Second, names("five", 0, 1, 2)...)
+	converged(g, etcd, current, 90*time.Second, names("five", 0, 1, 2)...)
 	e.calls.reset()
 	e.calls.setFault(func(r *http.Request) (int, string, bool) {
 		if stepKind(r) == "" {
@@ -488,7 +488,7 @@ func TestUnmanagedMemberIsReportedAndLeftAlone(t *testing.T) {
 	e := newEnv(t)
 	etcd := e.newEtcd("um", 3)
 	e.startController()
-	converged(g, etcd, view(g, etcd).Generation, 90*time.Second, names("um", 0, 1, 2)...)
+	converged(g, etcd, current, 90*time.Second, names("um", 0, 1, 2)...)
 
 	var via []*localetcd.Member
 	for o := range int64(3) {
@@ -555,7 +555,7 @@ func TestStuckLearnerIsRemovedAndReported(t *testing.T) {
 	e := newEnv(t)
 	etcd := e.newEtcd("stuck", 3)
 	e.startController(func(o *membershipctrl.ManagerOptions) { o.Reconciler.LearnerProgressTimeout = 3 * time.Second })
-	converged(g, etcd, view(g, etcd).Generation, 90*time.Second, names("stuck", 0, 1, 2)...)
+	converged(g, etcd, current, 90*time.Second, names("stuck", 0, 1, 2)...)
 	e.runner.Hold(e.ns, "etcd-main-3")
 	e.calls.reset()
 	gen := update(g, etcd, func(x *v1alpha1.Etcd) { x.Spec.Replicas = 4 })
@@ -644,7 +644,7 @@ func TestHibernation(t *testing.T) {
 	e := newEnv(t)
 	etcd := e.newEtcd("hib", 3)
 	e.startController()
-	before := converged(g, etcd, view(g, etcd).Generation, 90*time.Second, names("hib", 0, 1, 2)...)
+	before := converged(g, etcd, current, 90*time.Second, names("hib", 0, 1, 2)...)
 	ids := map[string]string{}
 	for _, m := range before.Members {
 		ids[m.Name] = m.ID
@@ -730,7 +730,7 @@ func TestRefusedPodWindowPatchIsReported(t *testing.T) {
 	}).WithTimeout(30 * time.Second).Should(MatchError(ContainSubstring("only druid may write druid's StatefulSets")))
 
 	e.startController()
-	converged(g, etcd, view(g, etcd).Generation, 90*time.Second, names("ref", 0, 1, 2)...)
+	converged(g, etcd, current, 90*time.Second, names("ref", 0, 1, 2)...)
 	g.Eventually(func(g Gomega) {
 		g.Expect(reasons(events(g, etcd))).To(HaveKey("PodWindowNotSynced"))
 	}).WithTimeout(10 * time.Second).Should(Succeed())
@@ -762,7 +762,7 @@ func TestEtcdMembershipWithoutEtcd(t *testing.T) {
 	g.Expect(e.calls.snapshot()).To(BeEmpty(), "no sidecar is asked for an EtcdMembership without its Etcd")
 
 	etcd := e.newEtcd("late", 3, func(x *v1alpha1.Etcd) { x.Spec.OrdinalStart = nil })
-	converged(g, etcd, view(g, etcd).Generation, 90*time.Second, names("late", 0, 1, 2)...)
+	converged(g, etcd, current, 90*time.Second, names("late", 0, 1, 2)...)
 	g.Eventually(func(g Gomega) {
 		c := attached(g)
 		g.Expect(c).NotTo(BeNil())
@@ -778,7 +778,7 @@ func (e *env) runningOnStatefulSet(g Gomega, prefix string) (*v1alpha1.Etcd, *ap
 	etcd := e.newEtcd(prefix, 3)
 	sts := druidStatefulSet(g, etcd)
 	e.startController()
-	st := converged(g, etcd, view(g, etcd).Generation, 90*time.Second, names(prefix, 0, 1, 2)...)
+	st := converged(g, etcd, current, 90*time.Second, names(prefix, 0, 1, 2)...)
 	g.Eventually(podWindow(sts)).WithTimeout(10 * time.Second).Should(Equal("[0, 3)"))
 	return etcd, sts, st
 }

@@ -56,7 +56,7 @@ func TestParallelLearners(t *testing.T) {
 	etcd := e.newEtcd("pl", 3)
 	druidStatefulSet(g, etcd)
 	e.startController(func(o *membershipctrl.ManagerOptions) { o.Reconciler.MaxLearners = 3 })
-	converged(g, etcd, view(g, etcd).Generation, 90*time.Second, names("pl", 0, 1, 2)...)
+	converged(g, etcd, current, 90*time.Second, names("pl", 0, 1, 2)...)
 
 	start := time.Now()
 	gen := update(g, etcd, func(x *v1alpha1.Etcd) { x.Spec.OrdinalStart = ptr.To[int32](3) })
@@ -85,7 +85,7 @@ func TestEtcdsLearnerLimitIsNotAFailedStep(t *testing.T) {
 	etcd := e.newEtcd("ll", 3)
 	druidStatefulSet(g, etcd)
 	e.startController(func(o *membershipctrl.ManagerOptions) { o.Reconciler.MaxLearners = 3 })
-	converged(g, etcd, view(g, etcd).Generation, 90*time.Second, names("ll", 0, 1, 2)...)
+	converged(g, etcd, current, 90*time.Second, names("ll", 0, 1, 2)...)
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -144,7 +144,7 @@ func TestLearnerReplicasStayLearners(t *testing.T) {
 	etcd := e.newEtcd("lr", 1)
 	druidStatefulSet(g, etcd)
 	e.startController(func(o *membershipctrl.ManagerOptions) { o.Reconciler.MaxLearners = 3 })
-	converged(g, etcd, view(g, etcd).Generation, 90*time.Second, names("lr", 0)...)
+	converged(g, etcd, current, 90*time.Second, names("lr", 0)...)
 
 	gen := update(g, etcd, func(x *v1alpha1.Etcd) { x.Spec.Replicas, x.Spec.LearnerReplicas = 3, ptr.To[int32](2) })
 	st := converged(g, etcd, gen, 2*time.Minute, names("lr", 0)...)

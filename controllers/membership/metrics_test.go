@@ -82,7 +82,7 @@ func TestPerEtcdMetricsOfARealCluster(t *testing.T) {
 	etcd := e.newEtcd("mx", 3)
 	druidStatefulSet(g, etcd)
 	e.startController()
-	converged(g, etcd, view(g, etcd).Generation, 90*time.Second, names("mx", 0, 1, 2)...)
+	converged(g, etcd, current, 90*time.Second, names("mx", 0, 1, 2)...)
 
 	this := map[string]string{"namespace": etcd.Namespace, "etcd": etcd.Name}
 	with := func(extra ...string) map[string]string {
