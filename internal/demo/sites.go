@@ -157,7 +157,7 @@ func RunOnSites(ctx context.Context, o SiteOptions) (rep report.Report, err erro
 	rep.MigrationSeconds = run.MoveTook.Seconds()
 	rep.TieSeconds = run.TieSeconds
 	rep.EtcdCrashes = run.EtcdCrashes
-	rep.Steps = timeline(rep.Steps, rep.StartedAt, run.Membership.TimedTransitions())
+	rep.Steps = timeline(rep.Steps, rep.StartedAt, run.Membership.TimedTransitions(), run.CompactionJobs)
 	ownOffset := run.Own.StartedAt.Sub(rep.StartedAt)
 	rep.AddOwnClient(run.Own, ownOffset)
 	if rep.NoLeaderSeconds, err = noLeaderOnSites(sites, run); err != nil {
@@ -194,8 +194,9 @@ func RunOnSites(ctx context.Context, o SiteOptions) (rep report.Report, err erro
 
 // timeline merges each step's start and end mark into one step with its
 // duration, and adds the membership changes the polls saw ("etcd: promote
-// etcd-main-3"), all in time order on the clock that starts at start.
-func timeline(marks []report.Step, start time.Time, changes []site.Transition) []report.Step {
+// etcd-main-3") and druid's compaction Jobs (from their creation, lasting
+// until they ended), all in time order on the clock that starts at start.
+func timeline(marks []report.Step, start time.Time, changes []site.Transition, jobs []site.CompactionJob) []report.Step {
 	out := make([]report.Step, 0, len(marks)+len(changes))
 	open := map[string]int{} // step name -> its index in out
 	for _, m := range marks {
@@ -211,6 +212,20 @@ func timeline(marks []report.Step, start time.Time, changes []site.Transition) [
 	}
 	for _, c := range changes {
 		out = append(out, report.Step{Name: "etcd: " + c.Change, AtSeconds: c.At.Sub(start).Seconds(), At: c.At})
+	}
+	for _, j := range jobs {
+		outcome := "not ended"
+		switch {
+		case j.Succeeded:
+			outcome = "completed"
+		case j.Failed:
+			outcome = "FAILED (" + j.Reason + ")"
+		}
+		s := report.Step{Name: fmt.Sprintf("druid: compaction Job in %s, %s", j.Site, outcome), AtSeconds: j.Created.Sub(start).Seconds(), At: j.Created}
+		if !j.Ended.IsZero() {
+			s.DurationSeconds = j.Ended.Sub(j.Created).Seconds()
+		}
+		out = append(out, s)
 	}
 	slices.SortStableFunc(out, func(a, b report.Step) int { return cmp.Compare(a.AtSeconds, b.AtSeconds) })
 	return out

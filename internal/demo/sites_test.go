@@ -12,7 +12,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/internal/site"
 )
 
-func TestTimelineMergesStepsAndAddsMembershipChanges(t *testing.T) {
+func TestTimelineMergesStepsAndAddsMembershipChangesAndCompactions(t *testing.T) {
 	g := NewWithT(t)
 	start := time.Date(2026, 11, 25, 20, 0, 0, 0, time.UTC)
 	marks := []report.Step{
@@ -26,11 +26,17 @@ func TestTimelineMergesStepsAndAddsMembershipChanges(t *testing.T) {
 		{At: start.Add(40 * time.Second), Change: "promote etcd-main-3"},
 		{At: start.Add(7 * time.Second), Change: "add learner (unnamed)"},
 	}
-	got := timeline(marks, start, changes)
+	jobs := []site.CompactionJob{
+		{Site: "site-a", Created: start.Add(20 * time.Second), Ended: start.Add(32500 * time.Millisecond), Succeeded: true},
+		{Site: "site-b", Created: start.Add(100 * time.Second)},
+	}
+	got := timeline(marks, start, changes, jobs)
 	g.Expect(got).To(Equal([]report.Step{
 		{Name: "join-destination", AtSeconds: 6.5, DurationSeconds: 54.75},
 		{Name: "etcd: add learner (unnamed)", AtSeconds: 7, At: start.Add(7 * time.Second)},
+		{Name: "druid: compaction Job in site-a, completed", AtSeconds: 20, At: start.Add(20 * time.Second), DurationSeconds: 12.5},
 		{Name: "etcd: promote etcd-main-3", AtSeconds: 40, At: start.Add(40 * time.Second)},
+		{Name: "druid: compaction Job in site-b, not ended", AtSeconds: 100, At: start.Add(100 * time.Second)},
 		{Name: "switch site-a -> site-b", AtSeconds: 115.4},
 		{Name: "retire-source", AtSeconds: 120.5},
 		{Name: "finish done", AtSeconds: 240},

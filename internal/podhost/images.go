@@ -16,7 +16,15 @@ type Image struct {
 	// Entrypoint is where the image holds that program, and the command a
 	// container without `command` runs (the image's ENTRYPOINT).
 	Entrypoint string
+	// User is the image's USER: a container runtime runs a container as
+	// that user when neither the container's nor the pod's security
+	// context names one. nil: root, as for an image without USER.
+	User *ImageUser
 }
+
+// ImageUser is an image's USER as numbers: the uid and the primary group
+// the image's /etc/passwd gives it (distroless's nonroot is 65532:65532).
+type ImageUser struct{ UID, GID uint32 }
 
 // Images maps image repositories to local binaries. A key is a repository
 // without tag or digest, either in full

@@ -130,6 +130,26 @@ func (r *podRun) run() {
 	}
 	r.publish()
 	wg.Wait()
+	r.mu.Lock()
+	if r.ctx.Err() == nil {
+		// Every container ended by itself, as the restartPolicy lets them
+		// (Never, or OnFailure after a success): kubelet reports the pod
+		// Succeeded when all exited 0, Failed otherwise. A Job counts its
+		// pod by that phase; the teardown's default (Failed for a pod not
+		// being deleted) would fail every Job.
+		r.phase = r.endedPhaseLocked()
+	}
+	r.mu.Unlock()
+}
+
+// endedPhaseLocked is the phase of a pod whose containers all ended.
+func (r *podRun) endedPhaseLocked() corev1.PodPhase {
+	for _, c := range r.containers {
+		if t := c.state.Terminated; !c.init && (t == nil || t.ExitCode != 0) {
+			return corev1.PodFailed
+		}
+	}
+	return corev1.PodSucceeded
 }
 
 // setup gives the pod its network, its /etc files and its volumes.
@@ -543,7 +563,7 @@ func (c *container) command(paths map[string]string) (*exec.Cmd, io.WriteCloser,
 	if err != nil {
 		return nil, nil, err
 	}
-	env := c.env(pod)
+	env := c.env(pod, img)
 	args, err := commandLine(c.spec, img, env)
 	if err != nil {
 		return nil, nil, err
@@ -577,7 +597,7 @@ func (c *container) command(paths map[string]string) (*exec.Cmd, io.WriteCloser,
 	if img.Binary != "" {
 		mounts = append(mounts, sandbox.Mount{Source: img.Binary, Target: img.Entrypoint, ReadOnly: true})
 	}
-	uid, gid, groups := credentials(pod, c.spec)
+	uid, gid, groups := credentials(pod, c.spec, img)
 	// An image's home folder belongs to its user and is writable (the
 	// etcd-wrapper writes its etcd config there); volumes mounted below it
 	// come after it in the list and so on top of it.
@@ -623,9 +643,9 @@ func (c *container) command(paths map[string]string) (*exec.Cmd, io.WriteCloser,
 // env is the container's environment: kubelet's service variables for the
 // kube-apiserver, the hostname, then the container's own variables (their
 // valueFrom already resolved by virtual-kubelet).
-func (c *container) env(pod *corev1.Pod) []string {
+func (c *container) env(pod *corev1.Pod, img Image) []string {
 	port := strconv.Itoa(c.r.h.apiPort)
-	uid, _, _ := credentials(pod, c.spec)
+	uid, _, _ := credentials(pod, c.spec, img)
 	env := []string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOSTNAME=" + hostname(pod),
@@ -716,8 +736,12 @@ func expand(s string, env []string) string {
 }
 
 // credentials are the user, group and supplementary groups of a container:
-// its security context over the pod's, root when neither says.
-func credentials(pod *corev1.Pod, c corev1.Container) (uid, gid uint32, groups []uint32) {
+// its security context over the pod's; when neither names a user, the
+// image's USER (with its group unless one is named), as a container
+// runtime runs it; root when the image has none either. A Job druid
+// creates names no user: its etcdbrctl runs as distroless's nonroot, whose
+// home holds the Local backup store.
+func credentials(pod *corev1.Pod, c corev1.Container, img Image) (uid, gid uint32, groups []uint32) {
 	var u, g *int64
 	if ps := pod.Spec.SecurityContext; ps != nil {
 		u, g = ps.RunAsUser, ps.RunAsGroup
@@ -735,6 +759,13 @@ func credentials(pod *corev1.Pod, c corev1.Container) (uid, gid uint32, groups [
 		if cs.RunAsGroup != nil {
 			g = cs.RunAsGroup
 		}
+	}
+	if u == nil && img.User != nil {
+		uid, gid = img.User.UID, img.User.GID
+		if g != nil {
+			gid = uint32(*g)
+		}
+		return uid, gid, groups
 	}
 	return uint32(ptr.Deref(u, 0)), uint32(ptr.Deref(g, 0)), groups
 }

@@ -68,13 +68,46 @@ func TestCredentialsPreferTheContainerOverThePod(t *testing.T) {
 	pod := &corev1.Pod{Spec: corev1.PodSpec{SecurityContext: &corev1.PodSecurityContext{
 		RunAsUser: ptr.To[int64](65532), RunAsGroup: ptr.To[int64](65532), FSGroup: ptr.To[int64](65532), SupplementalGroups: []int64{7},
 	}}}
-	uid, gid, groups := credentials(pod, corev1.Container{})
+	nonroot := Image{User: &ImageUser{UID: 65532, GID: 65532}}
+	uid, gid, groups := credentials(pod, corev1.Container{}, Image{})
 	g.Expect([]uint32{uid, gid}).To(Equal([]uint32{65532, 65532}))
 	g.Expect(groups).To(Equal([]uint32{7, 65532}))
 
-	uid, gid, _ = credentials(pod, corev1.Container{SecurityContext: &corev1.SecurityContext{RunAsUser: ptr.To[int64](0), RunAsGroup: ptr.To[int64](0)}})
-	g.Expect([]uint32{uid, gid}).To(Equal([]uint32{0, 0}))
+	uid, gid, _ = credentials(pod, corev1.Container{SecurityContext: &corev1.SecurityContext{RunAsUser: ptr.To[int64](0), RunAsGroup: ptr.To[int64](0)}}, nonroot)
+	g.Expect([]uint32{uid, gid}).To(Equal([]uint32{0, 0}), "a security context's user wins over the image's")
 	g.Expect(home(65532)).To(Equal("/home/nonroot"))
+}
+
+// A container whose pod and container name no user runs as its image's
+// USER, as a container runtime runs it: druid's compaction Job names none,
+// and its etcdbrctl image is distroless's nonroot.
+func TestCredentialsFallBackToTheImageUser(t *testing.T) {
+	g := NewWithT(t)
+	nonroot := Image{User: &ImageUser{UID: 65532, GID: 65532}}
+	uid, gid, groups := credentials(&corev1.Pod{}, corev1.Container{}, nonroot)
+	g.Expect([]uint32{uid, gid}).To(Equal([]uint32{65532, 65532}))
+	g.Expect(groups).To(BeEmpty())
+
+	uid, gid, _ = credentials(&corev1.Pod{}, corev1.Container{SecurityContext: &corev1.SecurityContext{RunAsGroup: ptr.To[int64](5)}}, nonroot)
+	g.Expect([]uint32{uid, gid}).To(Equal([]uint32{65532, 5}), "a named group wins over the image user's")
+
+	uid, gid, _ = credentials(&corev1.Pod{}, corev1.Container{}, Image{})
+	g.Expect([]uint32{uid, gid}).To(Equal([]uint32{0, 0}), "an image without USER runs as root")
+}
+
+// A pod whose containers all ended by themselves is Succeeded when every
+// one exited 0 and Failed otherwise, as kubelet reports it (a Job counts
+// its pods by it); init containers do not count.
+func TestEndedPodPhaseFollowsTheExitCodes(t *testing.T) {
+	g := NewWithT(t)
+	ended := func(code int32) *container {
+		return &container{state: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code}}}
+	}
+	initFailed := ended(1)
+	initFailed.init = true
+	g.Expect((&podRun{containers: []*container{initFailed, ended(0), ended(0)}}).endedPhaseLocked()).To(Equal(corev1.PodSucceeded))
+	g.Expect((&podRun{containers: []*container{ended(0), ended(2)}}).endedPhaseLocked()).To(Equal(corev1.PodFailed))
+	g.Expect((&podRun{containers: []*container{{state: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}}).endedPhaseLocked()).To(Equal(corev1.PodFailed))
 }
 
 // The site's DNS answers what CoreDNS answers from EndpointSlices: a

@@ -26,7 +26,7 @@ func (h *Host) volumes(ctx context.Context, pod *corev1.Pod, dir string) (map[st
 		var err error
 		switch {
 		case v.EmptyDir != nil:
-			err = os.MkdirAll(p, 0o777)
+			err = emptyDir(p)
 			if err == nil {
 				err = h.ownForFSGroup(pod, p)
 			}
@@ -51,6 +51,17 @@ func (h *Host) volumes(ctx context.Context, pod *corev1.Pod, dir string) (map[st
 		paths[v.Name] = p
 	}
 	return paths, nil
+}
+
+// emptyDir makes an emptyDir volume's folder writable by every user, as
+// kubelet does (it chmods past the umask): a container that runs as a user
+// of its image's, with no fsGroup to own the volume (druid's compaction
+// Job), writes into it.
+func emptyDir(p string) error {
+	if err := os.MkdirAll(p, 0o777); err != nil {
+		return err
+	}
+	return os.Chmod(p, 0o777)
 }
 
 // file is one file of a ConfigMap, Secret, projected or downward API volume.

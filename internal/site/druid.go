@@ -60,10 +60,12 @@ func druidCRDs() (string, error) {
 // the chart's ServiceAccount and RBAC are created and druid acts as that
 // ServiceAccount; its operator configuration is the chart's ConfigMap, with
 // the ports moved to free ones on 127.0.0.1 (druid runs on the host, not in
-// a pod) and the UpgradeEtcdVersion feature gate on, which makes druid pick
-// the etcd-wrapper v0.8.1 and etcdbrctl v0.44.1 images, the ones Gardener
-// ships: v0.44.1 is the backup-restore release the site runs (druid's
-// default, v0.41.2, is not on the module proxy).
+// a pod), the compaction controller (on, as the chart has it) at
+// Options.CompactionEventsThreshold when set, and the UpgradeEtcdVersion
+// feature gate on, which makes druid pick the etcd-wrapper v0.8.1 and
+// etcdbrctl v0.44.1 images, the ones Gardener ships: v0.44.1 is the
+// backup-restore release the site runs (druid's default, v0.41.2, is not
+// on the module proxy).
 func (s *Site) startDruid(ctx context.Context) error {
 	mod, err := druidModuleDir()
 	if err != nil {
@@ -93,6 +95,11 @@ operatorConfig:
 `, metricsPort, webhookPort))
 	if err != nil {
 		return err
+	}
+	if t := s.opts.CompactionEventsThreshold; t > 0 {
+		if err := unstructured.SetNestedField(values, t, "operatorConfig", "controllers", "compaction", "eventsThreshold"); err != nil {
+			return err
+		}
 	}
 	r, err := chart.RenderChart(ch, chart.Options{ReleaseName: "etcd-druid", Namespace: DruidNamespace, Values: values})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	druidv1alpha1 "github.com/gardener/etcd-druid/api/core/v1alpha1"
 	gocmp "github.com/google/go-cmp/cmp"
 	. "github.com/onsi/gomega"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -130,6 +131,7 @@ func TestLiveMoveBetweenRealSites(t *testing.T) {
 	// No etcd member of either site panicked or exited fatally (etcd
 	// issue 21966: a member applying its own removal, polled).
 	g.Expect(run.EtcdCrashes).To(BeEmpty(), "etcd panics or fatal exits")
+	expectCompactionDuringMove(t, run, a)
 	// Every run of B's pods, a pod druid restarted after the move included.
 	dst := &v1alpha1.Etcd{}
 	dst.Namespace, dst.Name = moveNamespace, MoveEtcdName
@@ -254,6 +256,46 @@ func TestLiveMoveHoldingASourceMember(t *testing.T) {
 	g.Expect(run.EtcdCrashes).To(BeEmpty(), "etcd panics or fatal exits")
 	g.Expect(run.Membership.Last()).To(ConsistOf(
 		HaveField("Name", "etcd-main-3"), HaveField("Name", "etcd-main-4"), HaveField("Name", "etcd-main-5")))
+}
+
+// expectCompactionDuringMove logs druid's compaction Jobs of both sites on
+// the move's clock, beside the move's steps, and asserts that druid
+// compacted the source's backups while the move ran: a compaction Job of
+// the source Etcd completed between the move's start and its end, its pod
+// logged the compacted snapshot (etcdbrctl compact also exits 0 when it
+// cannot open the store), druid recorded it on the Etcd, and no compaction
+// Job of either site failed.
+func expectCompactionDuringMove(t *testing.T, run *LiveMoveRun, a *Site) {
+	t.Helper()
+	g := NewWithT(t)
+	origin := run.MoveStarted
+	var steps []string
+	for _, m := range run.API.Marks {
+		steps = append(steps, fmt.Sprintf("%+.1f s %s", run.API.StartedAt.Add(m.At).Sub(origin).Seconds(), m.Name))
+	}
+	t.Logf("on the move's clock (0: the move's start, %+.1f s: its end): %s", run.MoveTook.Seconds(), strings.Join(steps, "; "))
+	var during, succeeded int
+	for _, j := range run.CompactionJobs {
+		t.Logf("druid's compaction Job: %s", j.Describe(origin))
+		g.Expect(j.Failed).To(BeFalse(), "druid's compaction Job %s", j.Describe(origin))
+		if j.Site != SourceIdentity || j.Etcd != MoveEtcdName || !j.Succeeded {
+			continue
+		}
+		succeeded++
+		if j.EndedWithin(run.MoveStarted, run.MoveEnded()) {
+			during++
+		}
+	}
+	g.Expect(during).To(BeNumerically(">=", 1), "a compaction Job of the source Etcd completed during the move: %d completed in all", succeeded)
+	log, runs, err := a.ContainerLogs(moveNamespace, druidv1alpha1.GetCompactionJobName(metav1.ObjectMeta{Name: MoveEtcdName})+"-*", "compact-backup")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(runs).To(BeNumerically(">=", succeeded), "a pod ran for each compaction Job")
+	g.Expect(strings.Count(log, "Compacted snapshot name")).To(BeNumerically(">=", succeeded), "each compaction Job's etcdbrctl saved a compacted snapshot:\n%s", log)
+	src := &v1alpha1.Etcd{}
+	g.Expect(a.Client.Get(context.Background(), client.ObjectKey{Namespace: moveNamespace, Name: MoveEtcdName}, src)).To(Succeed())
+	g.Expect(src.Status.Conditions).To(ContainElement(And(
+		HaveField("Type", druidv1alpha1.ConditionTypeLastSnapshotCompactionSucceeded),
+		HaveField("Status", druidv1alpha1.ConditionTrue))), "druid recorded the compaction on the source Etcd: %s", Conditions(src.Status.Conditions))
 }
 
 // expectKubeAPIServersSawNothing logs what the kube-apiservers' clients

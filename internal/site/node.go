@@ -39,10 +39,15 @@ const SidecarImage = "registry.local/druid-stretch:site"
 // match). There is no container runtime or registry on these machines.
 //
 //	etcd-wrapper   bin/etcd-wrapper, the etcd-wrapper stand-in (hack/standins/etcd-wrapper), at /etcd-wrapper
-//	etcdbrctl      bin/etcdbrctl, the real etcd-backup-restore, at /etcdbrctl
+//	etcdbrctl      bin/etcdbrctl, the real etcd-backup-restore, at /etcdbrctl, USER 65532:65532
 //	druid-stretch  bin/druid-stretch-static, at /druid-stretch
 //	kube-apiserver bin/envtest/kube-apiserver, the site's own, at /kube-apiserver (a shoot's, see NewShootAPIServer)
 //	alpine         no binary: the host's shell and tools (druid's init container runs chown)
+//
+// etcdbrctl's image is distroless's static nonroot (etcd-backup-restore's
+// build/Dockerfile), so a container that names no user runs as 65532 with
+// the home /home/nonroot: druid's compaction Job names none and mounts the
+// Local store under that home. druid's StatefulSet names its users itself.
 func Images() (podhost.Images, error) {
 	wrapper, err := testbin.EtcdWrapper()
 	if err != nil {
@@ -62,7 +67,7 @@ func Images() (podhost.Images, error) {
 	}
 	return podhost.Images{
 		"etcd-wrapper":   {Binary: wrapper, Entrypoint: "/etcd-wrapper"},
-		"etcdbrctl":      {Binary: br, Entrypoint: "/etcdbrctl"},
+		"etcdbrctl":      {Binary: br, Entrypoint: "/etcdbrctl", User: &podhost.ImageUser{UID: 65532, GID: 65532}},
 		"druid-stretch":  {Binary: stretch, Entrypoint: "/druid-stretch"},
 		"kube-apiserver": {Binary: apiserver, Entrypoint: "/kube-apiserver"},
 		"alpine":         {},

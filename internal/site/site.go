@@ -66,6 +66,13 @@ type Options struct {
 	Nodes []NodeOptions
 	// DruidStretch installs druid-stretch besides druid.
 	DruidStretch bool
+	// CompactionEventsThreshold is druid's
+	// operatorConfig.controllers.compaction.eventsThreshold: the etcd
+	// revisions since the last full snapshot (the delta snapshot lease's
+	// revision minus the full one's) at which druid's compaction
+	// controller starts a compaction Job. 0: the chart's default,
+	// 1,000,000, which a test's traffic never reaches.
+	CompactionEventsThreshold int64
 	// MaxLearners is the chart's controller.maxLearners (default 1): the
 	// learners the controller adds at once, and etcd's max-learners in the
 	// pods of the Etcds druid-stretch manages.
@@ -128,6 +135,9 @@ type Site struct {
 func Start(ctx context.Context, opts Options) (s *Site, err error) {
 	if opts.Dir == "" {
 		return nil, errors.New("site: Options.Dir is required")
+	}
+	if opts.CompactionEventsThreshold < 0 {
+		return nil, fmt.Errorf("site: Options.CompactionEventsThreshold is %d: want 0 (the chart's default) or more", opts.CompactionEventsThreshold)
 	}
 	if opts.MaxLearners < 0 {
 		return nil, fmt.Errorf("site: Options.MaxLearners is %d: want 0 (the chart's default) or more", opts.MaxLearners)
