@@ -166,6 +166,9 @@ func (r *Reconciler) target(e *v1alpha1.Etcd, running members.Ordinals, obs *mem
 		if err != nil {
 			return t, fmt.Errorf("resolving the peer URLs of %s: %w", name, err)
 		}
+		if urls, err = apart(e, name, urls, obs); err != nil {
+			return t, err
+		}
 		w := planner.Want{Name: name, PeerURLs: urls, Side: sideLocal}
 		if i >= firstLearner && !votes(obs, name) {
 			t.Learners = append(t.Learners, w)

@@ -25,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -255,6 +256,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	}
 	s := newScope(e, r.opts.ClusterIdentity)
 	s.sts, s.running = sts, members.RunningOrdinals(sts)
+	s.invalid = bootstrapConflicts(p)
+	if err := r.completeBootstrap(e); err != nil {
+		s.invalid = append(s.invalid, field.Invalid(field.NewPath("spec", "etcd", "bootstrapWithExistingCluster", "members"), nil, err.Error()))
+	}
 	defer func() {
 		if s.died {
 			return
@@ -274,7 +279,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 
 func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, error) {
 	e, key := s.etcd, types.NamespacedName{Namespace: s.etcd.Namespace, Name: s.etcd.Name}
-	if errs := validation.ValidateEtcd(e); len(errs) > 0 {
+	if errs := append(validation.ValidateEtcd(e), s.invalid...); len(errs) > 0 {
 		s.blocked(reasonInvalidSpec, "the spec is invalid, so no member is changed: "+errs.ToAggregate().Error())
 		return ctrl.Result{RequeueAfter: r.opts.ConvergedInterval}, nil
 	}
@@ -310,6 +315,10 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 		}
 		s.unreachable(err)
 		return r.backoff(key, 0), nil
+	}
+	if unknown := unknownSourceMembers(e, obs); len(unknown) > 0 {
+		s.blocked(reasonInvalidSpec, fmt.Sprintf("the cluster the sidecars reach has no member like %s: the Etcd names a cluster to join that is not this one, so no member is added", strings.Join(unknown, "; ")))
+		return ctrl.Result{RequeueAfter: r.opts.ConvergedInterval}, nil
 	}
 	// Which sidecar's view the plan below rests on: a voter's transport
 	// evidence (how long it has had a member connected) is its own.

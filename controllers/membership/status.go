@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
@@ -71,6 +72,9 @@ type scope struct {
 	// died: the reconcile ends as if its process died (Options.AfterStepSent);
 	// nothing is written.
 	died bool
+	// invalid are errors in the pair that the View's own validation cannot
+	// see: druid's bootstrap fields against the EtcdMembership.
+	invalid field.ErrorList
 }
 
 func newScope(e *v1alpha1.Etcd, holder string) *scope {

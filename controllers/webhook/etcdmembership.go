@@ -88,6 +88,9 @@ func (v *EtcdMembershipValidator) Handle(ctx context.Context, req admission.Requ
 	if view.UsesExtension() {
 		errs = append(errs, validation.ValidateSidecarAccess(view)...)
 	}
+	// GEP-39's own fields on the Etcd and druid-stretch's here must say
+	// the same of the source's members.
+	errs = append(errs, stretchv1alpha1.Conflicts(paired, &m.Spec.MembershipSpec)...)
 	if len(errs) == 0 {
 		return admission.Allowed("")
 	}

@@ -341,6 +341,20 @@ func TestWebhookRefusals(t *testing.T) {
 	refusedPairUpdate("an external member renamed like a local member", "spec.externalMembers", "EtcdMembership", fresh(nil), nil, func(e *v1alpha1.Etcd) {
 		e.Spec.ExternalMembers[2].Name = *e.Spec.MemberNamePrefix + "-" + e.Name + "-4"
 	})
+	// GEP-39's destination, driven by druid's own fields: the EtcdMembership
+	// (here for its own spec.learnerReplicas) must not contradict them.
+	gep39 := fresh(func(e *v1alpha1.Etcd) {
+		b := &druidv1alpha1.BootstrapWithExistingCluster{ClientEndpoints: []string{"https://etcd-main-client.seed-a.example:2379"}}
+		for _, x := range e.Spec.ExternalMembers {
+			b.Members = append(b.Members, druidv1alpha1.BootstrapExistingMember{Name: x.Name, PeerURLs: x.PeerURLs})
+		}
+		e.Spec.Etcd.BootstrapWithExistingCluster = b
+		e.Spec.ExternalMembers, e.Spec.OrdinalStart, e.Spec.LearnerReplicas = nil, nil, ptr.To[int32](2)
+	})
+	refusedPairUpdate("spec.externalMembersPolicy Retire while the Etcd's spec.etcd.bootstrapWithExistingCluster keeps the source (GEP-39)", "spec.externalMembersPolicy", "EtcdMembership", gep39, nil,
+		func(e *v1alpha1.Etcd) { e.Spec.ExternalMembersPolicy = ptr.To(v1alpha1.ExternalMembersPolicyRetire) })
+	refusedPairUpdate("spec.externalMembers with other peer URLs than the Etcd's spec.etcd.bootstrapWithExistingCluster (GEP-39)", "spec.externalMembers[0].peerURLs", "EtcdMembership", gep39, nil,
+		func(e *v1alpha1.Etcd) { e.Spec.ExternalMembers[0].PeerURLs = []string{"https://elsewhere.example:2380"} })
 	refusedInlineUpdate("spec.replicas from 3 to 12", "spec.replicas", fresh(nil), nil, func(e *v1alpha1.Etcd) { e.Spec.Replicas = 12 })
 	refusedStatefulSetWrite("druid's StatefulSet after spec.backup.tls left a stretched Etcd", "spec.backup.tls", fresh(nil),
 		func(t *testing.T, e *v1alpha1.Etcd) *v1alpha1.Etcd {

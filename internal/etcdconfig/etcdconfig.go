@@ -136,11 +136,15 @@ func (f *File) Resolve(m Member, extraPeerURLs ...string) (Member, error) {
 		return m, fmt.Errorf("druid's etcd configuration has no entry for member %s and no peer and client URLs were given for it", m.Name)
 	}
 	m.PeerURLs, m.ClientURLs = slices.Clone(m.PeerURLs), slices.Clone(m.ClientURLs)
+	like := m.ClientURLs[0]
+	if len(extraPeerURLs) > 0 {
+		m = f.apart(m)
+	}
 	for _, u := range extraPeerURLs {
 		if !slices.Contains(m.PeerURLs, u) {
 			m.PeerURLs = append(m.PeerURLs, u)
 		}
-		c, err := clientURLBeside(u, m.ClientURLs[0])
+		c, err := clientURLBeside(u, like)
 		if err != nil {
 			return m, fmt.Errorf("member %s: %w", m.Name, err)
 		}
@@ -149,6 +153,40 @@ func (f *File) Resolve(m Member, extraPeerURLs ...string) (Member, error) {
 		}
 	}
 	return m, nil
+}
+
+// apart drops from m the URLs of druid's entry whose peer URL druid's
+// initial-cluster lists under another member's name: the source's members
+// of spec.etcd.bootstrapWithExistingCluster, when the Etcd runs under the
+// same name and namespace in both clusters (GEP-39). druid gives the pod
+// the in-cluster peer URL of the source pod of the same ordinal, and etcd
+// refuses a member with a peer URL another member has; the controller adds
+// the member without it, with its additional peer URLs, which the caller
+// appends. Client URLs on a dropped peer URL's host go too: in the other
+// cluster that host names another pod.
+func (f *File) apart(m Member) Member {
+	others := map[string]bool{}
+	for _, entry := range strings.Split(stringValue(f.raw[KeyInitialCluster]), ",") {
+		name, u, ok := strings.Cut(strings.TrimSpace(entry), "=")
+		if ok && name != m.Name {
+			others[u] = true
+		}
+	}
+	var hosts []string
+	m.PeerURLs = slices.DeleteFunc(m.PeerURLs, func(u string) bool {
+		if !others[u] {
+			return false
+		}
+		if p, err := url.Parse(u); err == nil {
+			hosts = append(hosts, p.Hostname())
+		}
+		return true
+	})
+	m.ClientURLs = slices.DeleteFunc(m.ClientURLs, func(u string) bool {
+		p, err := url.Parse(u)
+		return err == nil && slices.Contains(hosts, p.Hostname())
+	})
+	return m
 }
 
 // clientURLBeside is a client URL on the host of peerURL, with the scheme

@@ -152,3 +152,49 @@ func TestParseRefusesWhatIsNotDruidsFile(t *testing.T) {
 	_, err = Load("/nonexistent/etcd.conf.yaml")
 	g.Expect(err).To(MatchError(ContainSubstring("reading druid's etcd configuration")))
 }
+
+// druidJoiningFile is what etcd-druid v0.38.1 renders for the destination
+// Etcd of a GEP-39 move: the same name and namespace as the source, prefix
+// seed-b, replicas 2, spec.etcd.bootstrapWithExistingCluster naming the
+// source's three members (their in-cluster URLs and those seed-b reaches
+// them by). druid drops the additional peer URLs under a prefix.
+const druidJoiningFile = `name: etcd-config
+data-dir: /var/etcd/data/new.etcd
+initial-cluster-state: new
+initial-cluster: seed-b-etcd-main-0=http://etcd-main-0.etcd-main-peer.ns.svc:2380,seed-b-etcd-main-1=http://etcd-main-1.etcd-main-peer.ns.svc:2380,etcd-main-0=http://etcd-main-0.etcd-main-peer.ns.svc:2380,etcd-main-0=http://etcd-main-0.seed-a.example:2380,etcd-main-1=http://etcd-main-1.etcd-main-peer.ns.svc:2380,etcd-main-1=http://etcd-main-1.seed-a.example:2380
+initial-advertise-peer-urls:
+  seed-b-etcd-main-0: [http://etcd-main-0.etcd-main-peer.ns.svc:2380]
+  seed-b-etcd-main-1: [http://etcd-main-1.etcd-main-peer.ns.svc:2380]
+advertise-client-urls:
+  seed-b-etcd-main-0: [http://etcd-main-0.etcd-main-peer.ns.svc:2379]
+  seed-b-etcd-main-1: [http://etcd-main-1.etcd-main-peer.ns.svc:2379]
+member-name-prefix: seed-b
+`
+
+// A destination member whose in-cluster peer URL a source member has
+// advertises only the URLs the other cluster reaches it by: etcd would
+// refuse to add it with a peer URL another member has.
+func TestResolveKeepsMembersApart(t *testing.T) {
+	g := NewWithT(t)
+	f, err := Parse([]byte(druidJoiningFile))
+	g.Expect(err).NotTo(HaveOccurred())
+
+	m, err := f.Resolve(Member{Name: "seed-b-etcd-main-0"}, "http://etcd-main-0.seed-b.example:2380")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(m.PeerURLs).To(Equal([]string{"http://etcd-main-0.seed-b.example:2380"}))
+	g.Expect(m.ClientURLs).To(Equal([]string{"http://etcd-main-0.seed-b.example:2379"}), "in seed-a the in-cluster host is the source's pod")
+
+	// Without additional URLs nothing is dropped: the member would have no
+	// URL at all, and the controller reports that instead.
+	m, err = f.Resolve(Member{Name: "seed-b-etcd-main-1"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(m.PeerURLs).To(Equal([]string{"http://etcd-main-1.etcd-main-peer.ns.svc:2380"}))
+
+	// The same Etcd in druid's usual file (no source listed) keeps its
+	// in-cluster URL first.
+	f, err = Parse([]byte(druidFile))
+	g.Expect(err).NotTo(HaveOccurred())
+	m, err = f.Resolve(Member{Name: "seed-b-etcd-main-0"}, "http://etcd-main-0.seed-b.example:2380")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(m.PeerURLs).To(Equal([]string{"http://etcd-main-0.etcd-main-peer.ns.svc:2380", "http://etcd-main-0.seed-b.example:2380"}))
+}

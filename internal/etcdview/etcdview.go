@@ -64,8 +64,9 @@ func GetMembership(ctx context.Context, r client.Reader, key types.NamespacedNam
 // Adopt makes the EtcdMembership carry what the pair's View plans from: an
 // Etcd that carries druid-stretch's fields inline (the extended Etcd CRD)
 // gets them copied into its EtcdMembership, created when missing, so that
-// they outlive druid's own CRD coming back; an EtcdMembership without an
-// owner gets the Etcd as its owner. Nothing of the etcd membership changes.
+// they outlive druid's own CRD coming back; an Etcd planned from druid's
+// bootstrap fields gets an empty one, to hold its status; an EtcdMembership
+// without an owner gets the Etcd as its owner. Nothing of the etcd membership changes.
 // It reports whether it wrote.
 func Adopt(ctx context.Context, c client.Client, p *Pair) (bool, error) {
 	switch {
@@ -73,6 +74,17 @@ func Adopt(ctx context.Context, c client.Client, p *Pair) (bool, error) {
 		m := stretchv1alpha1.For(p.Etcd, p.Etcd.Spec.MembershipSpec)
 		if err := c.Create(ctx, m); err != nil {
 			return false, fmt.Errorf("creating the EtcdMembership %s from the Etcd's fields: %w", client.ObjectKeyFromObject(m), err)
+		}
+		p.Membership = m
+		return true, nil
+	case p.Source == stretchv1alpha1.SpecFromBootstrap && p.Membership == nil:
+		// Planned from druid's bootstrap fields alone (GEP-39), the Etcd
+		// gets an EtcdMembership of its own all the same: the status lives
+		// there, since druid's CRD prunes it from the Etcd. Its spec stays
+		// empty: the View derives the rest from druid's fields every time.
+		m := stretchv1alpha1.For(p.Etcd, v1alpha1.MembershipSpec{})
+		if err := c.Create(ctx, m); err != nil {
+			return false, fmt.Errorf("creating the EtcdMembership %s for the Etcd's bootstrapWithExistingCluster: %w", client.ObjectKeyFromObject(m), err)
 		}
 		p.Membership = m
 		return true, nil
@@ -192,7 +204,7 @@ func applyMembership(ctx context.Context, c client.Client, p *Pair, want *v1alph
 	// A write that goes with a new spec.replicas of the Etcd, written
 	// next, says so, so that the EtcdMembership's webhook judges it with
 	// the pair as it is about to be (stretchv1alpha1.PairedReplicasAnnotation).
-	m, err := writeMembership(ctx, c, p.Etcd, p.Membership, want.Spec.MembershipSpec, stretchv1alpha1.PairedReplicasFor(p.Etcd, want))
+	m, err := writeMembership(ctx, c, p.Etcd, p.Membership, stretchv1alpha1.Own(want), stretchv1alpha1.PairedReplicasFor(p.Etcd, want))
 	if err != nil {
 		return err
 	}
@@ -224,7 +236,7 @@ func applyEtcd(ctx context.Context, c client.Client, p *Pair, want *v1alpha1.Etc
 // as created, its fields back in place.
 func Create(ctx context.Context, c client.Client, e *v1alpha1.Etcd) error {
 	spec := *e.Spec.MembershipSpec.DeepCopy()
-	if _, err := writeMembership(ctx, c, e, nil, spec, ""); err != nil {
+	if _, err := writeMembership(ctx, c, e, nil, stretchv1alpha1.Own(e), ""); err != nil {
 		return err
 	}
 	e.Spec.MembershipSpec = v1alpha1.MembershipSpec{}

@@ -20,13 +20,20 @@ const (
 	SpecFromEtcd SpecSource = "Etcd"
 	// SpecFromEtcdMembership: the EtcdMembership carries them.
 	SpecFromEtcdMembership SpecSource = "EtcdMembership"
+	// SpecFromBootstrap: only druid's own spec.etcd.bootstrapWithExistingCluster
+	// (or, once it is unset, druid's record of the join) says that the Etcd
+	// joined another cluster, as GEP-39 writes it (see FromBootstrap).
+	SpecFromBootstrap SpecSource = "BootstrapWithExistingCluster"
 )
 
 // View is the Etcd as druid-stretch plans it: druid's fields from e, the
 // membership spec and status from m (which may be nil). The Etcd's own inline
 // fields, where an Etcd still carries them, win over m's spec; m's status
 // wins over the Etcd's, because druid's compaction controller replaces the
-// Etcd's whole status and never touches m. e and m are not changed.
+// Etcd's whole status and never touches m. Where neither sets the external
+// members (or the learner replicas), druid's own bootstrap fields fill them
+// in (FromBootstrap): a GEP-39 move needs no field of druid-stretch's. e and
+// m are not changed.
 //
 // The View's metadata.generation is the Etcd's plus m's: it grows whenever
 // either spec changes, so that status.membership.observedGeneration, which
@@ -47,6 +54,12 @@ func View(e *v1alpha1.Etcd, m *EtcdMembership) (*v1alpha1.Etcd, SpecSource) {
 		v.Spec.MembershipSpec = *m.Spec.MembershipSpec.DeepCopy()
 		if !IsZero(&v.Spec.MembershipSpec) {
 			src = SpecFromEtcdMembership
+		}
+	}
+	if b, ok := FromBootstrap(e); ok && src != SpecFromEtcd {
+		b.apply(&v.Spec.MembershipSpec)
+		if src == SpecNone {
+			src = SpecFromBootstrap
 		}
 	}
 	if m != nil && m.Status.Membership != nil {
@@ -87,9 +100,10 @@ func OwnerReference(e *v1alpha1.Etcd) metav1.OwnerReference {
 // druid-stretch sees the fields before druid acts on the Etcd).
 // status.membership stays with neither: only the controller writes it.
 // The Etcd's metadata.generation is the View's (the pair's); the API
-// server keeps its own on every write.
+// server keeps its own on every write. What the View derives from druid's
+// bootstrap fields stays out of the EtcdMembership (Own).
 func Split(v *v1alpha1.Etcd) (*druidv1alpha1.Etcd, *EtcdMembership) {
 	e := v.DruidEtcd()
-	m := For(v, v.Spec.MembershipSpec)
+	m := For(v, Own(v))
 	return e, m
 }
