@@ -2,7 +2,7 @@ package membership_test
 
 import (
 	"context"
-		"strings"
+	"strings"
 	"testing"
 	"time"
 

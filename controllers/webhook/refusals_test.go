@@ -354,7 +354,9 @@ func TestWebhookRefusals(t *testing.T) {
 	refusedPairUpdate("spec.externalMembersPolicy Retire while the Etcd's spec.etcd.bootstrapWithExistingCluster keeps the source (GEP-39)", "spec.externalMembersPolicy", "EtcdMembership", gep39, nil,
 		func(e *v1alpha1.Etcd) { e.Spec.ExternalMembersPolicy = ptr.To(v1alpha1.ExternalMembersPolicyRetire) })
 	refusedPairUpdate("spec.externalMembers with other peer URLs than the Etcd's spec.etcd.bootstrapWithExistingCluster (GEP-39)", "spec.externalMembers[0].peerURLs", "EtcdMembership", gep39, nil,
-		func(e *v1alpha1.Etcd) { e.Spec.ExternalMembers[0].PeerURLs = []string{"https://elsewhere.example:2380"} })
+		func(e *v1alpha1.Etcd) {
+			e.Spec.ExternalMembers[0].PeerURLs = []string{"https://elsewhere.example:2380"}
+		})
 	refusedInlineUpdate("spec.replicas from 3 to 12", "spec.replicas", fresh(nil), nil, func(e *v1alpha1.Etcd) { e.Spec.Replicas = 12 })
 	refusedStatefulSetWrite("druid's StatefulSet after spec.backup.tls left a stretched Etcd", "spec.backup.tls", fresh(nil),
 		func(t *testing.T, e *v1alpha1.Etcd) *v1alpha1.Etcd {
