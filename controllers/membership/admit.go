@@ -18,14 +18,22 @@ import (
 
 // joiners are e's pods of the pod window, every pod that runs included
 // (running), as the admission sees them: member name, the peer URLs the
-// planner adds the member with, the sidecar.
-func (r *Reconciler) joiners(e *v1alpha1.Etcd, running members.Ordinals) ([]membership.Joiner, error) {
+// planner adds the member with (without those another member of obs has;
+// obs is nil for a bootstrap), the sidecar.
+func (r *Reconciler) joiners(e *v1alpha1.Etcd, running members.Ordinals, obs *membership.Observation) ([]membership.Joiner, error) {
 	var out []membership.Joiner
 	for _, o := range ordinals(members.KeptWindow(e, running)) {
 		name, pod := members.MemberName(e, o), members.PodName(e, o)
 		urls, err := r.resolver.PeerURLs(e, name, pod)
 		if err != nil {
 			return nil, fmt.Errorf("resolving the peer URLs of %s: %w", name, err)
+		}
+		// The URLs the member was added with (target): without those
+		// another member has.
+		if obs != nil {
+			if urls, err = apart(e, name, urls, obs); err != nil {
+				return nil, err
+			}
 		}
 		sc, err := r.resolver.SidecarURL(e, name, pod)
 		if err != nil {
@@ -41,7 +49,7 @@ func (r *Reconciler) joiners(e *v1alpha1.Etcd, running members.Ordinals) ([]memb
 // reconcile: the learner waits meanwhile, and the planner's progress
 // timeout covers one that never starts.
 func (r *Reconciler) admitLearners(ctx context.Context, e *v1alpha1.Etcd, running members.Ordinals, obs *membership.Observation) {
-	js, err := r.joiners(e, running)
+	js, err := r.joiners(e, running, obs)
 	if err == nil {
 		var admitted []string
 		admitted, err = r.cluster.Admit(ctx, obs, js)
@@ -78,7 +86,7 @@ func (r *Reconciler) bootstrap(ctx context.Context, e *v1alpha1.Etcd, sts *appsv
 		return false, "", fmt.Errorf("not bootstrapping: the volume %s belongs to an ordinal outside the pods %s, so the cluster may have existed with data there; "+
 			"the pods wait until a member of the cluster answers (delete the volume if its data is not needed)", vol, window)
 	}
-	js, err := r.joiners(e, running)
+	js, err := r.joiners(e, running, nil)
 	if err != nil {
 		return false, "", err
 	}

@@ -11,6 +11,7 @@ import (
 
 	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
 	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 	"github.com/druid-stretch/druid-stretch/internal/membership"
@@ -26,17 +27,27 @@ type SourceSidecarResolver interface {
 	SourceSidecarURL(e *v1alpha1.Etcd, m v1alpha1.ExternalMember) (string, error)
 }
 
-// SourceSidecarURL is the sidecar beside the member's first peer URL: the
-// same host (the name under which the destination reaches the member's peer
-// port, across the seeds a load balancer's), at the sidecar port, https
-// when the peer URL is (http only with the sidecars' insecure opt-in).
-func (d DNSResolver) SourceSidecarURL(_ *v1alpha1.Etcd, m v1alpha1.ExternalMember) (string, error) {
-	if len(m.PeerURLs) == 0 {
-		return "", fmt.Errorf("source member %s has no peer URL", m.Name)
+// SourceSidecarURL is the sidecar beside the member's first peer URL that
+// names no pod of e's own peer Service: the same host (the name under
+// which the destination reaches the member's peer port, across the seeds a
+// load balancer's), at the sidecar port, https when the peer URL is (http
+// only with the sidecars' insecure opt-in). The source's in-cluster URL,
+// <pod>.<etcd>-peer.<namespace>.svc, names e's own pod of the same name
+// here, since both seeds run the Etcd in one namespace.
+func (d DNSResolver) SourceSidecarURL(e *v1alpha1.Etcd, m v1alpha1.ExternalMember) (string, error) {
+	var u *url.URL
+	for _, raw := range m.PeerURLs {
+		p, err := url.Parse(raw)
+		if err != nil || p.Hostname() == "" {
+			return "", fmt.Errorf("source member %s: peer URL %q is not a URL with a host", m.Name, raw)
+		}
+		if !inPeerService(e, p.Hostname()) {
+			u = p
+			break
+		}
 	}
-	u, err := url.Parse(m.PeerURLs[0])
-	if err != nil || u.Hostname() == "" {
-		return "", fmt.Errorf("source member %s: peer URL %q is not a URL with a host", m.Name, m.PeerURLs[0])
+	if u == nil {
+		return "", fmt.Errorf("source member %s has no peer URL outside this cluster's peer Service (%s): list the name the destination reaches it by in spec.etcd.bootstrapWithExistingCluster.members", m.Name, strings.Join(m.PeerURLs, ", "))
 	}
 	port := d.SidecarPort
 	if port == 0 {
@@ -47,6 +58,13 @@ func (d DNSResolver) SourceSidecarURL(_ *v1alpha1.Etcd, m v1alpha1.ExternalMembe
 		scheme = u.Scheme
 	}
 	return (&url.URL{Scheme: scheme, Host: net.JoinHostPort(u.Hostname(), fmt.Sprint(port))}).String(), nil
+}
+
+// inPeerService reports whether host is a name under e's peer Service,
+// <etcd>-peer.<namespace>.svc[.<cluster domain>].
+func inPeerService(e *v1alpha1.Etcd, host string) bool {
+	d := "." + members.PeerServiceDomain(e)
+	return strings.HasSuffix(host, d) || strings.Contains(host, d+".")
 }
 
 // completeBootstrap gives the external members the View derived from

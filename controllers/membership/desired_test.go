@@ -67,3 +67,25 @@ func TestDNSResolver(t *testing.T) {
 		})
 	}
 }
+
+// TestSourceSidecarURL finds a GEP-39 source member's sidecar beside the
+// peer URL the destination reaches it by, never beside its in-cluster
+// URL, which names the destination's own pod of the same name.
+func TestSourceSidecarURL(t *testing.T) {
+	g := NewWithT(t)
+	e := &v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Name: "etcd-main", Namespace: "shoot--p--s"}}
+	m := v1alpha1.ExternalMember{Name: "etcd-main-0", PeerURLs: []string{
+		"https://etcd-main-0.etcd-main-peer.shoot--p--s.svc:2380",
+		"https://etcd-main-0.etcd-main-peer.shoot--p--s.svc.cluster.local:2380",
+		"https://etcd-main-0.shoot--p--s.seed-a.example:2380",
+	}}
+	u, err := membershipctrl.DNSResolver{}.SourceSidecarURL(e, m)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(u).To(Equal("https://etcd-main-0.shoot--p--s.seed-a.example:8090"))
+	u, err = membershipctrl.DNSResolver{SidecarPort: 9443, SidecarScheme: "http"}.SourceSidecarURL(e, m)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(u).To(Equal("http://etcd-main-0.shoot--p--s.seed-a.example:9443"))
+	m.PeerURLs = m.PeerURLs[:2]
+	_, err = membershipctrl.DNSResolver{}.SourceSidecarURL(e, m)
+	g.Expect(err).To(MatchError(ContainSubstring("no peer URL outside this cluster's peer Service")))
+}

@@ -36,6 +36,8 @@ func newMigrateCommand() *cobra.Command {
 		stepTimeout                  time.Duration
 		switchCommand                string
 		holdSource                   int32
+		gep39                        bool
+		sourceClientEndpoints        []string
 	)
 	cmd := &cobra.Command{
 		Use:   "migrate",
@@ -81,6 +83,14 @@ The URL templates say how the other cluster reaches each member; they take
 			if holdSource != 0 && switchCommand == "" {
 				return usageError(fmt.Errorf("--hold-source %d needs --switch-clients-command: the held source members stay for the clients that command switches", holdSource))
 			}
+			if gep39 {
+				switch {
+				case memberNamePrefix == "" || len(sourceClientEndpoints) == 0:
+					return usageError(errors.New("--gep39 needs --destination-member-name-prefix (gardenlet uses the destination seed's name) and --source-client-endpoints"))
+				case abort || dryRun || holdSource != 0 || cmd.Flags().Changed("destination-ordinal-start"):
+					return usageError(errors.New("--gep39 runs GEP-39's stages forward only: --abort, --dry-run, --hold-source and --destination-ordinal-start do not apply"))
+				}
+			}
 			for _, t := range []struct {
 				side string
 				t    migration.URLTemplates
@@ -107,11 +117,16 @@ The URL templates say how the other cluster reaches each member; they take
 				SourceAddresses: src.Addresses(), DestinationAddresses: dst.Addresses(),
 				StepTimeout: stepTimeout, Progress: progress.print,
 			}
-			if cmd.Flags().Changed("destination-ordinal-start") {
-				o.DestinationOrdinalStart = &ordinalStart
-			}
-			if memberNamePrefix != "" {
-				o.DestinationMemberNamePrefix = &memberNamePrefix
+			switch {
+			case gep39:
+				o.GEP39 = &migration.GEP39{DestinationPrefix: memberNamePrefix, SourceClientEndpoints: sourceClientEndpoints}
+			default:
+				if cmd.Flags().Changed("destination-ordinal-start") {
+					o.DestinationOrdinalStart = &ordinalStart
+				}
+				if memberNamePrefix != "" {
+					o.DestinationMemberNamePrefix = &memberNamePrefix
+				}
 			}
 			if switchCommand != "" {
 				o.SwitchClients = shellHook("--switch-clients-command", switchCommand, namespace, name, cmd.ErrOrStderr())
@@ -176,6 +191,9 @@ The URL templates say how the other cluster reaches each member; they take
 	f.StringVar(&switchCommand, "switch-clients-command", "", "shell command run at step switch-clients, once the destination's first member votes and before any source member goes: "+
 		"it points the source site's clients at the destination (a shoot's API endpoint at the destination's kube-apiserver) and stops the source's; "+
 		"it gets DRUID_STRETCH_NAMESPACE and DRUID_STRETCH_NAME, must be safe to run twice, and a non-zero exit stops the move with nothing changed")
+	f.BoolVar(&gep39, "gep39", false, "move as Gardener's GEP-39 does: write only druid's own Etcd fields, stage by stage (SourceEtcdPreparedForPeerJoin, DestinationEtcdPeersJoined, "+
+		"EtcdMigrationComplete, SourceSeedCleanup); the destination gets --destination-member-name-prefix, ordinals from 0 and spec.etcd.bootstrapWithExistingCluster")
+	f.StringSliceVar(&sourceClientEndpoints, "source-client-endpoints", nil, "with --gep39: the source's client endpoints as the destination reaches them (spec.etcd.bootstrapWithExistingCluster.clientEndpoints)")
 	f.Int32Var(&holdSource, "hold-source", 0, "with --switch-clients-command: run retire-source first, holding this many source members for the source site's clients, "+
 		"and the command once the destination holds the majority; the held members go after it. The destination's kube-apiserver then starts on a quorum in its own site "+
 		"(at 180 ms RTT the move takes about half as long), and the source's clients meet the removals and the leader transfer, through their members' client gates")
@@ -368,7 +386,7 @@ func (p *moveProgress) begin(ctx context.Context, m *migration.Mover, abort bool
 		if err != nil {
 			return err
 		}
-		steps := migration.Remaining(phase, m.ClientSwitch())
+		steps := m.RemainingSteps(phase)
 		if abort {
 			steps = migration.RemainingAbort(phase)
 		}

@@ -204,7 +204,7 @@ func applyMembership(ctx context.Context, c client.Client, p *Pair, want *v1alph
 	// A write that goes with a new spec.replicas of the Etcd, written
 	// next, says so, so that the EtcdMembership's webhook judges it with
 	// the pair as it is about to be (stretchv1alpha1.PairedReplicasAnnotation).
-	m, err := writeMembership(ctx, c, p.Etcd, p.Membership, stretchv1alpha1.Own(want), stretchv1alpha1.PairedReplicasFor(p.Etcd, want))
+	m, err := writeMembership(ctx, c, p.Etcd, p.Membership, stretchv1alpha1.Own(want, p.Etcd), stretchv1alpha1.PairedReplicasFor(p.Etcd, want))
 	if err != nil {
 		return err
 	}

@@ -79,6 +79,11 @@ type Options struct {
 	// members and the leader transfer, which their client gates hold them
 	// through. It must be below the source's replica count.
 	HoldSource int32
+	// GEP39, when set, makes the move GEP-39's: the stages gardenlet runs
+	// (move.Stage), each a write of druid's own fields, instead of
+	// druid-stretch's steps; the destination gets a member name prefix and
+	// ordinals from 0. HoldSource and the ordinal start do not apply.
+	GEP39 *GEP39
 	// Progress, when set, receives every event, in order, from the
 	// goroutine that runs the move: keep it quick.
 	Progress func(Event)
@@ -142,6 +147,14 @@ func New(o Options) (*Mover, error) {
 	case o.HoldSource > 0 && o.SwitchClients == nil:
 		errs = append(errs, fmt.Errorf("migration: HoldSource is %d, but there is no SwitchClients: held source members are kept for clients that the move switches", o.HoldSource))
 	}
+	if o.GEP39 != nil {
+		if err := o.GEP39.check(); err != nil {
+			errs = append(errs, err)
+		}
+		if o.HoldSource > 0 || o.DestinationOrdinalStart != nil || o.DestinationMemberNamePrefix != nil {
+			errs = append(errs, errors.New("migration: a GEP-39 move takes its destination's names from GEP39.DestinationPrefix and holds no source member: leave HoldSource, DestinationOrdinalStart and DestinationMemberNamePrefix unset"))
+		}
+	}
 	if o.DestinationOrdinalStart != nil && *o.DestinationOrdinalStart < 0 {
 		errs = append(errs, fmt.Errorf("migration: the destination ordinal start must not be negative, got %d", *o.DestinationOrdinalStart))
 	}
@@ -188,6 +201,9 @@ func view(ctx context.Context, c client.Client, key client.ObjectKey, side strin
 
 // Move runs the move from wherever it stands to its end.
 func (m *Mover) Move(ctx context.Context) error {
+	if m.o.GEP39 != nil {
+		return m.moveGEP39(ctx)
+	}
 	for {
 		src, dst, p, err := m.Read(ctx)
 		if err != nil {

@@ -104,3 +104,18 @@ func Describe(s move.Step) string {
 	}
 	return ""
 }
+
+// RemainingSteps are the steps Move runs from phase p (Remaining with this
+// Mover's ClientSwitch); for a GEP-39 move, its stages, with switch-clients
+// before EtcdMigrationComplete when there is a switch. A GEP-39 move reads
+// no phase: each stage that is done already ends at once.
+func (m *Mover) RemainingSteps(p move.MovePhase) []move.Step {
+	if m.o.GEP39 == nil {
+		return Remaining(p, m.ClientSwitch())
+	}
+	steps := []move.Step{move.Step(move.StageSourceEtcdPreparedForPeerJoin), move.Step(move.StageDestinationEtcdPeersJoined)}
+	if m.o.SwitchClients != nil {
+		steps = append(steps, move.StepSwitchClients)
+	}
+	return append(steps, move.Step(move.StageEtcdMigrationComplete), move.Step(move.StageSourceSeedCleanup))
+}

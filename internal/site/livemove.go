@@ -118,6 +118,11 @@ type LiveMoveOptions struct {
 	// above 0 the destination retires all source members but that many,
 	// then the clients switch, then the held ones go.
 	HoldSource int32
+	// GEP39 makes the move GEP-39's (migration.GEP39): the adapter writes
+	// druid's own fields only, and B's members, named with B's cluster
+	// identity as spec.memberNamePrefix, take the ordinals 0..2 in B (the
+	// in-cluster names of A's pods).
+	GEP39 bool
 	// OnEvent, when set, sees every event of the move as it happens.
 	OnEvent func(migration.Event)
 	// Out receives one line per stage (default: nothing). The logs of the
@@ -234,16 +239,28 @@ func ExternalPeerURLs(name string, n int, domain string) []any {
 
 // ClientURLs are the external client URLs of the members of both sides: A's
 // pods 0..2 under A's domain, then B's 3..5 under B's.
-func ClientURLs() []string {
+func ClientURLs() []string { return clientURLs(MoveReplicas) }
+
+// clientURLs are A's pods 0..2 under A's domain, then B's from ordinal
+// bFirst under B's (0 in a GEP-39 move).
+func clientURLs(bFirst int) []string {
 	var eps []string
-	for i := range 2 * MoveReplicas {
-		domain := sourceDomain
-		if i >= MoveReplicas {
-			domain = destinationDomain
-		}
-		eps = append(eps, fmt.Sprintf("http://%s-%d.%s.%s:2379", MoveEtcdName, i, MoveNamespace, domain))
+	for i := range MoveReplicas {
+		eps = append(eps, fmt.Sprintf("http://%s-%d.%s.%s:2379", MoveEtcdName, i, MoveNamespace, sourceDomain))
+	}
+	for i := range MoveReplicas {
+		eps = append(eps, fmt.Sprintf("http://%s-%d.%s.%s:2379", MoveEtcdName, bFirst+i, MoveNamespace, destinationDomain))
 	}
 	return eps
+}
+
+// destinationFirst is B's first ordinal: after A's, or 0 in a GEP-39 move,
+// whose member name prefix keeps the names apart.
+func (m *LiveMove) destinationFirst() int {
+	if m.opts.GEP39 {
+		return 0
+	}
+	return MoveReplicas
 }
 
 // StepDoneSuffix ends the mark of a step's end; its start's mark is the
@@ -320,7 +337,7 @@ func (m *LiveMove) Run(ctx context.Context) (*LiveMoveRun, error) {
 func (m *LiveMove) run(ctx context.Context) (*LiveMoveRun, error) {
 	run := &LiveMoveRun{}
 	a, b := m.A, m.B
-	eps := ClientURLs()
+	eps := clientURLs(m.destinationFirst())
 	var closers []func() error
 	defer func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -442,7 +459,12 @@ func (m *LiveMove) run(ctx context.Context) (*LiveMoveRun, error) {
 	if err != nil {
 		return run, err
 	}
+	var gep39 *migration.GEP39
+	if m.opts.GEP39 {
+		gep39 = &migration.GEP39{DestinationPrefix: b.opts.ClusterIdentity, SourceClientEndpoints: eps[:MoveReplicas]}
+	}
 	mover, err := migration.New(migration.Options{
+		GEP39: gep39,
 		Source: a.Client, Destination: b.Client,
 		Namespace: MoveNamespace, Name: MoveEtcdName,
 		// B's pods take the ordinals after A's (etcd-main-3..5): in one shoot
@@ -479,7 +501,7 @@ func (m *LiveMove) run(ctx context.Context) (*LiveMoveRun, error) {
 			case migration.StepDone:
 				w.Mark(string(e.Step) + StepDoneSuffix)
 				load.Mark(string(e.Step) + StepDoneSuffix)
-				if e.Step == move.StepJoinDestination {
+				if e.Step == move.StepJoinDestination || e.Step == move.Step(move.StageDestinationEtcdPeersJoined) {
 					druidReady.Start()
 				}
 			}
@@ -523,7 +545,7 @@ func (m *LiveMove) run(ctx context.Context) (*LiveMoveRun, error) {
 	if err := b.WaitEtcdReady(ctx, m.Key(), MoveReplicas, 5*time.Minute); err != nil {
 		return run, err
 	}
-	if run.FirstMemberRuns, err = b.PodRuns(MoveNamespace, MoveEtcdName+"-3"); err != nil {
+	if run.FirstMemberRuns, err = b.PodRuns(MoveNamespace, fmt.Sprintf("%s-%d", MoveEtcdName, m.destinationFirst())); err != nil {
 		return run, err
 	}
 	// The destination's clients write for a while after the move: the

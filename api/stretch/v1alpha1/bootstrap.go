@@ -99,11 +99,20 @@ func (b Bootstrap) strip(s *v1alpha1.MembershipSpec) {
 }
 
 // Own is v's membership spec without what the View derives from druid's
-// bootstrap fields: what the EtcdMembership carries.
-func Own(v *v1alpha1.Etcd) v1alpha1.MembershipSpec {
+// bootstrap fields: what the EtcdMembership carries. A View changed by its
+// caller may have changed those druid fields too (gardenlet unsetting
+// spec.etcd.bootstrapWithExistingCluster): pass the Etcd it was viewed
+// from as before, so that what the old fields derived is left out as well
+// and does not outlive them in the EtcdMembership.
+func Own(v *v1alpha1.Etcd, before ...*v1alpha1.Etcd) v1alpha1.MembershipSpec {
 	s := *v.Spec.MembershipSpec.DeepCopy()
-	if b, ok := FromBootstrap(v); ok {
-		b.strip(&s)
+	for _, e := range append(before, v) {
+		if e == nil {
+			continue
+		}
+		if b, ok := FromBootstrap(e); ok {
+			b.strip(&s)
+		}
 	}
 	return s
 }

@@ -128,3 +128,17 @@ func TestConflictsWithGEP39Fields(t *testing.T) {
 		})
 	}
 }
+
+// gardenlet's EtcdMigrationComplete through a View: the caller unsets the
+// bootstrap field on a View that still shows what the field derived (the
+// source kept, a learner). Nothing of that lands in the EtcdMembership,
+// where it would keep the source for good.
+func TestOwnLeavesOutWhatTheOldFieldsDerived(t *testing.T) {
+	g := NewWithT(t)
+	stored := destination(3)
+	stored.Status.BootstrapWithExistingCluster = joined(stored).Status.BootstrapWithExistingCluster
+	v, _ := stretchv1alpha1.View(stored, nil)
+	v.Spec.Etcd.BootstrapWithExistingCluster = nil
+	g.Expect(stretchv1alpha1.Own(v, stored)).To(BeZero())
+	g.Expect(stretchv1alpha1.Own(v)).NotTo(BeZero(), "without the Etcd it was viewed from, the old derivation is not known")
+}

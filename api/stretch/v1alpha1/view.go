@@ -101,7 +101,9 @@ func OwnerReference(e *v1alpha1.Etcd) metav1.OwnerReference {
 // status.membership stays with neither: only the controller writes it.
 // The Etcd's metadata.generation is the View's (the pair's); the API
 // server keeps its own on every write. What the View derives from druid's
-// bootstrap fields stays out of the EtcdMembership (Own).
+// bootstrap fields stays out of the EtcdMembership (Own); a caller that
+// changed those fields on v takes the EtcdMembership's spec from
+// Own(v, stored) instead, stored being the Etcd v was viewed from.
 func Split(v *v1alpha1.Etcd) (*druidv1alpha1.Etcd, *EtcdMembership) {
 	e := v.DruidEtcd()
 	m := For(v, Own(v))

@@ -42,3 +42,20 @@ func TestAdvertisedPeerURLs(t *testing.T) {
 		})
 	}
 }
+
+// TestExternalPeerURLOfALocalPod: an external member that advertises the
+// in-cluster peer URL of one of the Etcd's own pods (both seeds run the
+// Etcd in one namespace) is admitted only when that pod's member has an
+// additional peer URL, which it is then added with instead.
+func TestExternalPeerURLOfALocalPod(t *testing.T) {
+	g := NewWithT(t)
+	e := stretchedEtcd()
+	e.Spec.ExternalMembers[0].PeerURLs = []string{"http://etcd-main-0.etcd-main-peer.shoot--p--s.svc:2380", "http://etcd-main-0.seed-a.example:2380"}
+	errs := ValidateEtcd(e)
+	g.Expect(errs).To(HaveLen(1))
+	g.Expect(errs[0].Field).To(Equal("spec.externalMembers[0].peerURLs[0]"))
+	g.Expect(errs[0].Error()).To(ContainSubstring("give member seed-b-etcd-main-0 an additional peer URL"))
+
+	e.Spec.Etcd.AdditionalAdvertisePeerURLs = []druidv1alpha1.MemberPeerURLs{{MemberName: "seed-b-etcd-main-0", URLs: []string{"http://etcd-main-0.seed-b.example:2380"}}}
+	g.Expect(ValidateEtcd(e)).To(BeEmpty(), "the local member is added with its additional URL alone")
+}

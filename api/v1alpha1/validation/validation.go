@@ -189,16 +189,21 @@ func validateExternalMembers(e *v1alpha1.Etcd, path *field.Path) field.ErrorList
 
 // validateInClusterPeerURLs refuses an external peer URL that is the
 // address druid gives one of the local pods behind its peer service,
-// <scheme>://<pod>.<etcd>-peer.<namespace>.svc:<port>. Two clusters that run
-// the same Etcd in the same namespace (a Gardener shoot namespace is named
-// alike in every seed) give pods with the same name the same in-cluster URL,
-// and etcd refuses a member whose peer URL another member has. Different
-// ordinal ranges (spec.ordinalStart) keep the pod names, and so the URLs,
-// apart; a member name prefix alone does not.
+// <scheme>://<pod>.<etcd>-peer.<namespace>.svc:<port>, unless that pod's
+// member has additional peer URLs. Two clusters that run the same Etcd in
+// the same namespace (a Gardener shoot namespace is named alike in every
+// seed) give pods with the same name the same in-cluster URL, and etcd
+// refuses a member whose peer URL another member has. A local member with
+// additional peer URLs is added with those alone and advertises those alone
+// (the controller and the sidecar leave the taken URL out), as GEP-39's
+// destination does with its member name prefix and ordinals from 0; without
+// them, only different ordinal ranges (spec.ordinalStart) keep the URLs
+// apart.
 func validateInClusterPeerURLs(e *v1alpha1.Etcd) field.ErrorList {
 	if e.Namespace == "" {
 		return nil
 	}
+	advertised, _ := peerurls.Read(e) // its errors are ValidateEtcd's
 	local := members.LocalOrdinals(e)
 	prefix := members.PeerScheme(e) + "://"
 	suffix := fmt.Sprintf(".%s:%d", members.PeerServiceDomain(e), members.PeerPort(e))
@@ -213,10 +218,16 @@ func validateInClusterPeerURLs(e *v1alpha1.Etcd) field.ErrorList {
 			if !ok {
 				continue
 			}
-			if o, ok := members.PodOrdinal(e, pod); ok && local.Contains(o) {
-				errs = append(errs, duplicate(field.NewPath("spec", "externalMembers").Index(i).Child("peerURLs").Index(j), u, fmt.Sprintf(
-					"the in-cluster peer URL of local pod %s: give the two clusters different ordinal ranges (spec.ordinalStart), since etcd refuses a peer URL that another member has", pod)))
+			o, ok := members.PodOrdinal(e, pod)
+			if !ok || !local.Contains(o) {
+				continue
 			}
+			name := members.MemberName(e, o)
+			if a, ok := advertised.Member(name); ok && len(a.URLs) > 0 {
+				continue
+			}
+			errs = append(errs, duplicate(field.NewPath("spec", "externalMembers").Index(i).Child("peerURLs").Index(j), u, fmt.Sprintf(
+				"the in-cluster peer URL of local pod %s, and etcd refuses a peer URL that another member has: give member %s an additional peer URL (spec.etcd.additionalAdvertisePeerURLs), which it then advertises instead, or give the two clusters different ordinal ranges (spec.ordinalStart)", pod, name)))
 		}
 	}
 	return errs

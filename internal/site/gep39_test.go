@@ -1,0 +1,111 @@
+package site
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	druidv1alpha1 "github.com/gardener/etcd-druid/api/core/v1alpha1"
+	. "github.com/onsi/gomega"
+
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/internal/etcdview"
+)
+
+// TestGEP39MoveBetweenRealSites is the live move as GEP-39 makes it:
+// the adapter writes druid's own fields only, stage by stage
+// (SourceEtcdPreparedForPeerJoin, DestinationEtcdPeersJoined with replicas
+// 2 then 3, the clients switched, EtcdMigrationComplete,
+// SourceSeedCleanup). B's Etcd has the same name and namespace as A's,
+// spec.memberNamePrefix site-b and ordinals from 0, so druid gives B's
+// pods the in-cluster peer URLs of A's pods; spec.etcd.bootstrapWithExistingCluster
+// names A's members. druid-stretch carries the membership from those
+// fields alone, with druid v0.38.1, backup-restore v0.44.1, druid's
+// compaction and druid's CRDs written as gardenlet writes them.
+func TestGEP39MoveBetweenRealSites(t *testing.T) {
+	g := NewWithT(t)
+	ctx := testContext(t, siteTestDeadline)
+	root := moveRoot(t, "druid-stretch-gep39-")
+	sites := startSites(t, MoveSiteOptions(root)...)
+	a, b := sites[0], sites[1]
+	mv, err := NewLiveMove(ctx, a, b, LiveMoveOptions{RTT: DefaultMoveRTT, GEP39: true, Out: testWriter{t}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(mv.CreateSource(ctx)).To(Succeed())
+	run, err := mv.Run(ctx)
+	logTemplateChanges(t, b, moveNamespace, MoveEtcdName)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Logf("the move took %s", run.MoveTook.Round(100*time.Millisecond))
+
+	// B's Etcd is druid's alone, as gardenlet wrote it; its EtcdMembership,
+	// which the controller created to hold the status, carries no spec.
+	dst, err := etcdview.Get(ctx, b.Client, mv.Key())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(dst.Etcd.Spec.MembershipSpec).To(BeZero())
+	g.Expect(dst.Membership).NotTo(BeNil())
+	g.Expect(dst.Membership.Spec.MembershipSpec).To(BeZero(), "gardenlet wrote no druid-stretch field")
+	g.Expect(dst.Etcd.Spec.MemberNamePrefix).To(HaveValue(Equal(DestinationIdentity)))
+	g.Expect(dst.Etcd.Spec.Etcd.BootstrapWithExistingCluster).To(BeNil(), "unset at EtcdMigrationComplete")
+	g.Expect(dst.Etcd.Status.BootstrapWithExistingCluster).NotTo(BeNil(), "druid recorded the join")
+	g.Expect(dst.Etcd.Status.Conditions).To(ContainElement(And(
+		HaveField("Type", druidv1alpha1.ConditionTypeBootstrappedWithExistingCluster),
+		HaveField("Status", druidv1alpha1.ConditionTrue))), "druid reports B BootstrappedWithExistingCluster: %s", Conditions(dst.Etcd.Status.Conditions))
+	g.Expect(dst.Etcd.Spec.Etcd.AdditionalAdvertisePeerURLs).To(HaveExactElements(
+		HaveField("MemberName", "site-b-etcd-main-0"), HaveField("MemberName", "site-b-etcd-main-1"), HaveField("MemberName", "site-b-etcd-main-2")),
+		"B's peer URLs in druid's own field, by member name")
+	t.Logf("druid's own CRDs were written %d times into the two sites", run.DruidCRDWrites)
+	g.Expect(run.DruidCRDWrites).To(BeNumerically(">=", 4))
+
+	firstReady := slices.Index(run.DruidReady, true)
+	g.Expect(firstReady).To(BeNumerically(">=", 0), "druid reported B Ready during the move (%d samples)", len(run.DruidReady))
+	g.Expect(run.DruidReady[firstReady:]).To(HaveEach(BeTrue()), "once Ready, druid reports B Ready for the rest of the move")
+	g.Expect(run.FirstMemberRuns).To(Equal(1), "B's first member ran once")
+
+	f := run.Own
+	t.Logf("own etcd client: %d writes, %d reads, %d failed (%v), %d retries, max write gap %s", f.Writes, f.Reads, f.FailedRequests, f.FailedErrors, f.Retries, f.MaxWriteGap)
+	g.Expect(run.OwnLost.Lost).To(BeEmpty(), "no acknowledged write lost")
+	g.Expect(f.Linearizable).To(BeTrue(), "the own client's history is linearizable: %s", f.LinearizabilityResult)
+	expectKubeAPIServersSawNothing(t, run.API, a)
+
+	// Only the planner's changes: three learners added, each promoted, the
+	// source's three members removed; the last destination member promoted
+	// in the call that removed the first source member (the one tie).
+	history := run.Membership
+	steps := history.TransitionsInApplyOrder(appliedConfChanges(t, b, moveNamespace, "etcd-main-0"))
+	t.Logf("membership steps: %s", strings.Join(steps, "; "))
+	var adds, promotes, removes []string
+	for _, s := range steps {
+		for _, part := range strings.Split(s, " + ") {
+			switch {
+			case part == "add learner (unnamed)":
+				adds = append(adds, part)
+			case strings.HasPrefix(part, "promote "):
+				promotes = append(promotes, strings.TrimPrefix(part, "promote "))
+			case strings.HasPrefix(part, "remove "):
+				removes = append(removes, strings.TrimPrefix(part, "remove "))
+			default:
+				t.Errorf("a membership change druid-stretch does not make: %q", part)
+			}
+		}
+	}
+	g.Expect(adds).To(HaveLen(3))
+	g.Expect(promotes).To(ConsistOf("site-b-etcd-main-0", "site-b-etcd-main-1", "site-b-etcd-main-2"), "each promoted once: no promotion by backup-restore")
+	g.Expect(removes).To(ConsistOf("etcd-main-0", "etcd-main-1", "etcd-main-2"))
+	g.Expect(history.Last()).To(ConsistOf(
+		HaveField("Name", "site-b-etcd-main-0"), HaveField("Name", "site-b-etcd-main-1"), HaveField("Name", "site-b-etcd-main-2")))
+	onB := func(name string) bool { return strings.HasPrefix(name, DestinationIdentity+"-") }
+	tie, ties := history.LongestTie(onB)
+	t.Logf("polls saw the voters tied %d time(s), the longest for %s; the controllers measured %d tie(s), %.3f s in all", ties, tie, run.Ties, run.TieSeconds)
+	g.Expect(ties).To(BeNumerically("<=", 1), "one tie at most")
+	g.Expect(tie).To(BeNumerically("<", time.Second))
+	g.Expect(run.TiesUnderOneSecond).To(Equal(run.Ties), "every tie lasted under a second")
+	g.Expect(run.EtcdCrashes).To(BeEmpty(), "etcd panics or fatal exits")
+	expectCompactionDuringMove(t, run, a)
+	dstEtcd := &v1alpha1.Etcd{}
+	dstEtcd.Namespace, dstEtcd.Name = moveNamespace, MoveEtcdName
+	for _, p := range etcdPods(t, b, dstEtcd) {
+		log := containerLogs(t, b, p, "backup-restore")
+		g.Expect(log).NotTo(ContainSubstring("Attempting to promote member"), "backup-restore of %s promoted", p.Name)
+		g.Expect(log).NotTo(ContainSubstring("Adding member"), "backup-restore of %s added a member", p.Name)
+	}
+}
