@@ -464,7 +464,7 @@ func (m *LiveMove) run(ctx context.Context) (*LiveMoveRun, error) {
 		gep39 = &migration.GEP39{DestinationPrefix: b.opts.ClusterIdentity, SourceClientEndpoints: eps[:MoveReplicas]}
 	}
 	mover, err := migration.New(migration.Options{
-		GEP39: gep39,
+		GEP39:  gep39,
 		Source: a.Client, Destination: b.Client,
 		Namespace: MoveNamespace, Name: MoveEtcdName,
 		// B's pods take the ordinals after A's (etcd-main-3..5): in one shoot

@@ -123,7 +123,7 @@ func TestGEP39Waits(t *testing.T) {
 		{Name: "etcd-main-0"}, {Name: "etcd-main-1"}, {Name: "etcd-main-2"}}}
 	v, _ = stretchv1alpha1.View(dst, nil)
 	observe(v, true, time.Now(), map[string]v1alpha1.MemberRole{
-		"etcd-main-2": v1alpha1.MemberRoleVoter,
+		"etcd-main-2":        v1alpha1.MemberRoleVoter,
 		"seed-b-etcd-main-0": v1alpha1.MemberRoleLeader, "seed-b-etcd-main-1": v1alpha1.MemberRoleVoter, "seed-b-etcd-main-2": v1alpha1.MemberRoleVoter,
 	})
 	g.Expect(migration.EtcdMigrationCompleted(v)).To(BeFalse(), "a source member is left")
