@@ -112,6 +112,7 @@ func interposeSidecar(pod *corev1.PodSpec, e *v1alpha1.Etcd, o Options) error {
 	}
 	pod.InitContainers = setContainer(pod.InitContainers, init)
 
+	ownServiceEndpoint(br)
 	br.Env = setEnv(br.Env, corev1.EnvVar{Name: envBackupRestoreConfig, Value: backupRestoreConfigFile})
 	br.VolumeMounts = setMount(br.VolumeMounts, corev1.VolumeMount{Name: volumeBackupRestoreConfig, MountPath: mountBackupRestoreConfig, ReadOnly: true})
 	if !hasVolume(pod, volumeBackupRestoreConfig) {
@@ -119,6 +120,30 @@ func interposeSidecar(pod *corev1.PodSpec, e *v1alpha1.Etcd, o Options) error {
 			VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 	}
 	return nil
+}
+
+// serviceEndpointsFlag is backup-restore's list of the endpoints it reaches
+// the cluster through.
+const serviceEndpointsFlag = "--service-endpoints="
+
+// ownServiceEndpoint keeps backup-restore's --service-endpoints to the
+// first entry, the Etcd's own client Service. druid v0.38.1 appends the
+// source's client endpoints of spec.etcd.bootstrapWithExistingCluster,
+// which backup-restore uses only in the membership paths the one-member
+// configuration turns off; kept, they would reach the source's cluster
+// from a process that must not act on it, and gardenlet unsetting the
+// field (GEP-39's EtcdMigrationComplete) would change the pod template
+// and restart every destination pod while the source's members are being
+// removed.
+func ownServiceEndpoint(br *corev1.Container) {
+	for _, list := range [][]string{br.Command, br.Args} {
+		for i, a := range list {
+			if v, ok := strings.CutPrefix(a, serviceEndpointsFlag); ok {
+				first, _, _ := strings.Cut(v, ",")
+				list[i] = serviceEndpointsFlag + first
+			}
+		}
+	}
 }
 
 // memberFlags name the pod's member for the sidecar and the init

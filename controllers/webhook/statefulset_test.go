@@ -659,3 +659,61 @@ func TestSidecarPortClashIsRefused(t *testing.T) {
 	err = k8s.Get(t.Context(), client.ObjectKeyFromObject(sts), &appsv1.StatefulSet{})
 	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "nothing stored: %v", err)
 }
+
+// TestGEP39DestinationKeepsItsTemplateWhenTheBootstrapGoes: a GEP-39
+// destination, opted in by druid's own bootstrapWithExistingCluster alone,
+// gets the sidecar; backup-restore reaches the cluster through the Etcd's
+// own client Service only (druid appends the source's client endpoints),
+// so gardenlet unsetting the field changes no pod template and restarts no
+// destination pod while the source's members are being removed.
+func TestGEP39DestinationKeepsItsTemplateWhenTheBootstrapGoes(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	e := etcdWithTLS(ns)
+	e.Name = "etcd-gep39"
+	src := []druidv1alpha1.BootstrapExistingMember{
+		{Name: "etcd-main-0", PeerURLs: []string{"https://etcd-main-0.seed-a.example:2380"}},
+		{Name: "etcd-main-1", PeerURLs: []string{"https://etcd-main-1.seed-a.example:2380"}},
+		{Name: "etcd-main-2", PeerURLs: []string{"https://etcd-main-2.seed-a.example:2380"}},
+	}
+	e.Spec.Etcd.BootstrapWithExistingCluster = &druidv1alpha1.BootstrapWithExistingCluster{Members: src, ClientEndpoints: []string{"https://etcd-main-client.seed-a.example:2379"}}
+	createEtcd(t, e)
+	own := "--service-endpoints=https://etcd-gep39-client:2379"
+	druids := func(bootstrap bool) *appsv1.StatefulSet {
+		sts := druidStatefulSet(e)
+		flag := own
+		if bootstrap {
+			flag += ",https://etcd-main-client.seed-a.example:2379"
+		}
+		br := &sts.Spec.Template.Spec.Containers[1]
+		br.Args = append(br.Args, flag)
+		return sts
+	}
+	g.Expect(k8s.Create(t.Context(), druids(true))).To(Succeed())
+	before := &appsv1.StatefulSet{}
+	g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(e), before)).To(Succeed())
+	g.Expect(before.Spec.Template.Spec.Containers).To(ContainElement(HaveField("Name", webhook.SidecarContainerName)), "druid's own fields opt it in")
+	g.Expect(before.Spec.Template.Spec.Containers[1].Args).To(ContainElement(own))
+	g.Expect(before.Spec.Template.Spec.Containers[1].Args).NotTo(ContainElement(ContainSubstring("seed-a")), "backup-restore does not reach the source")
+
+	// druid records the join, gardenlet unsets the field, druid writes its
+	// StatefulSet again.
+	stored := &v1alpha1.Etcd{}
+	g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(e), stored)).To(Succeed())
+	stored.Status.BootstrapWithExistingCluster = &druidv1alpha1.BootstrapWithExistingClusterStatus{JoinedAt: metav1.Now()}
+	for _, m := range src {
+		stored.Status.BootstrapWithExistingCluster.Members = append(stored.Status.BootstrapWithExistingCluster.Members, druidv1alpha1.BootstrapJoinedMember{Name: m.Name, PeerURLs: m.PeerURLs})
+	}
+	g.Expect(k8s.Status().Update(t.Context(), stored)).To(Succeed())
+	changeEtcd(t, e, func(x *v1alpha1.Etcd) { x.Spec.Etcd.BootstrapWithExistingCluster = nil })
+	again := druids(false)
+	again.ResourceVersion = before.ResourceVersion
+	g.Expect(k8s.Update(t.Context(), again)).To(Succeed())
+	after := &appsv1.StatefulSet{}
+	g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(e), after)).To(Succeed())
+	expectSpec(t, after.Spec, before.Spec)
+	g.Expect(after.Generation).To(Equal(before.Generation), "no rollout")
+	m, err := etcdview.GetMembership(t.Context(), k8s, client.ObjectKeyFromObject(e))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(m).To(BeNil(), "nothing derived was written into an EtcdMembership")
+}

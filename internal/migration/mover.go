@@ -262,10 +262,23 @@ func (m *Mover) Abort(ctx context.Context) error {
 	return m.run(ctx, move.StepAbort, src, dst, m.abort)
 }
 
+// explain says where the move stands: move.Explain, or for a GEP-39 move
+// its stage (move.StageOf).
+func (m *Mover) explain(src, dst *v1alpha1.Etcd) string {
+	if m.o.GEP39 != nil {
+		stage, why := move.StageOf(src, dst)
+		if stage == "" {
+			stage = "done"
+		}
+		return string(stage) + ": " + why
+	}
+	return move.Explain(src, dst)
+}
+
 // run runs one step with its events and its time limit.
 func (m *Mover) run(ctx context.Context, s move.Step, src, dst *v1alpha1.Etcd, step func(context.Context, *v1alpha1.Etcd, *v1alpha1.Etcd) error) error {
 	start := time.Now()
-	m.emit(Event{Kind: StepStarted, Step: s, Phase: move.Phase(src, dst), At: start, Source: src, Destination: dst, Message: move.Explain(src, dst)})
+	m.emit(Event{Kind: StepStarted, Step: s, Phase: move.Phase(src, dst), At: start, Source: src, Destination: dst, Message: m.explain(src, dst)})
 	ctx, cancel := context.WithTimeout(ctx, m.o.StepTimeout)
 	defer cancel()
 	if err := step(ctx, src, dst); err != nil {
@@ -278,7 +291,7 @@ func (m *Mover) run(ctx context.Context, s move.Step, src, dst *v1alpha1.Etcd, s
 	if err != nil {
 		return err
 	}
-	m.emit(Event{Kind: StepDone, Step: s, Phase: p, At: time.Now(), Duration: time.Since(start), Source: src, Destination: dst, Message: move.Explain(src, dst)})
+	m.emit(Event{Kind: StepDone, Step: s, Phase: p, At: time.Now(), Duration: time.Since(start), Source: src, Destination: dst, Message: m.explain(src, dst)})
 	return nil
 }
 
@@ -556,7 +569,7 @@ func (m *Mover) wait(ctx context.Context, s move.Step, done func(src, dst *v1alp
 			seenSrc, seenDst, read = src, dst, true
 			if key := waitKey(p, src, dst); key != last {
 				last = key
-				m.emit(Event{Kind: StepWaiting, Step: s, Phase: p, At: time.Now(), Source: src, Destination: dst, Message: move.Explain(src, dst)})
+				m.emit(Event{Kind: StepWaiting, Step: s, Phase: p, At: time.Now(), Source: src, Destination: dst, Message: m.explain(src, dst)})
 			}
 		}
 		select {
@@ -564,7 +577,7 @@ func (m *Mover) wait(ctx context.Context, s move.Step, done func(src, dst *v1alp
 			if !read {
 				return fmt.Errorf("waiting for step %s: no read of the Etcd objects succeeded (last: %v): %w", s, readErr, ctx.Err())
 			}
-			return fmt.Errorf("waiting in %s: %w", move.Explain(seenSrc, seenDst), ctx.Err())
+			return fmt.Errorf("waiting in %s: %w", m.explain(seenSrc, seenDst), ctx.Err())
 		case <-t.C:
 		}
 	}

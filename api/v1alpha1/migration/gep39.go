@@ -201,3 +201,30 @@ func EtcdMigrationCompleted(dst *v1alpha1.Etcd) bool {
 // CleanupSource scales the source to zero (FinishSource): its members are
 // gone from etcd, so this stops its pods before gardenlet deletes it.
 func CleanupSource(src *v1alpha1.Etcd) { FinishSource(src) }
+
+// StageOf reads where a GEP-39 move stands from the two Etcds (dst nil
+// before it exists): the stage under way or next, with a sentence why; ""
+// once the source's members are retired and the source has no replicas.
+func StageOf(src, dst *v1alpha1.Etcd) (Stage, string) {
+	switch {
+	case dst == nil && src == nil:
+		return StageSourceEtcdPreparedForPeerJoin, "there is neither a source nor a destination Etcd"
+	case dst == nil && !SourcePreparedForPeerJoin(src):
+		return StageSourceEtcdPreparedForPeerJoin, "etcd does not know every source member by the additional peer URLs the source advertises yet"
+	case dst == nil:
+		return StageDestinationEtcdPeersJoined, "the source is prepared; there is no destination Etcd yet"
+	case dst.Spec.Etcd.BootstrapWithExistingCluster != nil && !DestinationPeersJoined(dst):
+		_, all := localVoters(dst)
+		return StageDestinationEtcdPeersJoined, fmt.Sprintf("%d of the destination's %d members are in the cluster", all, dst.Spec.Replicas)
+	case dst.Spec.Etcd.BootstrapWithExistingCluster != nil && dst.Status.BootstrapWithExistingCluster == nil:
+		return StageEtcdMigrationComplete, "the destination joined; druid has not recorded the join yet (condition BootstrappedWithExistingCluster)"
+	case dst.Spec.Etcd.BootstrapWithExistingCluster != nil:
+		return StageEtcdMigrationComplete, "the destination joined and druid recorded it; spec.etcd.bootstrapWithExistingCluster is still set, so the source's members are kept"
+	case !EtcdMigrationCompleted(dst):
+		v, all := localVoters(dst)
+		return StageEtcdMigrationComplete, fmt.Sprintf("the source's members are being retired: %d of the destination's %d members vote, %d members in all", v, all, len(observed(dst)))
+	case src != nil && src.Spec.Replicas > 0:
+		return StageSourceSeedCleanup, "the source's members are retired; the source still has replicas"
+	}
+	return "", "the destination holds the cluster; the source has no replicas"
+}
