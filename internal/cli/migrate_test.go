@@ -159,6 +159,14 @@ func TestMigrateCommand(t *testing.T) {
 	_, err = run(append(base, "--dry-run", "--switch-clients-command", "true", "--hold-source", "-1")...)
 	g.Expect(err).To(MatchError(ContainSubstring("--hold-source -1")))
 	g.Expect(exitCode(err)).To(Equal(ExitUsage))
+	// --gep39 writes druid's own fields only: it needs the destination's
+	// prefix and the source's client endpoints, and runs forward only.
+	_, err = run(append(base, "--gep39")...)
+	g.Expect(err).To(MatchError(ContainSubstring("--gep39 needs --destination-member-name-prefix")))
+	g.Expect(exitCode(err)).To(Equal(ExitUsage))
+	_, err = run(append(base, "--gep39", "--destination-member-name-prefix", "seed-b", "--source-client-endpoints", "https://c:2379", "--abort")...)
+	g.Expect(err).To(MatchError(ContainSubstring("--gep39 runs GEP-39's stages forward only")))
+	g.Expect(exitCode(err)).To(Equal(ExitUsage))
 	unchanged(got, "a refused call writes nothing")
 
 	// Two contexts of one kubeconfig, as kubectl takes them.

@@ -55,6 +55,9 @@ type SiteOptions struct {
 	// first and holds that many source members for the source's clients
 	// until they are switched).
 	HoldSource int32
+	// GEP39 makes the move GEP-39's: the adapter writes druid's own fields
+	// only, stage by stage (site.LiveMoveOptions.GEP39).
+	GEP39 bool
 	// Baseline also runs the hand-scripted clientv3 move (package
 	// baseline) on the same two sites after the product's move, with the
 	// same preload, and puts its figures into the report.
@@ -135,6 +138,7 @@ func RunOnSites(ctx context.Context, o SiteOptions) (rep report.Report, err erro
 		Workload: workload.Options{PreloadKeys: o.PreloadKeys, PreloadValueSize: o.PreloadValueSize},
 		Before:   o.Before, After: o.After,
 		HoldSource: o.HoldSource,
+		GEP39:      o.GEP39,
 		Out:        out,
 	})
 	if err != nil {

@@ -47,6 +47,7 @@ panics. The binaries are built on first use (hack/test-binaries.sh).`,
 	f.BoolVar(&o.KeepDir, "keep", false, "keep the temporary folder with the logs")
 	f.IntVar(&o.MaxLearners, "max-learners", 1, maxLearnersUsage)
 	f.Int32Var(&o.HoldSource, "hold-source", 0, holdSourceUsage)
+	f.BoolVar(&o.GEP39, "gep39", false, "move as Gardener's GEP-39 does: druid's own Etcd fields only, stage by stage; the destination's members take a member name prefix and ordinals from 0 (not with --hold-source)")
 	f.BoolVar(&o.Baseline, "baseline", false, "after the move, run a hand-scripted clientv3 move of the same cluster on the same sites and report its time beside the product's")
 	return cmd
 }

@@ -63,20 +63,22 @@ func PrepareSourceForPeerJoin(src *v1alpha1.Etcd, addr Addresses) error {
 	return Advertise(src, addr)
 }
 
-// SourcePreparedForPeerJoin reports whether etcd knows every member of the
-// source by the additional peer URLs it advertises, as the source's
-// controller observed them: only then can the destination's members reach
-// the source's.
+// SourcePreparedForPeerJoin reports whether every member of the source
+// advertises additional peer URLs and etcd knows it by them, as the
+// source's controller observed them: only then can the destination's
+// members reach the source's.
 func SourcePreparedForPeerJoin(src *v1alpha1.Etcd) bool {
 	if !Converged(src) {
 		return false
 	}
-	for _, a := range advertised(src) {
-		m := observedMember(src, a.MemberName)
-		if m == nil {
+	entries := advertised(src)
+	for _, name := range members.LocalMemberNames(src) {
+		i := slices.IndexFunc(entries, func(a druidv1alpha1.MemberPeerURLs) bool { return a.MemberName == name })
+		m := observedMember(src, name)
+		if i < 0 || len(entries[i].URLs) == 0 || m == nil {
 			return false
 		}
-		for _, u := range a.URLs {
+		for _, u := range entries[i].URLs {
 			if !slices.Contains(m.PeerURLs, u) {
 				return false
 			}

@@ -132,3 +132,38 @@ func TestGEP39Waits(t *testing.T) {
 	})
 	g.Expect(migration.EtcdMigrationCompleted(v)).To(BeTrue())
 }
+
+// StageOf names the stage under way from the two objects alone.
+func TestGEP39StageOf(t *testing.T) {
+	g := NewWithT(t)
+	src := observedSource()
+	stage, why := migration.StageOf(src, nil)
+	g.Expect(stage).To(Equal(migration.StageSourceEtcdPreparedForPeerJoin), why)
+	g.Expect(migration.PrepareSourceForPeerJoin(src, addresses)).To(Succeed())
+	stage, why = migration.StageOf(src, nil)
+	g.Expect(stage).To(Equal(migration.StageDestinationEtcdPeersJoined), why)
+
+	dst := migration.NewJoiningDestination(src, "seed-b")
+	g.Expect(migration.JoinDestinationPeers(dst, src, 3, []string{"http://c:2379"}, addresses)).To(Succeed())
+	v, _ := stretchv1alpha1.View(dst, nil)
+	stage, why = migration.StageOf(src, v)
+	g.Expect(stage).To(Equal(migration.StageDestinationEtcdPeersJoined))
+	g.Expect(why).To(ContainSubstring("0 of the destination's 3 members"))
+	observe(v, true, time.Now(), map[string]v1alpha1.MemberRole{
+		"etcd-main-0": v1alpha1.MemberRoleLeader, "etcd-main-1": v1alpha1.MemberRoleVoter, "etcd-main-2": v1alpha1.MemberRoleVoter,
+		"seed-b-etcd-main-0": v1alpha1.MemberRoleVoter, "seed-b-etcd-main-1": v1alpha1.MemberRoleVoter, "seed-b-etcd-main-2": v1alpha1.MemberRoleLearner,
+	})
+	stage, why = migration.StageOf(src, v)
+	g.Expect(stage).To(Equal(migration.StageEtcdMigrationComplete))
+	g.Expect(why).To(ContainSubstring("druid has not recorded the join"))
+
+	src.Spec.Replicas = 0
+	dst.Spec.Etcd.BootstrapWithExistingCluster = nil
+	dst.Status.BootstrapWithExistingCluster = &druidv1alpha1.BootstrapWithExistingClusterStatus{Members: []druidv1alpha1.BootstrapJoinedMember{{Name: "etcd-main-0"}}}
+	v, _ = stretchv1alpha1.View(dst, nil)
+	observe(v, true, time.Now(), map[string]v1alpha1.MemberRole{
+		"seed-b-etcd-main-0": v1alpha1.MemberRoleLeader, "seed-b-etcd-main-1": v1alpha1.MemberRoleVoter, "seed-b-etcd-main-2": v1alpha1.MemberRoleVoter,
+	})
+	stage, why = migration.StageOf(src, v)
+	g.Expect(stage).To(BeEmpty(), why)
+}
