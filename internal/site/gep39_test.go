@@ -1,7 +1,6 @@
 package site
 
 import (
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -56,15 +55,7 @@ func TestGEP39MoveBetweenRealSites(t *testing.T) {
 	t.Logf("druid's own CRDs were written %d times into the two sites", run.DruidCRDWrites)
 	g.Expect(run.DruidCRDWrites).To(BeNumerically(">=", 4))
 
-	firstReady := slices.Index(run.DruidReady, true)
-	g.Expect(firstReady).To(BeNumerically(">=", 0), "druid reported B Ready during the move (%d samples)", len(run.DruidReady))
-	g.Expect(run.DruidReady[firstReady:]).To(HaveEach(BeTrue()), "once Ready, druid reports B Ready for the rest of the move")
-	g.Expect(run.FirstMemberRuns).To(Equal(1), "B's first member ran once")
-
-	f := run.Own
-	t.Logf("own etcd client: %d writes, %d reads, %d failed (%v), %d retries, max write gap %s", f.Writes, f.Reads, f.FailedRequests, f.FailedErrors, f.Retries, f.MaxWriteGap)
-	g.Expect(run.OwnLost.Lost).To(BeEmpty(), "no acknowledged write lost")
-	g.Expect(f.Linearizable).To(BeTrue(), "the own client's history is linearizable: %s", f.LinearizabilityResult)
+	expectDestinationReadyAndOwnHistory(t, run)
 	expectKubeAPIServersSawNothing(t, run.API, a)
 
 	// Only the planner's changes: three learners added, each promoted, the

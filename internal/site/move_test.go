@@ -97,16 +97,7 @@ func TestLiveMoveBetweenRealSites(t *testing.T) {
 	g.Expect(dstPair.Membership.Spec.AdditionalAdvertisePeerURLs).To(HaveExactElements(
 		HaveField("MemberName", "etcd-main-3"), HaveField("MemberName", "etcd-main-4"), HaveField("MemberName", "etcd-main-5")))
 
-	firstReady := slices.Index(run.DruidReady, true)
-	g.Expect(firstReady).To(BeNumerically(">=", 0), "druid reported B Ready during the move (%d samples)", len(run.DruidReady))
-	g.Expect(run.DruidReady[firstReady:]).To(HaveEach(BeTrue()), "once Ready, druid reports B Ready for the rest of the move")
-	t.Logf("druid's Ready of B, sampled every second from B's join: first Ready after %d s, then %d samples, all Ready", firstReady, len(run.DruidReady)-firstReady)
-	g.Expect(run.FirstMemberRuns).To(Equal(1), "B's first member ran once: no template change restarted it during the move")
-
-	f := run.Own
-	t.Logf("own etcd client: %d writes, %d reads, %d failed (%v), %d retries, max write gap %s", f.Writes, f.Reads, f.FailedRequests, f.FailedErrors, f.Retries, f.MaxWriteGap)
-	g.Expect(run.OwnLost.Lost).To(BeEmpty(), "no acknowledged write lost")
-	g.Expect(f.Linearizable).To(BeTrue(), "the own client's history is linearizable: %s", f.LinearizabilityResult)
+	expectDestinationReadyAndOwnHistory(t, run)
 
 	// What the kube-apiservers' clients saw. A's clients are switched
 	// before any membership change that could fail them; B's are drained
@@ -299,6 +290,25 @@ func expectCompactionDuringMove(t *testing.T, run *LiveMoveRun, a *Site) {
 	g.Expect(src.Status.Conditions).To(ContainElement(And(
 		HaveField("Type", druidv1alpha1.ConditionTypeLastSnapshotCompactionSucceeded),
 		HaveField("Status", druidv1alpha1.ConditionTrue))), "druid recorded the compaction on the source Etcd: %s", Conditions(src.Status.Conditions))
+}
+
+// expectDestinationReadyAndOwnHistory asserts that druid reported B Ready
+// from its first Ready sample on, that B's first member ran once (no
+// template change restarted it during the move), and that the project's
+// own etcd client lost no acknowledged write in a linearizable history.
+func expectDestinationReadyAndOwnHistory(t *testing.T, run *LiveMoveRun) {
+	t.Helper()
+	g := NewWithT(t)
+	firstReady := slices.Index(run.DruidReady, true)
+	g.Expect(firstReady).To(BeNumerically(">=", 0), "druid reported B Ready during the move (%d samples)", len(run.DruidReady))
+	g.Expect(run.DruidReady[firstReady:]).To(HaveEach(BeTrue()), "once Ready, druid reports B Ready for the rest of the move")
+	t.Logf("druid's Ready of B, sampled every second from B's join: first Ready after %d s, then %d samples, all Ready", firstReady, len(run.DruidReady)-firstReady)
+	g.Expect(run.FirstMemberRuns).To(Equal(1), "B's first member ran once: no template change restarted it during the move")
+
+	f := run.Own
+	t.Logf("own etcd client: %d writes, %d reads, %d failed (%v), %d retries, max write gap %s", f.Writes, f.Reads, f.FailedRequests, f.FailedErrors, f.Retries, f.MaxWriteGap)
+	g.Expect(run.OwnLost.Lost).To(BeEmpty(), "no acknowledged write lost")
+	g.Expect(f.Linearizable).To(BeTrue(), "the own client's history is linearizable: %s", f.LinearizabilityResult)
 }
 
 // expectKubeAPIServersSawNothing logs what the kube-apiservers' clients

@@ -152,7 +152,7 @@ func Conflicts(e *v1alpha1.Etcd, s *v1alpha1.MembershipSpec) field.ErrorList {
 			case !found:
 				errs = append(errs, field.Invalid(field.NewPath("spec", "externalMembers").Index(i).Child("name"), x.Name,
 					fmt.Sprintf("the Etcd's %s does not name this member: with GEP-39's fields set, external members are the source's, as listed there, or left out", src)))
-			case !sameSet(urls, x.PeerURLs):
+			case !members.SameURLs(urls, x.PeerURLs):
 				errs = append(errs, field.Invalid(field.NewPath("spec", "externalMembers").Index(i).Child("peerURLs"), x.PeerURLs,
 					fmt.Sprintf("the Etcd's %s gives %s the peer URLs %v", src, x.Name, urls)))
 			}
@@ -172,16 +172,4 @@ func Conflicts(e *v1alpha1.Etcd, s *v1alpha1.MembershipSpec) field.ErrorList {
 		errs = append(errs, field.Invalid(field.NewPath("spec", "externalMembersPolicy"), *s.ExternalMembersPolicy, why+": leave the policy unset"))
 	}
 	return errs
-}
-
-func sameSet(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for _, x := range a {
-		if !slices.Contains(b, x) {
-			return false
-		}
-	}
-	return true
 }

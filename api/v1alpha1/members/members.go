@@ -7,6 +7,7 @@ package members
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -267,4 +268,14 @@ func PeerServiceDomain(e *v1alpha1.Etcd) string {
 // <scheme>://<pod>.<etcd>-peer.<namespace>.svc:<serverPort>.
 func InClusterPeerURL(e *v1alpha1.Etcd, podName string) string {
 	return fmt.Sprintf("%s://%s.%s:%d", PeerScheme(e), podName, PeerServiceDomain(e), PeerPort(e))
+}
+
+// SameURLs reports whether a and b list the same URLs, in any order: how
+// etcd tells a member by its peer URLs, and how the API server's CEL
+// compares two lists of x-kubernetes-list-type=set (self == oldSelf).
+func SameURLs(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
 }

@@ -6,7 +6,6 @@ import (
 	"slices"
 
 	druidv1alpha1 "github.com/gardener/etcd-druid/api/core/v1alpha1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
@@ -102,15 +101,7 @@ func observedMember(e *v1alpha1.Etcd, name string) *v1alpha1.ObservedMember {
 // none of the source's additional peer URLs or bootstrap. druid-stretch's
 // fields stay unset. Fill it with JoinDestinationPeers before creating it.
 func NewJoiningDestination(src *v1alpha1.Etcd, prefix string) *v1alpha1.Etcd {
-	dst := &v1alpha1.Etcd{
-		TypeMeta: src.TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{
-			Name: src.Name, Namespace: src.Namespace,
-			Labels: src.Labels, Annotations: src.Annotations,
-		},
-	}
-	dst.ObjectMeta = *dst.ObjectMeta.DeepCopy()
-	dst.Spec.EtcdSpec = *src.Spec.EtcdSpec.DeepCopy()
+	dst := destinationOf(src)
 	dst.Spec.MemberNamePrefix = &prefix
 	dst.Spec.Etcd.AdditionalAdvertisePeerURLs = nil
 	dst.Spec.Etcd.BootstrapWithExistingCluster = nil

@@ -175,6 +175,14 @@ func advertised(e *v1alpha1.Etcd) []druidv1alpha1.MemberPeerURLs {
 // destination must not overlap, so that member names stay unique; a
 // different spec.memberNamePrefix achieves the same.
 func NewDestination(src *v1alpha1.Etcd, ordinalStart int32) *v1alpha1.Etcd {
+	dst := destinationOf(src)
+	dst.Spec.OrdinalStart = &ordinalStart
+	return dst
+}
+
+// destinationOf is an Etcd of src's name, namespace, labels, annotations
+// and druid spec, without status or druid-stretch's fields.
+func destinationOf(src *v1alpha1.Etcd) *v1alpha1.Etcd {
 	dst := &v1alpha1.Etcd{
 		TypeMeta: src.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{
@@ -184,7 +192,6 @@ func NewDestination(src *v1alpha1.Etcd, ordinalStart int32) *v1alpha1.Etcd {
 	}
 	dst.ObjectMeta = *dst.ObjectMeta.DeepCopy()
 	dst.Spec.EtcdSpec = *src.Spec.EtcdSpec.DeepCopy()
-	dst.Spec.OrdinalStart = &ordinalStart
 	return dst
 }
 

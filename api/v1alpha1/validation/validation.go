@@ -9,7 +9,6 @@ package validation
 import (
 	"fmt"
 	"regexp"
-	"slices"
 	"strings"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -324,7 +323,7 @@ func ValidateUpdateRules(newE, oldE *v1alpha1.Etcd) field.ErrorList {
 	}
 	for i, m := range newE.Spec.ExternalMembers {
 		old, ok := oldE.Spec.ExternalMember(m.Name)
-		if !ok || sameSet(m.PeerURLs, old.PeerURLs) {
+		if !ok || members.SameURLs(m.PeerURLs, old.PeerURLs) {
 			continue
 		}
 		errs = append(errs, field.Invalid(spec.Child("externalMembers").Index(i).Child("peerURLs"), m.PeerURLs, fmt.Sprintf(
@@ -332,19 +331,4 @@ func ValidateUpdateRules(newE, oldE *v1alpha1.Etcd) field.ErrorList {
 			m.Name, old.PeerURLs)))
 	}
 	return errs
-}
-
-// sameSet compares lists as the apiserver's CEL compares
-// x-kubernetes-list-type=set lists (self.peerURLs == oldSelf.peerURLs): same
-// length, and every old element is in the new list; order does not matter.
-func sameSet(newList, oldList []string) bool {
-	if len(newList) != len(oldList) {
-		return false
-	}
-	for _, u := range oldList {
-		if !slices.Contains(newList, u) {
-			return false
-		}
-	}
-	return true
 }
