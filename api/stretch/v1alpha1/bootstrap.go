@@ -19,6 +19,7 @@ import (
 // status.bootstrapWithExistingCluster once the join is done; gardenlet
 // unsets the spec field when the source's members are to go. No field of
 // druid-stretch's is needed for that move: the View reads these.
+// +kubebuilder:object:generate=false
 type Bootstrap struct {
 	// Members are the source's members, with the peer URLs etcd knows them by.
 	Members []v1alpha1.ExternalMember
