@@ -261,7 +261,8 @@ func printReport(cmd *cobra.Command, m *migration.Mover, output string, dryRun, 
 	if err != nil {
 		return err
 	}
-	r := moveReport{Phase: string(p), Explanation: move.Explain(src, dst), NextStep: string(p.Step()), DryRun: dryRun,
+	phase, why, next := m.Where(src, dst)
+	r := moveReport{Phase: phase, Explanation: why, NextStep: next, DryRun: dryRun,
 		Source: sideReportOf(src), Destination: sideReportOf(dst)}
 	if dryRun {
 		steps := migration.Remaining(p, m.ClientSwitch())

@@ -167,6 +167,11 @@ func TestMigrateCommand(t *testing.T) {
 	_, err = run(append(base, "--gep39", "--destination-member-name-prefix", "seed-b", "--source-client-endpoints", "https://c:2379", "--abort")...)
 	g.Expect(err).To(MatchError(ContainSubstring("--gep39 runs GEP-39's stages forward only")))
 	g.Expect(exitCode(err)).To(Equal(ExitUsage))
+	// --status of a GEP-39 move names its stage, not druid-stretch's phase.
+	out, err = run(append(base, "--gep39", "--destination-member-name-prefix", "seed-b", "--source-client-endpoints", "https://c:2379", "--status")...)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(HavePrefix("SourceEtcdPreparedForPeerJoin: "))
+	g.Expect(out).To(ContainSubstring("next step: SourceEtcdPreparedForPeerJoin"))
 	unchanged(got, "a refused call writes nothing")
 
 	// Two contexts of one kubeconfig, as kubectl takes them.

@@ -262,6 +262,22 @@ func (m *Mover) Abort(ctx context.Context) error {
 	return m.run(ctx, move.StepAbort, src, dst, m.abort)
 }
 
+// Where says where the move of src to dst stands, as --status prints it:
+// the phase, why (move.Explain), and the step that leads out of it; for a
+// GEP-39 move the stage under way or next is both phase and step
+// (move.StageOf), "Completed" once none is left.
+func (m *Mover) Where(src, dst *v1alpha1.Etcd) (phase, why, next string) {
+	if m.o.GEP39 != nil {
+		stage, _ := move.StageOf(src, dst)
+		if stage == "" {
+			return string(move.PhaseCompleted), m.explain(src, dst), ""
+		}
+		return string(stage), m.explain(src, dst), string(stage)
+	}
+	p := move.Phase(src, dst)
+	return string(p), move.Explain(src, dst), string(p.Step())
+}
+
 // explain says where the move stands: move.Explain, or for a GEP-39 move
 // its stage (move.StageOf).
 func (m *Mover) explain(src, dst *v1alpha1.Etcd) string {
