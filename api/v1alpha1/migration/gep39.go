@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	druidv1alpha1 "github.com/gardener/etcd-druid/api/core/v1alpha1"
 
@@ -133,7 +134,8 @@ func JoinDestinationPeers(dst, src *v1alpha1.Etcd, replicas int32, clientEndpoin
 
 // BootstrapFrom is spec.etcd.bootstrapWithExistingCluster for joining
 // src's cluster: src's own members, each with the peer URLs etcd knows it
-// by (src's controller's last observation), and clientEndpoints. Before
+// by (src's controller's last observation), sorted by name, and
+// clientEndpoints. Before
 // src's controller has observed all of its members, it is an error.
 func BootstrapFrom(src *v1alpha1.Etcd, clientEndpoints []string) (*druidv1alpha1.BootstrapWithExistingCluster, error) {
 	if len(clientEndpoints) == 0 {
@@ -149,6 +151,9 @@ func BootstrapFrom(src *v1alpha1.Etcd, clientEndpoints []string) (*druidv1alpha1
 		}
 		b.Members = append(b.Members, druidv1alpha1.BootstrapExistingMember{Name: m.Name, PeerURLs: slices.Clone(m.PeerURLs)})
 	}
+	// By name: the same source gives the same field, whatever order the
+	// controller observed its members in.
+	slices.SortFunc(b.Members, func(x, y druidv1alpha1.BootstrapExistingMember) int { return strings.Compare(x.Name, y.Name) })
 	if len(b.Members) != int(src.Spec.Replicas) {
 		return nil, fmt.Errorf("migration: the source's controller observed %d of its %d members: wait until it has observed them all", len(b.Members), src.Spec.Replicas)
 	}
