@@ -287,10 +287,13 @@ func Environment(opts ...EnvironmentOption) (*envtest.Environment, error) {
 		crds = append(crds, ext)
 	}
 	env := &envtest.Environment{
-		BinaryAssetsDirectory: assets,
-		CRDs:                  crds,
-		CRDDirectoryPaths:     []string{filepath.Join(root, "charts", "druid-stretch", "crds")},
-		ErrorIfCRDPathMissing: true,
+		// envtest's default of 20 s is too short for a kube-apiserver
+		// started while the real-site tests load both cores.
+		ControlPlaneStartTimeout: 2 * time.Minute,
+		BinaryAssetsDirectory:    assets,
+		CRDs:                     crds,
+		CRDDirectoryPaths:        []string{filepath.Join(root, "charts", "druid-stretch", "crds")},
+		ErrorIfCRDPathMissing:    true,
 	}
 	setpriv, err := exec.LookPath("setpriv")
 	if err != nil {
