@@ -133,9 +133,15 @@ func stretchedEtcd(t *testing.T, s *Site, a *v1alpha1.Etcd) {
 	// backup-restore of b's pods took no membership action: it sized the
 	// cluster at one member, so neither its scale-up path nor its
 	// promotion ran.
+	// It reaches its leader election only after its own checks of etcd,
+	// which back off while the learner starts, so its log is read until
+	// it gets there.
 	for _, p := range etcdPods(t, s, b) {
-		log := containerLogs(t, s, p, "backup-restore")
-		g.Expect(log).To(ContainSubstring("Starting leaderElection"), "backup-restore of %s ran its leader election, where it would promote", p.Name)
+		var log string
+		g.Eventually(func() string {
+			log = containerLogs(t, s, p, "backup-restore")
+			return log
+		}).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(ContainSubstring("Starting leaderElection"), "backup-restore of %s ran its leader election, where it would promote", p.Name)
 		for _, action := range []string{
 			"Checking whether etcd cluster is marked for scale-up", // its scale-up path
 			"to cluster as a learner",                              // its learner add
