@@ -26,6 +26,13 @@ import (
 // HTTP and lets every caller mutate (the refusal tests cover TLS).
 func gatedSidecar(t *testing.T, c *etcdtest.Cluster, m *localetcd.Member) (*sidecar.Client, *clientgate.Gate, string) {
 	t.Helper()
+	sc, _, gate, gateURL := gatedServer(t, c, m)
+	return sc, gate, gateURL
+}
+
+// gatedServer is gatedSidecar with the sidecar's Server itself.
+func gatedServer(t *testing.T, c *etcdtest.Cluster, m *localetcd.Member) (*sidecar.Client, *sidecar.Server, *clientgate.Gate, string) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +73,7 @@ func gatedSidecar(t *testing.T, c *etcdtest.Cluster, m *localetcd.Member) (*side
 		_ = gate.Close()
 		<-served
 	})
-	return sidecar.NewClient(hs.URL, nil), gate, "https://" + l.Addr().String()
+	return sidecar.NewClient(hs.URL, nil), srv, gate, "https://" + l.Addr().String()
 }
 
 // etcdClientT is an etcd client of c's members at url, closed with the test.

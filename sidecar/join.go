@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,8 +10,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/druid-stretch/druid-stretch/internal/etcdconfig"
 )
@@ -127,6 +132,8 @@ type joiner struct {
 
 	mu    sync.Mutex
 	state string // the wrapper's initialisation state
+	// peerURLsChecked: advertisePeerURLs ran (once per process).
+	peerURLsChecked bool
 }
 
 func newJoiner(cfg Joining) (*joiner, error) {
@@ -166,7 +173,8 @@ func (s *Server) joinRoutes(mux *http.ServeMux) {
 		w.WriteHeader(http.StatusOK)
 		_, _ = io.WriteString(w, state)
 	})
-	mux.HandleFunc("GET /config", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /config", func(w http.ResponseWriter, r *http.Request) {
+		s.advertisePeerURLs(r.Context())
 		b, err := j.config()
 		if err != nil {
 			var apiErr *Error
@@ -339,4 +347,67 @@ func walExists(dataDir string) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// peerURLUpdateTimeout bounds advertisePeerURLs, which runs once per
+// sidecar process: etcd-wrapper waits for /config that long at most, and
+// the member stays down meanwhile. A cluster that answers does so within
+// a round trip between the sites; one that does not (its client Service
+// has no serving gate, late in a move) leaves the update to backup-restore.
+const peerURLUpdateTimeout = 2 * time.Second
+
+// advertisePeerURLs makes etcd know a member that has data by every peer
+// URL it advertises now (druid's configuration with the Etcd's additional
+// peer URLs, as resolved for this member), before etcd-wrapper starts it.
+// etcd takes a member's peer URLs from its member list, never from its
+// configuration, so URLs added to a running Etcd (GEP-39's first stage
+// gives the source its additional peer URLs, and druid rolls its pods)
+// reach the other members only by a member update. backup-restore makes
+// that update once etcd runs and then restarts etcd through etcd-wrapper,
+// under a client gate that still carries calls; made here, before etcd
+// starts, it finds nothing left to change and etcd starts once. The rule
+// is backup-restore's: update only when an advertised URL is missing, and
+// then to exactly the advertised ones. It is a change of addresses, not of
+// voters, so it needs no admission; when the cluster does not answer, etcd
+// starts all the same and backup-restore's own update remains.
+func (s *Server) advertisePeerURLs(ctx context.Context) {
+	j := s.joiner
+	j.mu.Lock()
+	checked := j.peerURLsChecked
+	j.peerURLsChecked = true
+	j.mu.Unlock()
+	if checked {
+		return
+	}
+	if hasData, err := walExists(j.file.DataDir()); err != nil || !hasData {
+		return
+	}
+	s.mu.Lock()
+	peers := s.peers
+	s.mu.Unlock()
+	if peers == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, peerURLUpdateTimeout)
+	defer cancel()
+	// Serializable: any member that answers knows the peer URLs.
+	list, err := peers.MemberList(ctx, clientv3.WithSerializable())
+	if err != nil {
+		s.log.Info("could not check the peer URLs etcd knows this member by; backup-restore checks them once etcd runs", "member", j.self.Name, "error", err.Error())
+		return
+	}
+	for _, m := range list.Members {
+		if m.Name != j.self.Name {
+			continue
+		}
+		if !slices.ContainsFunc(j.self.PeerURLs, func(u string) bool { return !slices.Contains(m.PeerURLs, u) }) {
+			return
+		}
+		if _, err := peers.MemberUpdate(ctx, m.ID, j.self.PeerURLs); err != nil {
+			s.log.Info("could not update the peer URLs etcd knows this member by; backup-restore updates them once etcd runs", "member", j.self.Name, "known", m.PeerURLs, "advertised", j.self.PeerURLs, "error", err.Error())
+			return
+		}
+		s.log.Info("etcd knows this member by the peer URLs it advertises now", "member", j.self.Name, "was", m.PeerURLs, "now", j.self.PeerURLs)
+		return
+	}
 }

@@ -225,6 +225,9 @@ type Server struct {
 	background  context.Context
 	stopPolling context.CancelFunc
 	pollingDone chan struct{}
+	// watchers are the goroutines that watch etcd until background ends
+	// (handoff.go).
+	watchers sync.WaitGroup
 }
 
 // tombstoneLease is the lease this sidecar attaches its tombstones to.
@@ -292,6 +295,10 @@ func New(cfg Config) (*Server, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.background, s.stopPolling, s.pollingDone = ctx, cancel, make(chan struct{})
 	go s.pollHealth(ctx)
+	if cfg.ClientGate != nil {
+		s.watchers.Add(1)
+		go func() { defer s.watchers.Done(); s.watchHandoffs(ctx) }()
+	}
 	return s, nil
 }
 
@@ -318,6 +325,7 @@ func (s *Server) Close() error {
 	s.recordsClosing.Wait()
 	s.stopPolling()
 	<-s.pollingDone
+	s.watchers.Wait()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	errs := []error{s.local.Close()}

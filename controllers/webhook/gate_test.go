@@ -2,13 +2,16 @@ package webhook
 
 import (
 	"testing"
+	"time"
 
 	druidv1alpha1 "github.com/gardener/etcd-druid/api/core/v1alpha1"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/internal/clientgate"
 )
 
 // With a client gate backend port, the sidecar of a plain-HTTP Etcd serves
@@ -135,4 +138,53 @@ func TestEtcdMaxLearnersFlag(t *testing.T) {
 	g.Expect(args(o)).To(Equal(append(one, "--etcd-max-learners=3")))
 	o.EtcdMaxLearners = -1
 	g.Expect(o.validate()).To(MatchError(ContainSubstring("--max-learners")))
+}
+
+// druid's etcd container stops only after the sidecar drained its client
+// gate: its preStop hook sleeps EtcdStopDelay, which is longer than the
+// drain's bound. A longer sleep and a hook of another kind are kept, and
+// admitting the result again changes nothing.
+func TestEtcdStopWaitsForTheGateDrain(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(EtcdStopDelay).To(BeNumerically(">", clientgate.StopDrainTimeout))
+	e := &v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Name: "etcd-main", Namespace: "ns"},
+		Spec: v1alpha1.EtcdSpec{EtcdSpec: druidv1alpha1.EtcdSpec{Replicas: 3}}}
+	o := Options{SidecarImage: "registry.example/druid-stretch:test", SidecarPort: DefaultSidecarPort}
+	admit := func(hook *corev1.LifecycleHandler) *corev1.PodSpec {
+		sc, _ := sidecarContainer(e, o)
+		etcd := corev1.Container{Name: containerEtcd, Args: []string{"start-etcd", backupRestoreHostPortFlag + "etcd-main-local:8080"},
+			VolumeMounts: []corev1.VolumeMount{{Name: "etcd-main", MountPath: mountEtcdData}}}
+		if hook != nil {
+			etcd.Lifecycle = &corev1.Lifecycle{PreStop: hook}
+		}
+		p := &corev1.PodSpec{Containers: []corev1.Container{etcd,
+			{Name: containerBackupRestore, VolumeMounts: []corev1.VolumeMount{{Name: "etcd-config-file", MountPath: mountEtcdConfig}}},
+			sc,
+		}}
+		g.Expect(interposeSidecar(p, e, o)).To(Succeed())
+		return p
+	}
+	preStop := func(p *corev1.PodSpec, name string) *corev1.LifecycleHandler {
+		c := container(p, name)
+		if c.Lifecycle == nil {
+			return nil
+		}
+		return c.Lifecycle.PreStop
+	}
+	sleep := func(s int64) *corev1.LifecycleHandler {
+		return &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: s}}
+	}
+
+	p := admit(nil)
+	g.Expect(preStop(p, containerEtcd)).To(Equal(sleep(int64(EtcdStopDelay / time.Second))))
+	g.Expect(preStop(p, SidecarContainerName)).To(BeNil(), "the sidecar starts its drain at once")
+	g.Expect(preStop(p, containerBackupRestore)).To(BeNil())
+	etcd := container(p, containerEtcd).DeepCopy()
+	delayEtcdStop(container(p, containerEtcd))
+	g.Expect(container(p, containerEtcd)).To(Equal(etcd), "a second admission changes nothing")
+
+	g.Expect(preStop(admit(sleep(1)), containerEtcd)).To(Equal(sleep(int64(EtcdStopDelay/time.Second))), "a shorter sleep is raised")
+	g.Expect(preStop(admit(sleep(20)), containerEtcd)).To(Equal(sleep(20)), "a longer sleep is kept")
+	http := &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/drain", Port: intstr.FromInt32(9095)}}
+	g.Expect(preStop(admit(http.DeepCopy()), containerEtcd)).To(Equal(http), "a hook of another kind is kept")
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	druidv1alpha1 "github.com/gardener/etcd-druid/api/core/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +15,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/peerurls"
+	"github.com/druid-stretch/druid-stretch/internal/clientgate"
 	"github.com/druid-stretch/druid-stretch/internal/etcdconfig"
 )
 
@@ -112,6 +114,7 @@ func interposeSidecar(pod *corev1.PodSpec, e *v1alpha1.Etcd, o Options) error {
 	}
 	pod.InitContainers = setContainer(pod.InitContainers, init)
 
+	delayEtcdStop(etcd)
 	ownServiceEndpoint(br)
 	br.Env = setEnv(br.Env, corev1.EnvVar{Name: envBackupRestoreConfig, Value: backupRestoreConfigFile})
 	br.VolumeMounts = setMount(br.VolumeMounts, corev1.VolumeMount{Name: volumeBackupRestoreConfig, MountPath: mountBackupRestoreConfig, ReadOnly: true})
@@ -120,6 +123,31 @@ func interposeSidecar(pod *corev1.PodSpec, e *v1alpha1.Etcd, o Options) error {
 			VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 	}
 	return nil
+}
+
+// EtcdStopDelay is how long etcd's container waits, once its pod is
+// deleted, before kubelet sends it SIGTERM: the sidecar, stopped at once,
+// drains its client gate within clientgate.StopDrainTimeout, and one more
+// second lets the calls that drain waits for end on a running etcd. Without
+// it etcd stops beside a gate still carrying calls, and each of them fails
+// with a broken connection that kube-apiserver's etcd client does not
+// retry (a roll of druid's pods failed a shoot's request that way).
+const EtcdStopDelay = clientgate.StopDrainTimeout + time.Second
+
+// delayEtcdStop gives druid's etcd container a preStop sleep of at least
+// EtcdStopDelay. A container has one preStop hook: a longer sleep is kept,
+// and so is a hook of another kind, which delays etcd's stop its own way.
+func delayEtcdStop(etcd *corev1.Container) {
+	seconds := int64(EtcdStopDelay / time.Second)
+	if etcd.Lifecycle == nil {
+		etcd.Lifecycle = &corev1.Lifecycle{}
+	}
+	switch hook := etcd.Lifecycle.PreStop; {
+	case hook == nil:
+		etcd.Lifecycle.PreStop = &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: seconds}}
+	case hook.Sleep != nil:
+		hook.Sleep.Seconds = max(hook.Sleep.Seconds, seconds)
+	}
 }
 
 // serviceEndpointsFlag is backup-restore's list of the endpoints it reaches

@@ -338,6 +338,7 @@ func withWindow(spec appsv1.StatefulSetSpec, start, replicas int32, sidecar core
 	pod := &out.Template.Spec
 	etcdName := pod.HostAliases[0].Hostnames[0] // <etcd>-local
 	pod.Containers[0].Args[1] = "--backup-restore-host-port=" + etcdName + ":8090"
+	pod.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 6}}}
 	br := &pod.Containers[1]
 	br.Env = append(br.Env, corev1.EnvVar{Name: "ETCD_CONF", Value: "/var/druid-stretch/backup-restore/etcd.conf.yaml"})
 	br.VolumeMounts = append(br.VolumeMounts, corev1.VolumeMount{Name: "druid-stretch-backup-restore-config", MountPath: "/var/druid-stretch/backup-restore", ReadOnly: true})

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -104,7 +105,8 @@ membership change one whose identity --allowed-client lists. Plain HTTP
 			if err != nil {
 				return err
 			}
-			defer stopGate()
+			var stopOnce sync.Once
+			defer stopOnce.Do(stopGate)
 			srv, err := sidecar.New(sidecar.Config{
 				ClientGate:                   g,
 				Endpoints:                    endpoints,
@@ -124,7 +126,36 @@ membership change one whose identity --allowed-client lists. Plain HTTP
 				return fmt.Errorf("listening on %s: %w", listenAddress, err)
 			}
 			log.Info("sidecar serving", "address", l.Addr().String(), "tls", serverTLS != nil, "endpoints", endpoints)
-			return srv.Serve(cmd.Context(), l, serverTLS)
+			// The pod ends (SIGTERM; etcd's own SIGTERM comes after its
+			// preStop sleep): at once, while the API server shuts down, a
+			// leading member hands leadership over with every gate held,
+			// and the gate sends its own clients away.
+			serving, stopServing := context.WithCancel(cmd.Context())
+			defer stopServing()
+			ended := make(chan struct{})
+			go func() {
+				defer close(ended)
+				<-serving.Done()
+				if cmd.Context().Err() == nil {
+					return // Serve failed; no SIGTERM
+				}
+				var handoff sync.WaitGroup
+				handoff.Add(1)
+				go func() {
+					defer handoff.Done()
+					ctx, cancel := context.WithTimeout(context.Background(), clientgate.StopDrainTimeout)
+					defer cancel()
+					if _, err := srv.HandOffLeadership(ctx); err != nil {
+						log.Info("handing leadership over before etcd stops failed; etcd hands it over by itself", "error", err.Error())
+					}
+				}()
+				stopOnce.Do(stopGate)
+				handoff.Wait()
+			}()
+			err = srv.Serve(serving, l, serverTLS)
+			stopServing()
+			<-ended
+			return err
 		},
 	}
 	f := cmd.Flags()
@@ -290,7 +321,7 @@ func (g *gateFlags) start(backendTLS *tls.Config, log logr.Logger) (*clientgate.
 	return gate, func() {
 		// The pod ends (SIGTERM): its clients go to other members with
 		// their calls answered, as at a drain, instead of losing them.
-		ctx, cancel := context.WithTimeout(context.Background(), gateStopTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), clientgate.StopDrainTimeout)
 		defer cancel()
 		if err := gate.Drain(ctx); err != nil {
 			log.Info("sending the clients away at the end", "error", err.Error())
@@ -299,7 +330,3 @@ func (g *gateFlags) start(backendTLS *tls.Config, log logr.Logger) (*clientgate.
 		<-done
 	}, nil
 }
-
-// gateStopTimeout bounds the drain of the gate when the sidecar stops:
-// within the pod's termination grace period.
-const gateStopTimeout = 5 * time.Second

@@ -510,6 +510,12 @@ func (g *Gate) InFlight() int {
 	return g.inFlight
 }
 
+// StopDrainTimeout bounds the drain of a gate whose pod ends (the
+// sidecar's SIGTERM): within the pod's termination grace period. The
+// webhook delays etcd's own stop by a preStop hook at least this long, so
+// that the calls still in flight through the gate end before etcd does.
+const StopDrainTimeout = 5 * time.Second
+
 // closeGrace bounds how long a drain waits, after its last call ended, for
 // the clients to close their connections (they got GOAWAY) before the gate
 // closes them: a connection left then carries no call.

@@ -528,8 +528,9 @@ func (c *container) setTerminated(code int, reason, message string) {
 	c.r.publish()
 }
 
-// kill ends the container's process group: SIGTERM, then SIGKILL after
-// grace.
+// kill ends the container's process group as kubelet does: its preStop
+// hook, then SIGTERM, then SIGKILL once grace (counted from the hook's
+// start) has passed.
 func (c *container) kill(grace time.Duration) {
 	c.r.mu.Lock()
 	cmd, exited := c.cmd, c.exited
@@ -542,6 +543,7 @@ func (c *container) kill(grace time.Duration) {
 		return
 	default:
 	}
+	grace = c.preStop(grace, exited)
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
 	select {
 	case <-exited:
@@ -550,6 +552,34 @@ func (c *container) kill(grace time.Duration) {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-exited
 	}
+}
+
+// minimumGrace is what kubelet leaves a container between SIGTERM and
+// SIGKILL when its preStop hook used up the grace period (kubelet's
+// minimumGracePeriodInSeconds).
+const minimumGrace = 2 * time.Second
+
+// preStop runs the container's preStop hook and returns the grace left for
+// the stop that follows. The stand-in runs the sleep action only: an
+// HTTP or exec hook needs a kubelet's prober or runtime, and is skipped
+// with a log line (none of the site's pods has one).
+func (c *container) preStop(grace time.Duration, exited <-chan struct{}) time.Duration {
+	if c.spec.Lifecycle == nil || c.spec.Lifecycle.PreStop == nil {
+		return grace
+	}
+	hook := c.spec.Lifecycle.PreStop
+	if hook.Sleep == nil {
+		c.log.Info("the stand-in runs only the sleep action of a preStop hook; this one is skipped")
+		return grace
+	}
+	d := min(time.Duration(hook.Sleep.Seconds)*time.Second, grace)
+	c.log.Info("running the preStop hook", "sleep", d)
+	began := time.Now()
+	select {
+	case <-exited:
+	case <-time.After(d):
+	}
+	return max(grace-time.Since(began), minimumGrace)
 }
 
 // command builds the sandboxed process of the container.

@@ -1,6 +1,7 @@
 package site
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,12 +10,15 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/controllers/webhook"
 	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 )
 
 // TestGEP39MoveBetweenRealSites is the live move as GEP-39 makes it:
 // the adapter writes druid's own fields only, stage by stage
-// (SourceEtcdPreparedForPeerJoin, DestinationEtcdPeersJoined with replicas
+// (SourceEtcdPreparedForPeerJoin on a running source that advertised no
+// additional peer URLs, so druid rolls its pods under the shoot's traffic
+// and etcd learns their new URLs; DestinationEtcdPeersJoined with replicas
 // 2 then 3, the clients switched, EtcdMigrationComplete,
 // SourceSeedCleanup). B's Etcd has the same name and namespace as A's,
 // spec.memberNamePrefix site-b and ordinals from 0, so druid gives B's
@@ -88,10 +92,30 @@ func TestGEP39MoveBetweenRealSites(t *testing.T) {
 	tie, ties := history.LongestTie(onB)
 	t.Logf("polls saw the voters tied %d time(s), the longest for %s; the controllers measured %d tie(s), %.3f s in all", ties, tie, run.Ties, run.TieSeconds)
 	g.Expect(ties).To(BeNumerically("<=", 1), "one tie at most")
+	g.Expect(run.Ties).To(BeNumerically(">=", 1), "the controllers measured the tie the promotion with the first removal makes")
 	g.Expect(tie).To(BeNumerically("<", time.Second))
 	g.Expect(run.TiesUnderOneSecond).To(Equal(run.Ties), "every tie lasted under a second")
 	g.Expect(run.EtcdCrashes).To(BeEmpty(), "etcd panics or fatal exits")
 	expectCompactionDuringMove(t, run, a)
+	// The source's roll at SourceEtcdPreparedForPeerJoin: each pod ran
+	// again; its sidecar gave etcd the new peer URLs before etcd started,
+	// so backup-restore had nothing to update (and restarted no etcd under
+	// a gate); no stopped etcd had leadership left to hand over by itself
+	// (a leader's sidecar handed it over, gates held, first).
+	for i := range MoveReplicas {
+		pod := fmt.Sprintf("%s-%d", MoveEtcdName, i)
+		etcdLog, runs, err := a.ContainerLogs(moveNamespace, pod, "etcd")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(runs).To(BeNumerically(">=", 2), "druid rolled pod %s", pod)
+		g.Expect(strings.Count(etcdLog, "skipped leadership transfer; local server is not leader")).To(BeNumerically(">=", runs-1),
+			"every stop of %s's etcd found it a follower", pod)
+		sidecarLog, _, err := a.ContainerLogs(moveNamespace, pod, webhook.SidecarContainerName)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(sidecarLog).To(ContainSubstring("etcd knows this member by the peer URLs it advertises now"), "the sidecar of %s updated its peer URLs", pod)
+		brLog, _, err := a.ContainerLogs(moveNamespace, pod, "backup-restore")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(brLog).NotTo(ContainSubstring("Etcd member peerURLs found to be changed"), "backup-restore of %s found nothing to update", pod)
+	}
 	dstEtcd := &v1alpha1.Etcd{}
 	dstEtcd.Namespace, dstEtcd.Name = moveNamespace, MoveEtcdName
 	for _, p := range etcdPods(t, b, dstEtcd) {

@@ -194,8 +194,10 @@ func (m *LiveMove) printf(format string, args ...any) {
 // gardenlet does, and recording druid's compaction Jobs of the move's
 // namespace in both (each until the end of Run), creates the source Etcd
 // in A with druid's own type, advertising its members' names under A's
-// external domain, opts it in to druid-stretch with an EtcdMembership, and
-// waits until druid reports it Ready and druid-stretch sees its voters.
+// external domain (in a GEP-39 move it advertises none: the move's first
+// stage adds them), opts it in to druid-stretch with an EtcdMembership,
+// and waits until druid reports it Ready and druid-stretch sees its
+// voters.
 func (m *LiveMove) CreateSource(ctx context.Context) error {
 	for _, s := range []*Site{m.A, m.B} {
 		d, err := s.DeployDruidCRDs(ctx, DruidCRDPeriod)
@@ -215,6 +217,11 @@ func (m *LiveMove) CreateSource(ctx context.Context) error {
 		return fmt.Errorf("creating the source's EtcdMembership: %w", err)
 	}
 	if _, err := m.A.CreateEtcd(ctx, MoveNamespace, func(o *unstructured.Unstructured) error {
+		if m.opts.GEP39 {
+			// A running Etcd as a seed has it: GEP-39's first stage gives
+			// it the additional peer URLs, and druid rolls its pods.
+			return nil
+		}
 		return unstructured.SetNestedSlice(o.Object, ExternalPeerURLs(MoveEtcdName, MoveReplicas, sourceDomain), "spec", "etcd", "additionalAdvertisePeerURLs")
 	}); err != nil {
 		return err
