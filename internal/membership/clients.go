@@ -17,10 +17,18 @@ import (
 const ReasonDrainFailed = "ClientDrainFailed"
 
 // LeaderTransferHold is how long the members' gates hold new calls for a
-// leader transfer at most: MoveLeader takes 0.2 s within a site and 0.6 s
-// across sites at 180 ms RTT, and the hold is released as soon as it
-// answers.
-const LeaderTransferHold = 2 * time.Second
+// leader transfer at most. MoveLeader takes 0.2 s within a site and 0.6 s
+// across sites at 180 ms RTT, and each hold ends as soon as its member sees
+// the new leader, or when the controller releases it once MoveLeader
+// answered; the ceiling only bounds the stall of a controller that dies in
+// between. It is the sidecar's largest: on a busy machine the transfer
+// began 1.4 s after the holds, and a 2 s ceiling ran out while it ran (the
+// calls it let through were dropped, "raft proposal dropped").
+const LeaderTransferHold = sidecar.MaxClientHold
+
+// holdCallTimeout bounds a hold call: a gate that has not answered by then
+// is left, since the transfer waits for every answer.
+const holdCallTimeout = 2 * time.Second
 
 // drainTimeout bounds a drain: the calls in flight at the member and a
 // second for its clients to leave. A sidecar that takes longer counts as
@@ -269,10 +277,7 @@ func (c *Cluster) hold(ctx context.Context, endpoints []Endpoint, transferee str
 		go func() {
 			defer wg.Done()
 			cl := c.client(e.URL)
-			// A gate that has not answered by the time the hold would have
-			// ended by itself is of no use to the transfer, which waits
-			// for this answer.
-			callCtx, cancel := context.WithTimeout(ctx, min(c.cfg.CallTimeout, LeaderTransferHold))
+			callCtx, cancel := context.WithTimeout(ctx, min(c.cfg.CallTimeout, holdCallTimeout))
 			defer cancel()
 			_, err := cl.HoldClients(callCtx, sidecar.ClientHold{Seconds: LeaderTransferHold.Seconds(), UntilLeader: transferee},
 				sidecar.CallOptions{LockHolder: c.cfg.Holder})

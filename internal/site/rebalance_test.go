@@ -23,7 +23,6 @@ import (
 	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
 	"github.com/druid-stretch/druid-stretch/internal/apiload"
 	"github.com/druid-stretch/druid-stretch/internal/etcdview"
-	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/workload"
 )
 
@@ -272,9 +271,10 @@ func TestRebalanceBetweenNodeGroups(t *testing.T) {
 	// the transfer's hold ends in well under a second (0.09-0.10 s write
 	// gaps on an idle machine); a CI machine running the other packages
 	// beside this one once stretched it to 1.02 s, so the gap is bounded
-	// by what the gates hold at most instead: a longer gap is a stall the
-	// hold does not explain.
-	expectKubeAPIServers(t, api, s, map[string]time.Duration{shoot.Name: membership.LeaderTransferHold})
+	// by 2 s instead: a longer gap is a stall a transfer within one site
+	// does not explain (the gates' ceiling, membership.LeaderTransferHold,
+	// is for a controller that dies mid-transfer).
+	expectKubeAPIServers(t, api, s, map[string]time.Duration{shoot.Name: 2 * time.Second})
 
 	history.Stop()
 	expectInterleavedMove(t, history, appliedConfChanges(t, s, ns, "etcd-main-3"), "an old member", false)
