@@ -51,7 +51,7 @@ SLOW_PACKAGES := ./test/e2e ./internal/site ./controllers/membership
 
 test: test-binaries lint verify-generate ## every test, on real etcd and a real kube-apiserver
 	for m in $(NESTED_MODULES); do $(GO) -C $$m test -count=1 ./... || exit 1; done
-	$(GO) test -count=1 -timeout 45m $(SLOW_PACKAGES) $$($(GO) list ./... | grep -v -e '/test/e2e$$' -e '/internal/site$$' -e '/controllers/membership$$')
+	$(GO) test -count=1 -timeout 55m $(SLOW_PACKAGES) $$($(GO) list ./... | grep -v -e '/test/e2e$$' -e '/internal/site$$' -e '/controllers/membership$$')
 
 # Two lanes: two moves at a time, each in two clusters of its own. -v
 # streams each run's log as it goes: without it a failed run's messages
