@@ -136,7 +136,8 @@ var podDeletionRows = []struct {
 // cause README's known limits name: the planner removes a departing voter
 // whose pod is only being recreated, below the target voters, when no
 // learner of ours is ready to be promoted first (etcd refuses a learner's
-// add while a voter is down).
+// add while one of three voters is down: it counts the new member as
+// down too and wants a quorum of the four connected).
 func TestLiveMoveSurvivesPodDeletion(t *testing.T) {
 	if *podDeletionSet == "off" {
 		t.Skip("a fault lane: run with -args -pod-deletions=representative or =full (make fault-matrix)")
