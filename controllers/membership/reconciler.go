@@ -89,6 +89,11 @@ type Options struct {
 	// EndpointSlice of their in-cluster peer names (syncPeerNames; default
 	// net.DefaultResolver.LookupHost, the controller pod's cluster DNS).
 	LookupHost func(ctx context.Context, host string) ([]string, error)
+	// ManagedNamespaces opts in every Etcd of the namespaces it matches
+	// (--manage-etcds-in-namespaces): one without an EtcdMembership gets
+	// one with ordinalStart 0, so that gardenlet's Etcds need no object of
+	// druid-stretch's for a live move. The webhook needs the same selector.
+	ManagedNamespaces etcdview.NamespaceOptIn
 	// AfterStepSent is a failpoint for fault-injection tests: when set, it is
 	// called once a change's sidecar call returned, before anything is
 	// reported. Returning true ends the reconcile as if the process died
@@ -222,6 +227,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		}
 		return ctrl.Result{}, err
 	}
+	if err := r.opts.ManagedNamespaces.Apply(ctx, r.reader, p); err != nil {
+		return ctrl.Result{}, err
+	}
 	e := p.View
 	if !e.DeletionTimestamp.IsZero() {
 		// druid tears the cluster down; removing members one by one first
@@ -230,7 +238,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	}
 	// Before anything is planned: an Etcd that carries druid-stretch's
 	// fields inline has them copied into its EtcdMembership, where druid's
-	// own CRD cannot prune them.
+	// own CRD cannot prune them; one its namespace opts in gets its
+	// EtcdMembership.
 	if _, err := etcdview.Adopt(ctx, r.client, p); err != nil {
 		return ctrl.Result{}, err
 	}

@@ -30,6 +30,7 @@ import (
 	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
+	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 	"github.com/druid-stretch/druid-stretch/internal/testbin"
 )
 
@@ -48,6 +49,7 @@ var (
 	extended lazyServer
 	// injected is what the tests' webhook injects.
 	injected = webhook.Options{
+		ManagedNamespaces:      mustOptIn(managedNamespaceLabel + "=true"),
 		SidecarImage:           "registry.example/druid-stretch:test",
 		SidecarImagePullPolicy: corev1.PullIfNotPresent,
 		SidecarPort:            8090,
@@ -205,6 +207,30 @@ func waitServing(mgr ctrl.Manager, done <-chan error) error {
 func newNamespace(t *testing.T) string {
 	t.Helper()
 	return namespaceIn(t, k8s)
+}
+
+// managedNamespaceLabel marks the namespaces whose every Etcd the tests'
+// webhook manages (webhook.Options.ManagedNamespaces); newNamespace's have
+// none.
+const managedNamespaceLabel = "druid-stretch.test/managed"
+
+func mustOptIn(selector string) etcdview.NamespaceOptIn {
+	o, err := etcdview.ParseNamespaceOptIn(selector)
+	if err != nil {
+		panic(err)
+	}
+	return o
+}
+
+// managedNamespace gives a test its own namespace, one whose Etcds the
+// webhook manages without an EtcdMembership.
+func managedNamespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "webhook-managed-", Labels: map[string]string{managedNamespaceLabel: "true"}}}
+	if err := k8s.Create(t.Context(), ns); err != nil {
+		t.Fatalf("creating a namespace: %v", err)
+	}
+	return ns.Name
 }
 
 // namespaceIn gives a test its own namespace on the API server of c.

@@ -111,6 +111,9 @@ func (m *StatefulSetMutator) owner(ctx context.Context, namespace string, sts *a
 		if ref.UID != "" && ref.UID != p.Etcd.UID {
 			return nil, nil
 		}
+		if err := m.Options.ManagedNamespaces.Apply(ctx, m.Reader, p); err != nil {
+			return nil, err
+		}
 		return p.View, nil
 	}
 	return nil, nil

@@ -645,6 +645,22 @@ func TestStatefulSetsTheWebhookLeavesAlone(t *testing.T) {
 	}
 }
 
+// TestEtcdOfAManagedNamespaceGetsTheSidecar: in a namespace the webhook's
+// ManagedNamespaces selector matches, an Etcd with no EtcdMembership (as
+// gardenlet creates one) gets the sidecar in its first StatefulSet, on
+// druid's own ordinals. The webhook writes nothing else: the EtcdMembership
+// is the controller's to create. In the other namespaces such an Etcd
+// stays druid's alone (TestStatefulSetsTheWebhookLeavesAlone, run with the
+// same selector).
+func TestEtcdOfAManagedNamespaceGetsTheSidecar(t *testing.T) {
+	g := NewWithT(t)
+	e := createEtcd(t, etcdWithTLS(managedNamespace(t)))
+	stored, twin := createBoth(t, druidStatefulSet(e))
+	expectSpec(t, stored.Spec, withWindow(twin.Spec, 0, 3, tlsSidecar(e.Namespace)))
+	err := k8s.Get(t.Context(), client.ObjectKeyFromObject(e), &stretchv1alpha1.EtcdMembership{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the webhook created no EtcdMembership: %v", err)
+}
+
 func TestSidecarPortClashIsRefused(t *testing.T) {
 	g := NewWithT(t)
 	e := etcdWithTLS(newNamespace(t))

@@ -22,6 +22,7 @@ import (
 
 	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 )
 
 // The webhook paths; the chart's webhook configurations use them verbatim.
@@ -78,6 +79,12 @@ type Options struct {
 	// so that a move can let several learners catch up at once. The
 	// controller command sets it from its own --max-learners.
 	EtcdMaxLearners int
+	// ManagedNamespaces opts in the Etcds of the namespaces it matches, as
+	// the controller does (etcdview.NamespaceOptIn): their StatefulSets get
+	// the sidecar from their first pod on, before the controller has
+	// written their EtcdMembership. The controller command sets it from
+	// its own --manage-etcds-in-namespaces.
+	ManagedNamespaces etcdview.NamespaceOptIn
 }
 
 // AddFlags registers the webhook's flags on fs. --sidecar-port is not among

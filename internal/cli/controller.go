@@ -50,6 +50,9 @@ reports status.membership, conditions, events and metrics. With
 			if mo.Reconciler.SidecarTLS, err = sidecar.EtcdClientTLSConfig(caFile, certFile, keyFile, false); err != nil {
 				return fmt.Errorf("sidecar client TLS: %w", err)
 			}
+			if o := mo.Reconciler.ManagedNamespaces; o.Enabled() {
+				log.Info("managing every Etcd of the namespaces matching --manage-etcds-in-namespaces", "selector", o.String())
+			}
 			mo.Resolver = membershipctrl.DNSResolver{SidecarPort: sidecarPort}
 			mo.Logger = log
 			mgr, err := membershipctrl.NewManager(cfg, mo)
@@ -60,8 +63,10 @@ reports status.membership, conditions, events and metrics. With
 				log.Info("no --sidecar-image: the admission webhooks are not served")
 			} else {
 				// One setting for both: the planner's learner limit and
-				// etcd's in the pods the webhook mutates.
+				// etcd's in the pods the webhook mutates, and the
+				// namespaces whose Etcds both manage.
 				wo.SidecarPort, wo.EtcdMaxLearners = sidecarPort, mo.Reconciler.MaxLearners
+				wo.ManagedNamespaces = mo.Reconciler.ManagedNamespaces
 				if err := webhook.SetupWithManager(mgr, wo); err != nil {
 					return err
 				}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
@@ -65,7 +66,8 @@ func GetMembership(ctx context.Context, r client.Reader, key types.NamespacedNam
 // Etcd that carries druid-stretch's fields inline (the extended Etcd CRD)
 // gets them copied into its EtcdMembership, created when missing, so that
 // they outlive druid's own CRD coming back; an Etcd planned from druid's
-// bootstrap fields gets an empty one, to hold its status; an EtcdMembership
+// bootstrap fields gets an empty one, to hold its status; an Etcd its
+// namespace opts in (NamespaceOptIn) gets one with ordinalStart 0; an EtcdMembership
 // without an owner gets the Etcd as its owner. Nothing of the etcd membership changes.
 // It reports whether it wrote.
 func Adopt(ctx context.Context, c client.Client, p *Pair) (bool, error) {
@@ -88,12 +90,24 @@ func Adopt(ctx context.Context, c client.Client, p *Pair) (bool, error) {
 		}
 		p.Membership = m
 		return true, nil
+	case p.Source == stretchv1alpha1.SpecFromNamespace && p.Membership == nil:
+		// Opted in by its namespace (NamespaceOptIn): written down, so
+		// that it stays managed whatever the selector says later.
+		m := stretchv1alpha1.For(p.Etcd, v1alpha1.MembershipSpec{OrdinalStart: ptr.To[int32](0)})
+		if err := c.Create(ctx, m); err != nil {
+			return false, fmt.Errorf("creating the EtcdMembership %s of an Etcd its namespace opts in: %w", client.ObjectKeyFromObject(m), err)
+		}
+		p.Membership, p.Source = m, stretchv1alpha1.SpecFromEtcdMembership
+		return true, nil
 	case p.Membership == nil:
 		return false, nil
 	}
 	want := p.Membership.DeepCopy()
-	if p.Source == stretchv1alpha1.SpecFromEtcd {
+	switch p.Source {
+	case stretchv1alpha1.SpecFromEtcd:
 		want.Spec.MembershipSpec = *p.Etcd.Spec.MembershipSpec.DeepCopy()
+	case stretchv1alpha1.SpecFromNamespace:
+		want.Spec.OrdinalStart = ptr.To[int32](0)
 	}
 	if p.Etcd.UID != "" && !ownedBy(want, p.Etcd) {
 		want.OwnerReferences = append(want.OwnerReferences, stretchv1alpha1.OwnerReference(p.Etcd))
@@ -106,6 +120,9 @@ func Adopt(ctx context.Context, c client.Client, p *Pair) (bool, error) {
 		return false, fmt.Errorf("copying the Etcd's fields into the EtcdMembership %s: %w", client.ObjectKeyFromObject(want), err)
 	}
 	p.Membership = want
+	if p.Source == stretchv1alpha1.SpecFromNamespace {
+		p.Source = stretchv1alpha1.SpecFromEtcdMembership
+	}
 	return true, nil
 }
 

@@ -35,9 +35,15 @@ import (
 //go:embed manifests/etcd-main.yaml
 var EtcdMainManifest []byte
 
-// CreateNamespace creates a namespace; one that exists already is fine.
-func (s *Site) CreateNamespace(ctx context.Context, name string) error {
-	err := s.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+// ShootNamespaceLabels are the labels gardenlet gives a shoot's namespace
+// on a seed; the sites' druid-stretch manages every Etcd of a namespace
+// that has them (controller.manageEtcdsInNamespaces), as a seed's would.
+var ShootNamespaceLabels = map[string]string{"gardener.cloud/role": "shoot"}
+
+// CreateNamespace creates a namespace with labels (nil: none); one that
+// exists already is fine, whatever its labels.
+func (s *Site) CreateNamespace(ctx context.Context, name string, labels map[string]string) error {
+	err := s.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}})
 	if apierrors.IsAlreadyExists(err) {
 		return nil
 	}

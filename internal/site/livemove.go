@@ -13,8 +13,10 @@ import (
 
 	"github.com/go-logr/logr"
 	"go.uber.org/zap/zapcore"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,6 +28,7 @@ import (
 	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
 	"github.com/druid-stretch/druid-stretch/internal/apiload"
+	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 	"github.com/druid-stretch/druid-stretch/internal/migration"
 	"github.com/druid-stretch/druid-stretch/internal/workload"
 )
@@ -173,8 +176,16 @@ func NewLiveMove(ctx context.Context, a, b *Site, opts LiveMoveOptions) (*LiveMo
 	if err := Peer(a, b, opts.RTT); err != nil {
 		return nil, fmt.Errorf("peering the sites: %w", err)
 	}
+	// A GEP-39 move runs in a shoot namespace of two seeds, whose Etcds
+	// druid-stretch manages without an object of its own; the other moves
+	// opt their Etcds in with EtcdMemberships, as a user without gardenlet
+	// does.
+	var labels map[string]string
+	if opts.GEP39 {
+		labels = ShootNamespaceLabels
+	}
 	for _, s := range []*Site{a, b} {
-		if err := s.CreateNamespace(ctx, MoveNamespace); err != nil {
+		if err := s.CreateNamespace(ctx, MoveNamespace, labels); err != nil {
 			return nil, err
 		}
 	}
@@ -195,8 +206,9 @@ func (m *LiveMove) printf(format string, args ...any) {
 // namespace in both (each until the end of Run), creates the source Etcd
 // in A with druid's own type, advertising its members' names under A's
 // external domain (in a GEP-39 move it advertises none: the move's first
-// stage adds them), opts it in to druid-stretch with an EtcdMembership,
-// and waits until druid reports it Ready and druid-stretch sees its
+// stage adds them), opts it in to druid-stretch with an EtcdMembership
+// (in a GEP-39 move its namespace's labels opt it in, as on a seed), and
+// waits until druid reports it Ready and druid-stretch sees its
 // voters.
 func (m *LiveMove) CreateSource(ctx context.Context) error {
 	for _, s := range []*Site{m.A, m.B} {
@@ -211,10 +223,12 @@ func (m *LiveMove) CreateSource(ctx context.Context) error {
 		}
 		m.compactions = append(m.compactions, c)
 	}
-	opted := &stretchv1alpha1.EtcdMembership{ObjectMeta: metav1.ObjectMeta{Namespace: MoveNamespace, Name: MoveEtcdName}}
-	opted.Spec.OrdinalStart = ptr.To[int32](0)
-	if err := m.A.Client.Create(ctx, opted); err != nil {
-		return fmt.Errorf("creating the source's EtcdMembership: %w", err)
+	if !m.opts.GEP39 {
+		opted := &stretchv1alpha1.EtcdMembership{ObjectMeta: metav1.ObjectMeta{Namespace: MoveNamespace, Name: MoveEtcdName}}
+		opted.Spec.OrdinalStart = ptr.To[int32](0)
+		if err := m.A.Client.Create(ctx, opted); err != nil {
+			return fmt.Errorf("creating the source's EtcdMembership: %w", err)
+		}
 	}
 	if _, err := m.A.CreateEtcd(ctx, MoveNamespace, func(o *unstructured.Unstructured) error {
 		if m.opts.GEP39 {
@@ -229,7 +243,43 @@ func (m *LiveMove) CreateSource(ctx context.Context) error {
 	if err := m.A.WaitEtcdReady(ctx, m.Key(), MoveReplicas, 5*time.Minute); err != nil {
 		return err
 	}
-	return m.A.WaitVoters(ctx, m.Key(), MoveReplicas, 3*time.Minute)
+	if err := m.A.WaitVoters(ctx, m.Key(), MoveReplicas, 3*time.Minute); err != nil {
+		return err
+	}
+	if m.opts.GEP39 {
+		return m.optedInByNamespace(ctx)
+	}
+	return nil
+}
+
+// optedInByNamespace checks that the controller wrote down the source's
+// opt-in by its namespace: an EtcdMembership of ordinalStart 0 and no
+// other field, owned by the Etcd.
+func (m *LiveMove) optedInByNamespace(ctx context.Context) error {
+	p, err := etcdview.Get(ctx, m.A.Client, m.Key())
+	if err != nil {
+		return err
+	}
+	want := v1alpha1.MembershipSpec{OrdinalStart: ptr.To[int32](0)}
+	switch {
+	case p.Membership == nil:
+		return fmt.Errorf("the source %s runs in a shoot namespace but has no EtcdMembership", m.Key())
+	case !equality.Semantic.DeepEqual(p.Membership.Spec.MembershipSpec, want):
+		return fmt.Errorf("the source's EtcdMembership, created for its namespace, has spec %+v: want ordinalStart 0 alone", p.Membership.Spec.MembershipSpec)
+	case !ownedBy(p.Membership.OwnerReferences, p.Etcd.UID):
+		return fmt.Errorf("the source's EtcdMembership is not owned by its Etcd (owners %v)", p.Membership.OwnerReferences)
+	}
+	m.printf("source opted in by its namespace's labels: the controller created its EtcdMembership (ordinalStart 0)")
+	return nil
+}
+
+func ownedBy(refs []metav1.OwnerReference, uid types.UID) bool {
+	for _, r := range refs {
+		if r.UID == uid {
+			return true
+		}
+	}
+	return false
 }
 
 // ExternalPeerURLs is spec.etcd.additionalAdvertisePeerURLs giving the pods

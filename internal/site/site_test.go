@@ -215,7 +215,7 @@ func optedInEtcd(t *testing.T, s *Site) *v1alpha1.Etcd {
 
 func createNamespace(t *testing.T, s *Site, name string) string {
 	t.Helper()
-	if err := s.CreateNamespace(context.Background(), name); err != nil {
+	if err := s.CreateNamespace(context.Background(), name, nil); err != nil {
 		t.Fatal(err)
 	}
 	return name

@@ -41,6 +41,7 @@ sidecar:
   clientGateBackendPort: 12379
 controller:
   maxLearners: %d
+  manageEtcdsInNamespaces: gardener.cloud/role=shoot
 `
 
 // startDruidStretch installs druid-stretch from its chart: the chart's
@@ -111,6 +112,7 @@ func (s *Site) startDruidStretch(ctx context.Context) error {
 	}
 	wo.SidecarImage = SidecarImage
 	wo.SidecarPort, wo.EtcdMaxLearners = sidecarPort, mo.Reconciler.MaxLearners
+	wo.ManagedNamespaces = mo.Reconciler.ManagedNamespaces
 	mo.Resolver = membership.DNSResolver{SidecarPort: sidecarPort, SidecarScheme: "http"}
 	mo.Reconciler.Membership.DialContext = s.DialContext
 	mo.Reconciler.Membership.OnStep = s.opts.OnStep

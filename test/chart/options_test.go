@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -62,6 +63,11 @@ var chartOptions = []chartOption{
 			_, saName, err := r.ServiceAccount()
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(pod.ServiceAccountName).To(Equal(saName))
+
+			g.Expect(controllerFlags(g, r)).NotTo(HaveKey("--manage-etcds-in-namespaces"), "only Etcds with an EtcdMembership are managed")
+			for _, rule := range clusterRoleRules(g, r) {
+				g.Expect(rule.Resources).NotTo(ContainElement("namespaces"), "no namespace is read without controller.manageEtcdsInNamespaces")
+			}
 
 			c := controllerContainer(g, dep)
 			g.Expect(c.Image).To(Equal("registry.example.com/druid-stretch:0.1.0"), "tag defaults to appVersion")
@@ -296,6 +302,19 @@ sidecar:
 		},
 	},
 	{
+		name: "every Etcd of the shoot namespaces",
+		values: `
+controller:
+  manageEtcdsInNamespaces: gardener.cloud/role=shoot
+`,
+		kinds: baseKinds(map[string]int{"Secret": 1, "PodDisruptionBudget": 1}),
+		check: func(g *WithT, r *Rendered) {
+			g.Expect(controllerFlags(g, r)).To(HaveKeyWithValue("--manage-etcds-in-namespaces", "gardener.cloud/role=shoot"))
+			g.Expect(clusterRoleRules(g, r)).To(ContainElement(rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get"}}),
+				"the controller and the webhook read the labels of an Etcd's namespace")
+		},
+	},
+	{
 		name: "webhook selectors, Ignore and timeouts",
 		values: `
 webhook:
@@ -442,6 +461,13 @@ func controllerContainer(g *WithT, d *appsv1.Deployment) *corev1.Container {
 	}
 	g.Expect(d.Spec.Template.Spec.Containers).To(ContainElement(HaveField("Name", ControllerContainer)))
 	return nil
+}
+
+// clusterRoleRules are the rules of the chart's ClusterRole.
+func clusterRoleRules(g *WithT, r *Rendered) []rbacv1.PolicyRule {
+	var cr rbacv1.ClusterRole
+	g.ExpectWithOffset(1, r.Typed("ClusterRole", &cr)).To(Succeed())
+	return cr.Rules
 }
 
 // controllerFlags are the controller's --flag=value arguments as a map; the

@@ -24,6 +24,12 @@ const (
 	// (or, once it is unset, druid's record of the join) says that the Etcd
 	// joined another cluster, as GEP-39 writes it (see FromBootstrap).
 	SpecFromBootstrap SpecSource = "BootstrapWithExistingCluster"
+	// SpecFromNamespace: nothing sets a membership field, and the Etcd's
+	// namespace is one whose Etcds the controller opts in (its
+	// --manage-etcds-in-namespaces): it is planned with ordinalStart 0
+	// until its EtcdMembership says so itself. View never returns it; the
+	// controller and the webhook decide it, since it needs the namespace.
+	SpecFromNamespace SpecSource = "Namespace"
 )
 
 // View is the Etcd as druid-stretch plans it: druid's fields from e, the
