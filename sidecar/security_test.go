@@ -43,7 +43,7 @@ func startSecuredSidecar(t *testing.T, tc *testCluster, via *localetcd.Member, l
 	g := NewWithT(t)
 	b, err := tc.CA.IssueFiles(t.TempDir(), "sidecar", "127.0.0.1")
 	g.Expect(err).NotTo(HaveOccurred())
-	serverTLS, err := sidecar.ServerTLSConfig(b.CertFile, b.KeyFile, b.CAFile)
+	serverTLS, err := sidecar.ServerTLSConfig(t.Context(), b.CertFile, b.KeyFile, b.CAFile)
 	g.Expect(err).NotTo(HaveOccurred())
 	srv, err := sidecar.New(sidecar.Config{
 		Endpoints:      localetcd.SidecarEndpoints(via, tc.Runtime.Members()),

@@ -70,6 +70,7 @@ import (
 	"google.golang.org/grpc/backoff"
 
 	"github.com/druid-stretch/druid-stretch/internal/clientgate"
+	"github.com/druid-stretch/druid-stretch/internal/tlsfiles"
 )
 
 // Config configures a sidecar Server.
@@ -365,24 +366,16 @@ func (s *Server) Serve(ctx context.Context, l net.Listener, tlsConfig *tls.Confi
 }
 
 // ServerTLSConfig is the sidecar's server TLS: its certificate, and client
-// certificates verified against clientCAFile when given. The handshake
-// accepts a caller without a certificate, so that the kubelet's probes
-// (/healthz, /readyz) work; every /v1/ call then answers 401.
-func ServerTLSConfig(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		return nil, fmt.Errorf("loading the server certificate %s and key %s: %w", certFile, keyFile, err)
+// certificates verified against clientCAFile. The handshake accepts a
+// caller without a certificate, so that the kubelet's probes (/healthz,
+// /readyz) work; every /v1/ call then answers 401. The files are watched
+// until ctx ends (tlsfiles.Server): a certificate or client CA that the
+// Etcd's Secret renews applies from the next handshake on, with no restart.
+func ServerTLSConfig(ctx context.Context, certFile, keyFile, clientCAFile string) (*tls.Config, error) {
+	if clientCAFile == "" {
+		return nil, errors.New("the sidecar's server TLS needs a client CA: only callers with a certificate of it may change membership")
 	}
-	pool, err := loadCertPool(clientCAFile)
-	if err != nil {
-		return nil, err
-	}
-	return &tls.Config{
-		Certificates: []tls.Certificate{cert},
-		ClientCAs:    pool,
-		ClientAuth:   tls.VerifyClientCertIfGiven,
-		MinVersion:   tls.VersionTLS12,
-	}, nil
+	return tlsfiles.Server(ctx, certFile, keyFile, clientCAFile, tls.VerifyClientCertIfGiven)
 }
 
 // EtcdClientTLSConfig is a TLS client configuration for etcd from

@@ -25,9 +25,12 @@ func TestClientGateFlags(t *testing.T) {
 
 	plain := &v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Name: "etcd-events", Namespace: "ns"},
 		Spec: v1alpha1.EtcdSpec{EtcdSpec: druidv1alpha1.EtcdSpec{Replicas: 3}}}
+	// druid's etcd container of an Etcd with client TLS mounts its server
+	// certificate's volume.
+	etcd := &corev1.Container{Name: containerEtcd, VolumeMounts: []corev1.VolumeMount{{Name: "etcd-server-tls", MountPath: "/var/etcd/ssl/server", ReadOnly: true}}}
 	sc, _ := sidecarContainer(plain, o)
 	before := append([]string(nil), sc.Args...)
-	g.Expect(gateClients(&sc, plain, o)).To(Succeed())
+	g.Expect(gateClients(&sc, etcd, plain, o)).To(Succeed())
 	g.Expect(sc.Args).To(ContainElements(
 		"--endpoints=http://127.0.0.1:12379,http://etcd-events-client:2379",
 		"--client-gate-address=:2379",
@@ -42,13 +45,28 @@ func TestClientGateFlags(t *testing.T) {
 		ServerTLSSecretRef: corev1.SecretReference{Name: "server"}, ClientTLSSecretRef: corev1.SecretReference{Name: "client"}}
 	sc, _ = sidecarContainer(tlsEtcd, o)
 	before = append([]string(nil), sc.Args...)
-	g.Expect(gateClients(&sc, tlsEtcd, o)).To(Succeed())
-	g.Expect(sc.Args).To(Equal(before), "an Etcd with client TLS gets no gate yet")
+	g.Expect(gateClients(&sc, etcd, tlsEtcd, o)).To(Succeed())
+	g.Expect(sc.Args).To(ContainElements(
+		"--endpoints=https://etcd-events-local:12379,https://etcd-events-client:2379",
+		"--client-gate-address=:2379",
+		"--client-gate-backend=https://etcd-events-local:12379",
+		"--client-gate-cert=/var/etcd/ssl/server/tls.crt",
+		"--client-gate-key=/var/etcd/ssl/server/tls.key",
+		"--client-gate-client-ca=/var/etcd/ssl/ca/ca.crt",
+		"--cacert=/var/etcd/ssl/ca/ca.crt",
+	), "the gate serves as etcd does: etcd's server certificate, client certificates of etcd's CA")
+	g.Expect(sc.Args).To(HaveLen(len(before) + 5))
+	g.Expect(sc.VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "etcd-server-tls", MountPath: "/var/etcd/ssl/server", ReadOnly: true}))
+
+	sc, _ = sidecarContainer(tlsEtcd, o)
+	before = append([]string(nil), sc.Args...)
+	err := gateClients(&sc, &corev1.Container{Name: containerEtcd}, tlsEtcd, o)
+	g.Expect(err).To(MatchError(And(ContainSubstring("/var/etcd/ssl/server"), ContainSubstring("serverTLSSecretRef server"))))
 
 	o.ClientGateBackendPort = 0
 	sc, _ = sidecarContainer(plain, o)
 	before = append([]string(nil), sc.Args...)
-	g.Expect(gateClients(&sc, plain, o)).To(Succeed())
+	g.Expect(gateClients(&sc, etcd, plain, o)).To(Succeed())
 	g.Expect(sc.Args).To(Equal(before), "no gate without the option")
 
 	for _, bad := range []Options{

@@ -95,7 +95,7 @@ func interposeSidecar(pod *corev1.PodSpec, e *v1alpha1.Etcd, o Options) error {
 	if o.EtcdMaxLearners > 1 {
 		sc.Args = append(sc.Args, "--etcd-max-learners="+strconv.Itoa(o.EtcdMaxLearners))
 	}
-	if err := gateClients(sc, e, o); err != nil {
+	if err := gateClients(sc, etcd, e, o); err != nil {
 		return err
 	}
 	sc.VolumeMounts = append(sc.VolumeMounts, configMount, corev1.VolumeMount{Name: dataVolume, MountPath: mountEtcdData})
@@ -314,12 +314,35 @@ func setContainer(cs []corev1.Container, c corev1.Container) []corev1.Container 
 // the gate on the client port forwards there. The sidecar itself talks to
 // its member past the gate: a drain or hold of the gate must not cut off
 // the sidecar that carries out the step.
-func gateClients(sc *corev1.Container, e *v1alpha1.Etcd, o Options) error {
-	if o.ClientGateBackendPort == 0 || e.Spec.Etcd.ClientUrlTLS != nil {
+//
+// With client TLS (spec.etcd.clientUrlTls) the gate serves etcd's clients
+// as etcd would: with etcd's own server certificate (the volume druid
+// mounts at /var/etcd/ssl/server in the etcd container, mounted into the
+// sidecar too), requiring client certificates of etcd's CA (the sidecar's
+// --cacert, as etcd's trusted-ca-file with client-cert-auth). It reaches
+// etcd with the sidecar's etcd client certificate, at druid's <etcd>-local
+// host alias of 127.0.0.1, the name etcd's certificate carries for its
+// own pod.
+func gateClients(sc, etcd *corev1.Container, e *v1alpha1.Etcd, o Options) error {
+	if o.ClientGateBackendPort == 0 {
 		return nil
 	}
 	clientPort := ptr.Deref(e.Spec.Etcd.ClientPort, members.DefaultClientPort)
 	backend := fmt.Sprintf("http://127.0.0.1:%d", o.ClientGateBackendPort)
+	var gateTLS []string
+	if t := e.Spec.Etcd.ClientUrlTLS; t != nil {
+		backend = fmt.Sprintf("https://%s-local:%d", e.Name, o.ClientGateBackendPort)
+		serverTLS := mountedVolume(etcd, mountEtcdServerTLS)
+		if serverTLS == "" {
+			return fmt.Errorf("druid's etcd container of Etcd %s mounts no volume at %s: the client gate serves etcd's clients with etcd's server certificate (spec.etcd.clientUrlTls.serverTLSSecretRef %s)", e.Name, mountEtcdServerTLS, t.ServerTLSSecretRef.Name)
+		}
+		sc.VolumeMounts = setMount(sc.VolumeMounts, corev1.VolumeMount{Name: serverTLS, MountPath: mountEtcdServerTLS, ReadOnly: true})
+		gateTLS = []string{
+			"--client-gate-cert=" + mountEtcdServerTLS + "/tls.crt",
+			"--client-gate-key=" + mountEtcdServerTLS + "/tls.key",
+			fmt.Sprintf("--client-gate-client-ca=%s/%s", mountEtcdCA, ptr.Deref(t.TLSCASecretRef.DataKey, defaultCAKey)),
+		}
+	}
 	const endpointsFlag = "--endpoints="
 	var endpoints string
 	for _, a := range sc.Args {
@@ -337,5 +360,6 @@ func gateClients(sc *corev1.Container, e *v1alpha1.Etcd, o Options) error {
 	}
 	replaceFlag(sc, endpointsFlag, value)
 	sc.Args = append(sc.Args, fmt.Sprintf("--client-gate-address=:%d", clientPort), "--client-gate-backend="+backend)
+	sc.Args = append(sc.Args, gateTLS...)
 	return nil
 }

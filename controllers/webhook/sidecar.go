@@ -33,6 +33,7 @@ const (
 	volumeBackupRestoreServerTLS = "backup-restore-server-tls"
 
 	mountEtcdCA                 = "/var/etcd/ssl/ca"
+	mountEtcdServerTLS          = "/var/etcd/ssl/server"
 	mountEtcdClientTLS          = "/var/etcd/ssl/client"
 	mountBackupRestoreCA        = "/var/etcdbr/ssl/ca"
 	mountBackupRestoreServerTLS = "/var/etcdbr/ssl/server"

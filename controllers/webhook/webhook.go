@@ -67,11 +67,13 @@ type Options struct {
 	// injected only with at least one.
 	SidecarAllowedClients []string
 	// ClientGateBackendPort, when not 0, puts the sidecar's client gate in
-	// front of etcd's client port in the pods of Etcds whose client URLs
-	// are plain HTTP: etcd listens on 127.0.0.1 at this port, the sidecar's
-	// gate on etcd's client port, so that the controller can drain a
-	// member's clients before removing it and hold them during a leader
-	// transfer (internal/clientgate). Etcds with client TLS get no gate yet.
+	// front of etcd's client port in the pods of the Etcds druid-stretch
+	// manages: etcd listens on 127.0.0.1 at this port, the sidecar's gate
+	// on etcd's client port, so that the controller can drain a member's
+	// clients before removing it and hold them during a leader transfer
+	// (internal/clientgate). With client TLS the gate serves with etcd's
+	// own server certificate and requires client certificates of etcd's
+	// CA, as etcd does.
 	ClientGateBackendPort int32
 	// EtcdMaxLearners, when above 1, is etcd's max-learners in the pods of
 	// the Etcds druid-stretch manages: the sidecar sets it in the
@@ -102,7 +104,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.SidecarAllowedClients, "sidecar-allowed-clients", o.SidecarAllowedClients,
 		"client certificate identities (common name or SAN) that may change membership through the injected sidecars; an Etcd adds its own with the annotation "+v1alpha1.SidecarAllowedClientsAnnotation)
 	fs.Int32Var(&o.ClientGateBackendPort, "client-gate-backend-port", o.ClientGateBackendPort,
-		"when not 0, etcd listens on 127.0.0.1 at this port and the sidecar's client gate serves etcd's client port, so member removals and leader transfers fail no client call (plain-HTTP client URLs only)")
+		"when not 0, etcd listens on 127.0.0.1 at this port and the sidecar's client gate serves etcd's client port (with etcd's own certificate and client CA when its client URLs are TLS), so member removals and leader transfers fail no client call")
 	if o.SidecarResources.Requests == nil {
 		o.SidecarResources.Requests = corev1.ResourceList{}
 	}

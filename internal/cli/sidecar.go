@@ -14,10 +14,12 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"k8s.io/klog/v2"
 	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/druid-stretch/druid-stretch/internal/clientgate"
 	"github.com/druid-stretch/druid-stretch/internal/etcdconfig"
+	"github.com/druid-stretch/druid-stretch/internal/tlsfiles"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -50,6 +52,8 @@ membership change one whose identity --allowed-client lists. Plain HTTP
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := ctrlzap.New()
+			// The certificate file watchers (tlsfiles) log through klog.
+			klog.SetLogger(log.WithName("tls-files"))
 			// backup-restore's default is insecure transport; given TLS
 			// files mean TLS unless the operator insists otherwise.
 			tlsFiles := caFile != "" || certFile != "" || keyFile != ""
@@ -83,7 +87,7 @@ membership change one whose identity --allowed-client lists. Plain HTTP
 					}
 				}
 				var err error
-				if serverTLS, err = sidecar.ServerTLSConfig(serverCert, serverKey, clientCA); err != nil {
+				if serverTLS, err = sidecar.ServerTLSConfig(cmd.Context(), serverCert, serverKey, clientCA); err != nil {
 					return err
 				}
 			}
@@ -96,10 +100,14 @@ membership change one whose identity --allowed-client lists. Plain HTTP
 				if err != nil {
 					return err
 				}
+				listen, err := gate.listenURL()
+				if err != nil {
+					return err
+				}
 				// With a gate, etcd serves its clients on the gate's
 				// backend and the gate on the advertised client port.
 				joining = &sidecar.Joining{EtcdConfigFile: etcdConfig, Member: member.member(), AdditionalPeerURLs: extra,
-					AdmissionFile: admissionFile, ListenClientURLs: gate.backend, MaxLearners: etcdMaxLearners}
+					AdmissionFile: admissionFile, ListenClientURLs: listen, MaxLearners: etcdMaxLearners}
 			}
 			g, stopGate, err := gate.start(etcdTLS, log.WithName("client-gate"))
 			if err != nil {
@@ -272,7 +280,7 @@ remove-and-re-add): druid-stretch's controller is the only one.`,
 // gateFlags configure the client gate in front of the local member's
 // client port.
 type gateFlags struct {
-	address, backend, cert, key string
+	address, backend, cert, key, clientCA string
 }
 
 func (g *gateFlags) add(f *pflag.FlagSet) {
@@ -280,6 +288,25 @@ func (g *gateFlags) add(f *pflag.FlagSet) {
 	f.StringVar(&g.backend, "client-gate-backend", "", "the local member's own client URL behind the gate, on loopback (for example http://127.0.0.1:12379)")
 	f.StringVar(&g.cert, "client-gate-cert", "", "the gate's serving certificate toward etcd's clients (etcd's own server certificate); without it the gate serves plain HTTP")
 	f.StringVar(&g.key, "client-gate-key", "", "the key of --client-gate-cert")
+	f.StringVar(&g.clientCA, "client-gate-client-ca", "", "with --client-gate-cert: require client certificates of this CA bundle, as etcd's client-cert-auth with its trusted-ca-file does (etcd's CA); the files are watched and renewals apply without a restart")
+}
+
+// listenURL is where etcd serves its clients behind the gate: the
+// backend's scheme and port on 127.0.0.1. etcd listens on IP addresses
+// only, while the backend may name the member by a name its server
+// certificate carries (druid's <etcd>-local host alias of 127.0.0.1).
+func (g *gateFlags) listenURL() (string, error) {
+	if g.backend == "" {
+		return "", nil
+	}
+	u, err := url.Parse(g.backend)
+	if err != nil {
+		return "", fmt.Errorf("--client-gate-backend %q: %w", g.backend, err)
+	}
+	if u.Port() == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return "", fmt.Errorf("--client-gate-backend %q: want http:// or https:// with a port", g.backend)
+	}
+	return u.Scheme + "://" + net.JoinHostPort("127.0.0.1", u.Port()), nil
 }
 
 // start runs the gate when --client-gate-address is set; stop sends its
@@ -287,8 +314,8 @@ func (g *gateFlags) add(f *pflag.FlagSet) {
 // serves (clientgate.Gate.ListenAndServe).
 func (g *gateFlags) start(backendTLS *tls.Config, log logr.Logger) (*clientgate.Gate, func(), error) {
 	if g.address == "" {
-		if g.backend != "" || g.cert != "" || g.key != "" {
-			return nil, nil, errors.New("--client-gate-backend, --client-gate-cert and --client-gate-key need --client-gate-address")
+		if g.backend != "" || g.cert != "" || g.key != "" || g.clientCA != "" {
+			return nil, nil, errors.New("--client-gate-backend, --client-gate-cert, --client-gate-key and --client-gate-client-ca need --client-gate-address")
 		}
 		return nil, func() {}, nil
 	}
@@ -299,16 +326,25 @@ func (g *gateFlags) start(backendTLS *tls.Config, log logr.Logger) (*clientgate.
 	if err != nil {
 		return nil, nil, fmt.Errorf("--client-gate-backend %q: %w", g.backend, err)
 	}
+	if (backend.Scheme == "https") != (backendTLS != nil) {
+		return nil, nil, fmt.Errorf("--client-gate-backend %q: its scheme must be https exactly when the sidecar reaches etcd over TLS (--cacert, --cert, --key)", g.backend)
+	}
+	// The serving files are watched for as long as the gate runs.
+	files, stopFiles := context.WithCancel(context.Background())
 	var serverTLS *tls.Config
-	if g.cert != "" || g.key != "" {
-		cert, err := tls.LoadX509KeyPair(g.cert, g.key)
-		if err != nil {
-			return nil, nil, fmt.Errorf("loading --client-gate-cert %s and --client-gate-key %s: %w", g.cert, g.key, err)
+	switch {
+	case g.cert != "" || g.key != "":
+		if serverTLS, err = tlsfiles.Server(files, g.cert, g.key, g.clientCA, tls.RequireAndVerifyClientCert, "h2", "http/1.1"); err != nil {
+			stopFiles()
+			return nil, nil, fmt.Errorf("the client gate's TLS (--client-gate-cert, --client-gate-key, --client-gate-client-ca): %w", err)
 		}
-		serverTLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	case g.clientCA != "":
+		stopFiles()
+		return nil, nil, errors.New("--client-gate-client-ca needs --client-gate-cert and --client-gate-key")
 	}
 	gate, err := clientgate.New(clientgate.Options{Backend: backend, ServerTLS: serverTLS, BackendTLS: backendTLS, Log: log})
 	if err != nil {
+		stopFiles()
 		return nil, nil, err
 	}
 	done := make(chan struct{})
@@ -328,5 +364,6 @@ func (g *gateFlags) start(backendTLS *tls.Config, log logr.Logger) (*clientgate.
 		}
 		_ = gate.Close()
 		<-done
+		stopFiles()
 	}, nil
 }
