@@ -227,8 +227,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		}
 		return ctrl.Result{}, err
 	}
-	if err := r.opts.ManagedNamespaces.Apply(ctx, r.reader, p); err != nil {
+	// sts is nil until druid has created the Etcd's StatefulSet.
+	sts, err := r.statefulSet(ctx, p.View)
+	if err != nil {
 		return ctrl.Result{}, err
+	}
+	// Only an Etcd druid-stretch never managed is opted in by its
+	// namespace: one whose StatefulSet runs on druid-stretch's pod window
+	// and whose fields are gone is lost state, reported below and never
+	// planned from a guess of ordinalStart 0 (a move would undo itself).
+	if _, managed := podWindowOf(sts); !managed {
+		if err := r.opts.ManagedNamespaces.Apply(ctx, r.reader, p); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	e := p.View
 	if !e.DeletionTimestamp.IsZero() {
@@ -244,13 +255,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, err
 	}
 	ctx = context.WithValue(ctx, relatedKey{}, p.Membership)
-	sts, err := r.statefulSet(ctx, e)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
 	r.metrics.ExtensionLost.DeleteLabelValues(e.Namespace, e.Name) // set again below while the fields are gone
 	if !e.UsesExtension() {
-		// sts is nil until druid has created the Etcd's StatefulSet.
 		if w, ok := podWindowOf(sts); ok {
 			// Planned without its fields, the Etcd would read as druid's
 			// ordinals 0..replicas-1, and a move would undo itself.

@@ -47,13 +47,13 @@ func (m *StatefulSetMutator) Handle(ctx context.Context, req admission.Request) 
 	if err := m.Decoder.Decode(req, sts); err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the StatefulSet: %w", err))
 	}
-	e, err := m.owner(ctx, req.Namespace, sts)
+	p, err := m.owner(ctx, req.Namespace, sts)
 	if err != nil {
 		// Fail closed: a StatefulSet admitted without its ordinal start would
 		// run pods at ordinals that are no members of the etcd cluster.
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	if e == nil {
+	if p == nil {
 		return admission.Allowed("not owned by an Etcd")
 	}
 	var old *appsv1.StatefulSet
@@ -63,6 +63,15 @@ func (m *StatefulSetMutator) Handle(ctx context.Context, req admission.Request) 
 			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the StatefulSet as stored: %w", err))
 		}
 	}
+	// Only an Etcd druid-stretch never managed is opted in by its
+	// namespace: a StatefulSet on druid-stretch's pod window whose Etcd
+	// lost its fields is refused below, not put on ordinals from 0.
+	if _, managed := storedWindow(old); !managed {
+		if err := m.Options.ManagedNamespaces.Apply(ctx, m.Reader, p); err != nil {
+			return admission.Errored(http.StatusInternalServerError, err)
+		}
+	}
+	e := p.View
 	if !e.UsesExtension() {
 		if w, ok := storedWindow(old); ok && !equality.Semantic.DeepEqual(sts.Spec, old.Spec) {
 			// The fields went while the pods run with druid-stretch's
@@ -92,9 +101,10 @@ func (m *StatefulSetMutator) Handle(ctx context.Context, req admission.Request) 
 	return admission.PatchResponseFromRaw(req.Object.Raw, raw)
 }
 
-// owner returns the Etcd that owns sts, nil when it has none (or the owner
-// named is gone, or is another object under the same name).
-func (m *StatefulSetMutator) owner(ctx context.Context, namespace string, sts *appsv1.StatefulSet) (*v1alpha1.Etcd, error) {
+// owner returns the Etcd that owns sts with its EtcdMembership, nil when it
+// has none (or the owner named is gone, or is another object under the
+// same name).
+func (m *StatefulSetMutator) owner(ctx context.Context, namespace string, sts *appsv1.StatefulSet) (*etcdview.Pair, error) {
 	for _, ref := range sts.OwnerReferences {
 		gv, err := schema.ParseGroupVersion(ref.APIVersion)
 		if err != nil || gv.Group != v1alpha1.GroupVersion.Group || ref.Kind != "Etcd" {
@@ -111,10 +121,7 @@ func (m *StatefulSetMutator) owner(ctx context.Context, namespace string, sts *a
 		if ref.UID != "" && ref.UID != p.Etcd.UID {
 			return nil, nil
 		}
-		if err := m.Options.ManagedNamespaces.Apply(ctx, m.Reader, p); err != nil {
-			return nil, err
-		}
-		return p.View, nil
+		return p, nil
 	}
 	return nil, nil
 }

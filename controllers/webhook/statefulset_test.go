@@ -571,38 +571,52 @@ func TestDroppedStatusStopsNoPod(t *testing.T) {
 // stored StatefulSet is unchanged: no pod restarts without its sidecar, no
 // pod outside druid's ordinals stops.
 func TestLostExtensionFieldsKeepTheStatefulSet(t *testing.T) {
-	g := NewWithT(t)
-	e := etcdWithTLS(newNamespace(t))
-	e.Spec.OrdinalStart = ptr.To[int32](3)
-	e = createEtcd(t, e)
-	createBoth(t, druidStatefulSet(e))
-	before := &appsv1.StatefulSet{}
-	g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(e), before)).To(Succeed())
+	// In a namespace whose Etcds the webhook manages without an
+	// EtcdMembership alike: fields lost from an Etcd druid-stretch managed
+	// are lost state, not a new Etcd to put on ordinals from 0.
+	for _, tc := range []struct {
+		name      string
+		namespace func(*testing.T) string
+	}{{"a namespace of its own", newNamespace}, {"a managed namespace", managedNamespace}} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			e := etcdWithTLS(tc.namespace(t))
+			e.Spec.OrdinalStart = ptr.To[int32](3)
+			e = createEtcd(t, e)
+			createBoth(t, druidStatefulSet(e))
+			before := &appsv1.StatefulSet{}
+			g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(e), before)).To(Succeed())
 
-	e = changeEtcd(t, e, func(v *v1alpha1.Etcd) { v.Spec.OrdinalStart = nil })
-	g.Expect(e.UsesExtension()).To(BeFalse())
-	again := druidStatefulSet(e)
-	again.ResourceVersion = before.ResourceVersion
-	err := k8s.Update(t.Context(), again)
-	g.Expect(err).To(MatchError(And(
-		ContainSubstring("nor an EtcdMembership of its name carries druid-stretch's fields"),
-		ContainSubstring("pod window [3, 6)"),
-		ContainSubstring(webhook.PodWindowAnnotation))))
-	after := &appsv1.StatefulSet{}
-	g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(e), after)).To(Succeed())
-	g.Expect(after.ResourceVersion).To(Equal(before.ResourceVersion), "nothing was written")
-	expectSpec(t, after.Spec, before.Spec)
+			e = changeEtcd(t, e, func(v *v1alpha1.Etcd) { v.Spec.OrdinalStart = nil })
+			g.Expect(e.UsesExtension()).To(BeFalse())
+			again := druidStatefulSet(e)
+			again.ResourceVersion = before.ResourceVersion
+			err := k8s.Update(t.Context(), again)
+			g.Expect(err).To(MatchError(And(
+				ContainSubstring("nor an EtcdMembership of its name carries druid-stretch's fields"),
+				ContainSubstring("pod window [3, 6)"),
+				ContainSubstring(webhook.PodWindowAnnotation))))
+			after := &appsv1.StatefulSet{}
+			g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(e), after)).To(Succeed())
+			g.Expect(after.ResourceVersion).To(Equal(before.ResourceVersion), "nothing was written")
+			expectSpec(t, after.Spec, before.Spec)
+			if tc.name == "a managed namespace" {
+				return // its Etcds are druid-stretch's: there is no handing back
+			}
 
-	// Handing the StatefulSet back to druid on purpose: the annotation
-	// removed by hand (a change of metadata only), druid's write goes
-	// through and puts the pods on druid's ordinals without the sidecar.
-	delete(after.Annotations, webhook.PodWindowAnnotation)
-	g.Expect(k8s.Update(t.Context(), after)).To(Succeed())
-	again = druidStatefulSet(e)
-	again.ResourceVersion = after.ResourceVersion
-	g.Expect(k8s.Update(t.Context(), again)).To(Succeed())
-	g.Expect(again.Spec.Ordinals).To(BeNil())
-	g.Expect(again.Spec.Template.Spec.Containers).To(HaveLen(len(druidStatefulSet(e).Spec.Template.Spec.Containers)), "no sidecar")
+			// Handing the StatefulSet back to druid on purpose: the
+			// annotation removed by hand (a change of metadata only),
+			// druid's write goes through and puts the pods on druid's
+			// ordinals without the sidecar.
+			delete(after.Annotations, webhook.PodWindowAnnotation)
+			g.Expect(k8s.Update(t.Context(), after)).To(Succeed())
+			again = druidStatefulSet(e)
+			again.ResourceVersion = after.ResourceVersion
+			g.Expect(k8s.Update(t.Context(), again)).To(Succeed())
+			g.Expect(again.Spec.Ordinals).To(BeNil())
+			g.Expect(again.Spec.Template.Spec.Containers).To(HaveLen(len(druidStatefulSet(e).Spec.Template.Spec.Containers)), "no sidecar")
+		})
+	}
 }
 
 func TestStatefulSetsTheWebhookLeavesAlone(t *testing.T) {
