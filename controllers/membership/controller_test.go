@@ -400,48 +400,30 @@ func TestFieldsPrunedFromTheEtcdMidMove(t *testing.T) {
 // it changes nothing and says so (a Warning event and a metric), and
 // resumes once the fields are back.
 func TestLostExtensionFieldsAreReported(t *testing.T) {
-	// Alike where the controller manages every Etcd of the namespace: an
-	// Etcd that druid-stretch managed and that lost its fields is not
-	// opted in anew from ordinalStart 0.
-	for _, managed := range []bool{false, true} {
-		t.Run(fmt.Sprintf("managed namespace %v", managed), func(t *testing.T) {
-			g := NewWithT(t)
-			e := newEnv(t)
-			var controller []func(*membershipctrl.ManagerOptions)
-			if managed {
-				ns := &corev1.Namespace{}
-				g.Expect(k8s.Get(t.Context(), client.ObjectKey{Name: e.ns}, ns)).To(Succeed())
-				ns.Labels = map[string]string{"gardener.cloud/role": "shoot"}
-				g.Expect(k8s.Update(t.Context(), ns)).To(Succeed())
-				optIn, err := etcdview.ParseNamespaceOptIn("gardener.cloud/role=shoot")
-				g.Expect(err).NotTo(HaveOccurred())
-				controller = append(controller, func(o *membershipctrl.ManagerOptions) { o.Reconciler.ManagedNamespaces = optIn })
-			}
-			etcd, _, before := e.runningOnStatefulSet(g, "lost", controller...)
-			e.calls.reset()
+	g := NewWithT(t)
+	e := newEnv(t)
+	etcd, _, before := e.runningOnStatefulSet(g, "lost")
+	e.calls.reset()
 
-			m, err := etcdview.GetMembership(t.Context(), k8s, client.ObjectKeyFromObject(etcd))
-			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(m).NotTo(BeNil())
-			g.Expect(k8s.Delete(t.Context(), m)).To(Succeed())
-			lost := map[string]string{"namespace": etcd.Namespace, "etcd": etcd.Name}
-			g.Eventually(func(g Gomega) {
-				g.Expect(reasons(events(g, etcd))).To(HaveKey("ExtensionLost"))
-				g.Expect(counter(g, "druid_stretch_membership_extension_lost", lost)).To(BeNumerically("==", 1))
-			}).WithTimeout(30 * time.Second).Should(Succeed())
-			g.Expect(changes(e.calls.snapshot())).To(BeEmpty(), "nothing is changed while the fields are gone")
-			g.Expect(pair(g, etcd).Membership).To(BeNil(), "no EtcdMembership written from a guess")
-			for _, pod := range []string{"etcd-main-0", "etcd-main-1", "etcd-main-2"} {
-				g.Expect(e.runner.Running(e.ns, pod)).To(BeTrue(), "%s runs on", pod)
-			}
-
-			gen := update(g, etcd, func(x *v1alpha1.Etcd) { x.Spec.OrdinalStart = ptr.To[int32](0) })
-			st := converged(g, etcd, gen, 90*time.Second, names("lost", 0, 1, 2)...)
-			g.Expect(st.ClusterID).To(Equal(before.ClusterID))
-			g.Expect(counter(g, "druid_stretch_membership_extension_lost", lost)).To(BeNumerically("==", 0), "the series goes once the fields are back")
-			g.Expect(changes(e.calls.snapshot())).To(BeEmpty())
-		})
+	m, err := etcdview.GetMembership(t.Context(), k8s, client.ObjectKeyFromObject(etcd))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(m).NotTo(BeNil())
+	g.Expect(k8s.Delete(t.Context(), m)).To(Succeed())
+	lost := map[string]string{"namespace": etcd.Namespace, "etcd": etcd.Name}
+	g.Eventually(func(g Gomega) {
+		g.Expect(reasons(events(g, etcd))).To(HaveKey("ExtensionLost"))
+		g.Expect(counter(g, "druid_stretch_membership_extension_lost", lost)).To(BeNumerically("==", 1))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	g.Expect(changes(e.calls.snapshot())).To(BeEmpty(), "nothing is changed while the fields are gone")
+	for _, pod := range []string{"etcd-main-0", "etcd-main-1", "etcd-main-2"} {
+		g.Expect(e.runner.Running(e.ns, pod)).To(BeTrue(), "%s runs on", pod)
 	}
+
+	gen := update(g, etcd, func(x *v1alpha1.Etcd) { x.Spec.OrdinalStart = ptr.To[int32](0) })
+	st := converged(g, etcd, gen, 90*time.Second, names("lost", 0, 1, 2)...)
+	g.Expect(st.ClusterID).To(Equal(before.ClusterID))
+	g.Expect(counter(g, "druid_stretch_membership_extension_lost", lost)).To(BeNumerically("==", 0), "the series goes once the fields are back")
+	g.Expect(changes(e.calls.snapshot())).To(BeEmpty())
 }
 
 // TestSidecar5xxDegradesAndChangesNothing: while every sidecar answers the
@@ -792,10 +774,10 @@ func TestEtcdMembershipWithoutEtcd(t *testing.T) {
 // prefix whose druid StatefulSet exists, and waits until the members
 // converged and the StatefulSet runs ordinals 0-2. It returns the Etcd, the
 // StatefulSet and the converged status.
-func (e *env) runningOnStatefulSet(g Gomega, prefix string, controller ...func(*membershipctrl.ManagerOptions)) (*v1alpha1.Etcd, *appsv1.StatefulSet, *v1alpha1.MembershipStatus) {
+func (e *env) runningOnStatefulSet(g Gomega, prefix string) (*v1alpha1.Etcd, *appsv1.StatefulSet, *v1alpha1.MembershipStatus) {
 	etcd := e.newEtcd(prefix, 3)
 	sts := druidStatefulSet(g, etcd)
-	e.startController(controller...)
+	e.startController()
 	st := converged(g, etcd, current, 90*time.Second, names(prefix, 0, 1, 2)...)
 	g.Eventually(podWindow(sts)).WithTimeout(10 * time.Second).Should(Equal("[0, 3)"))
 	return etcd, sts, st

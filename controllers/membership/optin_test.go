@@ -46,4 +46,19 @@ func TestEtcdOfAManagedNamespaceIsOptedIn(t *testing.T) {
 	g.Expect(after.Source).To(Equal(stretchv1alpha1.SpecFromEtcdMembership), "written down: the selector may change later")
 	g.Expect(after.Etcd.Generation).To(Equal(before.Etcd.Generation), "the Etcd's spec is not written")
 	g.Expect(changes(e.calls.snapshot())).To(BeEmpty(), "opting a running cluster in changes no member")
+
+	// The EtcdMembership deleted while the pods run on druid's own
+	// ordinals: the opt-in changes nothing that runs, so it comes back.
+	// (On any other pod window it is lost state: webhook.NamespaceMayOptIn,
+	// and the webhook's TestLostExtensionFieldsKeepTheStatefulSet.)
+	g.Expect(k8s.Delete(t.Context(), after.Membership)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		p := pair(g, etcd)
+		g.Expect(p.Membership).NotTo(BeNil())
+		g.Expect(p.Membership.UID).NotTo(Equal(after.Membership.UID))
+		g.Expect(p.Membership.Spec.MembershipSpec).To(Equal(v1alpha1.MembershipSpec{OrdinalStart: ptr.To[int32](0)}))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	converged(g, etcd, current, 30*time.Second, names("ns", 0, 1, 2)...)
+	g.Expect(reasons(events(g, etcd))).NotTo(HaveKey("ExtensionLost"))
+	g.Expect(changes(e.calls.snapshot())).To(BeEmpty())
 }

@@ -232,11 +232,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	// Only an Etcd druid-stretch never managed is opted in by its
-	// namespace: one whose StatefulSet runs on druid-stretch's pod window
-	// and whose fields are gone is lost state, reported below and never
-	// planned from a guess of ordinalStart 0 (a move would undo itself).
-	if _, managed := podWindowOf(sts); !managed {
+	// An Etcd whose StatefulSet runs on another pod window of
+	// druid-stretch's than druid's own and whose fields are gone is lost
+	// state, reported below, never opted in from ordinalStart 0 (a move
+	// would undo itself).
+	if webhook.NamespaceMayOptIn(sts, p.Etcd) {
 		if err := r.opts.ManagedNamespaces.Apply(ctx, r.reader, p); err != nil {
 			return ctrl.Result{}, err
 		}

@@ -63,10 +63,9 @@ func (m *StatefulSetMutator) Handle(ctx context.Context, req admission.Request) 
 			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the StatefulSet as stored: %w", err))
 		}
 	}
-	// Only an Etcd druid-stretch never managed is opted in by its
-	// namespace: a StatefulSet on druid-stretch's pod window whose Etcd
+	// A StatefulSet on another pod window of druid-stretch's whose Etcd
 	// lost its fields is refused below, not put on ordinals from 0.
-	if _, managed := storedWindow(old); !managed {
+	if NamespaceMayOptIn(old, p.Etcd) {
 		if err := m.Options.ManagedNamespaces.Apply(ctx, m.Reader, p); err != nil {
 			return admission.Errored(http.StatusInternalServerError, err)
 		}
@@ -197,6 +196,27 @@ func syncedWindow(sts, old *appsv1.StatefulSet) (members.Ordinals, bool) {
 	}
 	w, err := members.ParseOrdinals(a)
 	return w, err == nil
+}
+
+// NamespaceMayOptIn reports whether an Etcd e that carries no field of
+// druid-stretch's may be opted in by its namespace
+// (etcdview.NamespaceOptIn), given its StatefulSet as stored (nil when
+// there is none): when druid-stretch never put the StatefulSet on a pod
+// window, or put it on exactly druid's own ordinals [0, replicas), which
+// is what the opt-in gives. Any other window is lost state: the Etcd's
+// fields went while its pods run elsewhere (a move, a change of replicas
+// under way), and planning it from ordinalStart 0 would undo that; it is
+// reported and left as it is.
+func NamespaceMayOptIn(sts *appsv1.StatefulSet, e *v1alpha1.Etcd) bool {
+	if sts == nil {
+		return true
+	}
+	a, ok := sts.Annotations[PodWindowAnnotation]
+	if !ok {
+		return true
+	}
+	w, err := members.ParseOrdinals(a)
+	return err == nil && w == members.Ordinals{Start: 0, End: int64(e.Spec.Replicas)}
 }
 
 // storedWindow is the PodWindowAnnotation of the stored StatefulSet old

@@ -570,6 +570,33 @@ func TestDroppedStatusStopsNoPod(t *testing.T) {
 // StatefulSet is refused with a message that names the cause, and the
 // stored StatefulSet is unchanged: no pod restarts without its sidecar, no
 // pod outside druid's ordinals stops.
+// NamespaceMayOptIn: a namespace opts in an Etcd without fields only where
+// that changes nothing that runs.
+func TestNamespaceMayOptIn(t *testing.T) {
+	e := &v1alpha1.Etcd{}
+	e.Spec.Replicas = 3
+	onWindow := func(w string) *appsv1.StatefulSet {
+		return &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{webhook.PodWindowAnnotation: w}}}
+	}
+	for _, tc := range []struct {
+		name string
+		sts  *appsv1.StatefulSet
+		want bool
+	}{
+		{"no StatefulSet yet", nil, true},
+		{"druid's StatefulSet, never on a pod window", &appsv1.StatefulSet{}, true},
+		{"on druid's own ordinals", onWindow("[0, 3)"), true},
+		{"moved to other ordinals", onWindow("[3, 6)"), false},
+		{"in the middle of a move", onWindow("[0, 4)"), false},
+		{"replicas changed since", onWindow("[0, 2)"), false},
+		{"a window that does not parse", onWindow("0-3"), false},
+	} {
+		if got := webhook.NamespaceMayOptIn(tc.sts, e); got != tc.want {
+			t.Errorf("%s: NamespaceMayOptIn = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 func TestLostExtensionFieldsKeepTheStatefulSet(t *testing.T) {
 	// In a namespace whose Etcds the webhook manages without an
 	// EtcdMembership alike: fields lost from an Etcd druid-stretch managed

@@ -24,10 +24,10 @@ import (
 // The opt-in is written down (Adopt creates the EtcdMembership), so that an
 // Etcd stays managed when the selector changes later or its namespace loses
 // the label: a move under way never loses its sidecars to a configuration
-// change. Callers apply it only to an Etcd that druid-stretch never
-// managed (its StatefulSet carries no pod window of druid-stretch's): one
-// that did and has lost its fields is lost state, reported and left as it
-// is, never planned anew from ordinalStart 0.
+// change. Callers apply it only where it changes nothing that runs
+// (webhook.NamespaceMayOptIn): an Etcd whose StatefulSet druid-stretch
+// put on other ordinals than druid's own and that lost its fields is lost
+// state, reported and left as it is, never planned anew from ordinalStart 0.
 //
 // It is a pflag.Value: the flag takes a label selector, and an empty one
 // opts in nothing (not every namespace).
