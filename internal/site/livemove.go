@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -16,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -266,20 +266,11 @@ func (m *LiveMove) optedInByNamespace(ctx context.Context) error {
 		return fmt.Errorf("the source %s runs in a shoot namespace but has no EtcdMembership", m.Key())
 	case !equality.Semantic.DeepEqual(p.Membership.Spec.MembershipSpec, want):
 		return fmt.Errorf("the source's EtcdMembership, created for its namespace, has spec %+v: want ordinalStart 0 alone", p.Membership.Spec.MembershipSpec)
-	case !ownedBy(p.Membership.OwnerReferences, p.Etcd.UID):
+	case !slices.Contains(p.Membership.OwnerReferences, stretchv1alpha1.OwnerReference(p.Etcd)):
 		return fmt.Errorf("the source's EtcdMembership is not owned by its Etcd (owners %v)", p.Membership.OwnerReferences)
 	}
 	m.printf("source opted in by its namespace's labels: the controller created its EtcdMembership (ordinalStart 0)")
 	return nil
-}
-
-func ownedBy(refs []metav1.OwnerReference, uid types.UID) bool {
-	for _, r := range refs {
-		if r.UID == uid {
-			return true
-		}
-	}
-	return false
 }
 
 // ExternalPeerURLs is spec.etcd.additionalAdvertisePeerURLs giving the pods
