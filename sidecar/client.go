@@ -69,6 +69,10 @@ func NewClient(baseURL string, tlsConfig *tls.Config, opts ...ClientOption) *Cli
 	return c
 }
 
+// CloseIdleConnections closes the client's idle connections, for a client
+// that is replaced.
+func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
+
 // Members returns the member list with health, leader, fingerprint and lock.
 func (c *Client) Members(ctx context.Context) (*MemberList, error) {
 	var out MemberList

@@ -2,6 +2,7 @@ package membership
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"strconv"
 	"strings"
@@ -20,7 +21,7 @@ import (
 // (running), as the admission sees them: member name, the peer URLs the
 // planner adds the member with (without those another member of obs has;
 // obs is nil for a bootstrap), the sidecar.
-func (r *Reconciler) joiners(e *v1alpha1.Etcd, running members.Ordinals, obs *membership.Observation) ([]membership.Joiner, error) {
+func (r *Reconciler) joiners(e *v1alpha1.Etcd, running members.Ordinals, obs *membership.Observation, t *tls.Config) ([]membership.Joiner, error) {
 	var out []membership.Joiner
 	for _, o := range ordinals(members.KeptWindow(e, running)) {
 		name, pod := members.MemberName(e, o), members.PodName(e, o)
@@ -39,7 +40,7 @@ func (r *Reconciler) joiners(e *v1alpha1.Etcd, running members.Ordinals, obs *me
 		if err != nil {
 			return nil, fmt.Errorf("resolving the sidecar of %s: %w", name, err)
 		}
-		out = append(out, membership.Joiner{Member: name, PeerURLs: urls, Sidecar: sc})
+		out = append(out, membership.Joiner{Member: name, PeerURLs: urls, Sidecar: sc, TLS: t})
 	}
 	return out, nil
 }
@@ -48,8 +49,8 @@ func (r *Reconciler) joiners(e *v1alpha1.Etcd, running members.Ordinals, obs *me
 // internal/membership/admit.go). A failure is logged and retried by the next
 // reconcile: the learner waits meanwhile, and the planner's progress
 // timeout covers one that never starts.
-func (r *Reconciler) admitLearners(ctx context.Context, e *v1alpha1.Etcd, running members.Ordinals, obs *membership.Observation) {
-	js, err := r.joiners(e, running, obs)
+func (r *Reconciler) admitLearners(ctx context.Context, e *v1alpha1.Etcd, running members.Ordinals, obs *membership.Observation, t *tls.Config) {
+	js, err := r.joiners(e, running, obs, t)
 	if err == nil {
 		var admitted []string
 		admitted, err = r.cluster.Admit(ctx, obs, js)
@@ -70,7 +71,7 @@ func (r *Reconciler) admitLearners(ctx context.Context, e *v1alpha1.Etcd, runnin
 // controller replaces the whole status): the pods' data and the volumes
 // are the facts that a cluster existed. It reports whether it admitted the
 // members, and otherwise why not.
-func (r *Reconciler) bootstrap(ctx context.Context, e *v1alpha1.Etcd, sts *appsv1.StatefulSet) (bool, string, error) {
+func (r *Reconciler) bootstrap(ctx context.Context, e *v1alpha1.Etcd, sts *appsv1.StatefulSet, t *tls.Config) (bool, string, error) {
 	if len(e.Spec.ExternalMembers) > 0 {
 		return false, "the Etcd lists external members: its pods join their cluster, they never bootstrap one", nil
 	}
@@ -86,7 +87,7 @@ func (r *Reconciler) bootstrap(ctx context.Context, e *v1alpha1.Etcd, sts *appsv
 		return false, "", fmt.Errorf("not bootstrapping: the volume %s belongs to an ordinal outside the pods %s, so the cluster may have existed with data there; "+
 			"the pods wait until a member of the cluster answers (delete the volume if its data is not needed)", vol, window)
 	}
-	js, err := r.joiners(e, running, nil)
+	js, err := r.joiners(e, running, nil, t)
 	if err != nil {
 		return false, "", err
 	}

@@ -43,7 +43,7 @@ func TestNoBootstrapBesideAVolumeOfAnotherOrdinal(t *testing.T) {
 	g.Expect(vol).To(BeEmpty(), "volumes of the pods' own ordinals, another template's and a non-canonical ordinal do not count")
 
 	r = build(pvc("etcd-main-etcd-main-0"))
-	started, _, err := r.bootstrap(t.Context(), e, sts)
+	started, _, err := r.bootstrap(t.Context(), e, sts, nil)
 	g.Expect(started).To(BeFalse())
 	g.Expect(err).To(MatchError(And(ContainSubstring("not bootstrapping"), ContainSubstring("etcd-main-etcd-main-0"), ContainSubstring("[3, 6)"))))
 }

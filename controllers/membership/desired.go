@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"crypto/tls"
 	"fmt"
 	"slices"
 
@@ -104,8 +105,9 @@ const (
 // reach is how the controller reaches the cluster of one Etcd before it has
 // observed it: the sidecars of the pods that may run (members.KeptWindow:
 // those the StatefulSet runs, whatever the status says) and of the external
-// members, ordered by what status.membership last saw.
-func (r *Reconciler) reach(e *v1alpha1.Etcd, running members.Ordinals) ([]membership.Endpoint, membership.Hint, error) {
+// members, ordered by what status.membership last saw; t is their client
+// TLS (r.sidecarTLS).
+func (r *Reconciler) reach(e *v1alpha1.Etcd, running members.Ordinals, t *tls.Config) ([]membership.Endpoint, membership.Hint, error) {
 	var eps []membership.Endpoint
 	w := members.KeptWindow(e, running)
 	for o := w.Start; o < w.End; o++ {
@@ -114,13 +116,13 @@ func (r *Reconciler) reach(e *v1alpha1.Etcd, running members.Ordinals) ([]member
 		if err != nil {
 			return nil, membership.Hint{}, fmt.Errorf("resolving the sidecar of %s: %w", name, err)
 		}
-		eps = append(eps, membership.Endpoint{Member: name, URL: url})
+		eps = append(eps, membership.Endpoint{Member: name, URL: url, TLS: t})
 	}
 	retire := e.Spec.GetExternalMembersPolicy() == v1alpha1.ExternalMembersPolicyRetire
 	var hint membership.Hint
 	for _, x := range e.Spec.ExternalMembers {
 		if x.SidecarURL != "" {
-			eps = append(eps, membership.Endpoint{Member: x.Name, URL: x.SidecarURL})
+			eps = append(eps, membership.Endpoint{Member: x.Name, URL: x.SidecarURL, TLS: t})
 		}
 		if retire {
 			hint.Departing = append(hint.Departing, x.Name)

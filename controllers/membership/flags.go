@@ -20,6 +20,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"how often an Etcd whose membership changes is observed again while a step waits (a learner starting, catching up or settling): the longest such a wait's end goes unseen")
 	fs.IntVar(&o.MaxLearners, "max-learners", 1,
 		"learners that catch up at once (etcd's default is 1); above 1 the webhook also sets etcd's max-learners to it in the pods of the Etcds it manages")
+	fs.BoolVar(&o.SidecarCAFromEtcd, "sidecar-ca-from-etcd", false,
+		"verify each Etcd's sidecars with the CA of its own spec.backup.tls.tlsCASecretRef (read from the Etcd's namespace; one CA per shoot) in place of --sidecar-ca-file")
 	fs.Var(&o.ManagedNamespaces, "manage-etcds-in-namespaces",
 		"label selector of namespaces whose every Etcd druid-stretch manages, with an EtcdMembership of ordinalStart 0 created for each that has none (on a seed: gardener.cloud/role=shoot); empty manages only Etcds with an EtcdMembership. The webhook uses the same selector")
 }

@@ -52,8 +52,14 @@ type Options struct {
 	// the retirement records: one name per Kubernetes cluster, the same
 	// across restarts. Required.
 	ClusterIdentity string
-	// SidecarTLS is the client TLS towards the sidecars.
+	// SidecarTLS is the client TLS towards the sidecars: the client
+	// certificate, and the CA of their serving certificates unless
+	// SidecarCAFromEtcd.
 	SidecarTLS *tls.Config
+	// SidecarCAFromEtcd verifies each Etcd's sidecars with its own CA, the
+	// one of its spec.backup.tls.tlsCASecretRef, in place of SidecarTLS's
+	// roots: one CA per shoot, as a Gardener seed runs them.
+	SidecarCAFromEtcd bool
 	// LearnerProgressTimeout is how long a learner may make no progress
 	// before it is removed again (default 5 m); a learner removed so waits
 	// as long before it is added again.
@@ -177,6 +183,8 @@ type Reconciler struct {
 	// waiting is the wait last logged per Etcd (logWait), cleared by any
 	// other step.
 	waiting map[types.NamespacedName]string
+	// cas are the Etcds' sidecar CAs (SidecarCAFromEtcd).
+	cas sidecarCAs
 }
 
 // NewReconciler returns the controller; register it with SetupWithManager.
@@ -307,7 +315,12 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 		s.scaledToZero()
 		return ctrl.Result{RequeueAfter: r.opts.ConvergedInterval}, nil
 	}
-	eps, hint, err := r.reach(e, s.running)
+	sidecarTLS, err := r.sidecarTLS(ctx, e)
+	if err != nil {
+		s.blocked(reasonSidecarCA, err.Error()+"; no sidecar is called, so no member is changed")
+		return r.backoff(key, 0), nil
+	}
+	eps, hint, err := r.reach(e, s.running, sidecarTLS)
 	if err != nil {
 		s.blocked(reasonResolverFailed, err.Error())
 		return r.backoff(key, 0), nil
@@ -317,7 +330,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 		if ctx.Err() != nil {
 			return ctrl.Result{}, ctx.Err()
 		}
-		switch started, detail, berr := r.bootstrap(ctx, e, s.sts); {
+		switch started, detail, berr := r.bootstrap(ctx, e, s.sts, sidecarTLS); {
 		case berr != nil:
 			s.blocked(v1alpha1.ReasonBootstrapping, berr.Error())
 			return r.backoff(key, 0), nil
@@ -341,7 +354,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 	s.adoptRecordedStep(obs.List.Step, r.cluster.Holder(), r.cluster.Token(), r.started)
 	// Before admitting a learner: its etcd resolves these names as it starts.
 	r.syncPeerNames(ctx, e, obs)
-	r.admitLearners(ctx, e, s.running, obs)
+	r.admitLearners(ctx, e, s.running, obs, sidecarTLS)
 	r.nameUnstartedLearner(e, s.st.LastStep, obs)
 	t, err := r.target(e, s.running, obs)
 	if err != nil {

@@ -47,6 +47,9 @@ reports status.membership, conditions, events and metrics. With
 			if err != nil {
 				return fmt.Errorf("loading the kubeconfig: %w", err)
 			}
+			if mo.Reconciler.SidecarCAFromEtcd && caFile != "" {
+				return fmt.Errorf("--sidecar-ca-file and --sidecar-ca-from-etcd both say which CA verifies the sidecars: give one")
+			}
 			if mo.Reconciler.SidecarTLS, err = sidecar.EtcdClientTLSConfig(caFile, certFile, keyFile, false); err != nil {
 				return fmt.Errorf("sidecar client TLS: %w", err)
 			}
@@ -81,7 +84,7 @@ reports status.membership, conditions, events and metrics. With
 	f.BoolVar(&mo.LeaderElection, "leader-elect", true, "let one replica act at a time")
 	f.StringVar(&mo.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election lease (default: the controller's own)")
 	f.StringVar(&mo.LeaderElectionID, "leader-election-id", "druid-stretch-membership", "name of the leader election lease; controllers sharing a namespace need different ones")
-	f.StringVar(&caFile, "sidecar-ca-file", "", "CA bundle verifying the sidecars' serving certificates")
+	f.StringVar(&caFile, "sidecar-ca-file", "", "CA bundle verifying the sidecars' serving certificates (or --sidecar-ca-from-etcd)")
 	f.StringVar(&certFile, "sidecar-cert-file", "", "client certificate presented to the sidecars (mutating calls need one)")
 	f.StringVar(&keyFile, "sidecar-key-file", "", "key of the client certificate")
 	f.Int32Var(&sidecarPort, "sidecar-port", webhook.DefaultSidecarPort, "port the sidecars serve on (also injected by the webhook)")

@@ -2,6 +2,7 @@ package membership
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -34,6 +35,9 @@ type Joiner struct {
 	PeerURLs []string
 	// Sidecar is its sidecar's URL.
 	Sidecar string
+	// TLS, when set, replaces Config.TLS towards that sidecar (see
+	// Endpoint.TLS).
+	TLS *tls.Config
 }
 
 // Admit admits every joiner whose member obs shows as a learner that has not
@@ -75,7 +79,7 @@ func (c *Cluster) Admit(ctx context.Context, obs *Observation, joiners []Joiner)
 func (c *Cluster) admitLearner(ctx context.Context, obs *Observation, j Joiner, m *sidecar.Member) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.ObserveTimeout)
 	defer cancel()
-	cl := c.client(j.Sidecar)
+	cl := c.client(j.Sidecar, j.TLS)
 	st, err := cl.Join(ctx)
 	if err != nil {
 		if notJoining(err) {
@@ -123,7 +127,7 @@ func (c *Cluster) Bootstrap(ctx context.Context, joiners []Joiner) (bool, string
 		peers []etcdconfig.Member
 	)
 	for _, j := range joiners {
-		cl := c.client(j.Sidecar)
+		cl := c.client(j.Sidecar, j.TLS)
 		jctx, cancel := context.WithTimeout(ctx, c.cfg.ObserveTimeout)
 		st, err := cl.Join(jctx)
 		cancel()

@@ -74,7 +74,7 @@ func (c *Cluster) drainClients(ctx context.Context, endpoints []Endpoint, member
 		}
 		callCtx, cancel := context.WithTimeout(ctx, min(c.cfg.CallTimeout, drainTimeout))
 		start := time.Now()
-		cl := c.client(e.URL)
+		cl := c.client(e.URL, e.TLS)
 		_, err := cl.DrainClients(callCtx, sidecar.ClientDrain{Seconds: DrainLease.Seconds()}, c.drainOptions())
 		cancel()
 		var refused *sidecar.Error
@@ -276,7 +276,7 @@ func (c *Cluster) hold(ctx context.Context, endpoints []Endpoint, transferee str
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cl := c.client(e.URL)
+			cl := c.client(e.URL, e.TLS)
 			callCtx, cancel := context.WithTimeout(ctx, min(c.cfg.CallTimeout, holdCallTimeout))
 			defer cancel()
 			_, err := cl.HoldClients(callCtx, sidecar.ClientHold{Seconds: LeaderTransferHold.Seconds(), UntilLeader: transferee},
@@ -313,7 +313,7 @@ func (c *Cluster) warmConnections(ctx context.Context, endpoints []Endpoint) {
 		wg.Go(func() {
 			callCtx, cancel := context.WithTimeout(ctx, min(c.cfg.CallTimeout, warmTimeout))
 			defer cancel()
-			_ = c.client(e.URL).Healthy(callCtx)
+			_ = c.client(e.URL, e.TLS).Healthy(callCtx)
 		})
 	}
 	wg.Wait()

@@ -118,6 +118,10 @@ type Endpoint struct {
 	Member string
 	// URL is the sidecar's base URL.
 	URL string
+	// TLS, when set, replaces Config.TLS towards this sidecar: the client
+	// TLS of the Etcd it serves (its own CA), where one controller serves
+	// Etcds of different CAs.
+	TLS *tls.Config
 }
 
 func (e Endpoint) String() string {
@@ -163,7 +167,7 @@ type Cluster struct {
 	token string
 
 	mu      sync.Mutex
-	clients map[string]*sidecar.Client
+	clients map[string]cachedClient
 	failed  map[string]failure // by sidecar URL
 	// fenced is set once a sidecar refused this Cluster's token as stale:
 	// a newer process of the holder took the lock over, and this Cluster
@@ -196,7 +200,7 @@ func New(cfg Config) (*Cluster, error) {
 	// The start time first: a newer process's token sorts after an older
 	// one's, and only a newer process takes its holder's lock over.
 	token := fmt.Sprintf("%016x%s", time.Now().UnixNano(), hex.EncodeToString(random))
-	return &Cluster{cfg: cfg, token: token, clients: map[string]*sidecar.Client{}, failed: map[string]failure{}, drained: map[string]time.Time{}}, nil
+	return &Cluster{cfg: cfg, token: token, clients: map[string]cachedClient{}, failed: map[string]failure{}, drained: map[string]time.Time{}}, nil
 }
 
 // Holder is the name this Cluster uses in the lock and retirement records.
@@ -207,19 +211,33 @@ func (c *Cluster) Token() string { return c.token }
 
 // client returns the cached client of a sidecar URL, so that connections
 // (and their TLS sessions) are reused across rounds.
-func (c *Cluster) client(url string) *sidecar.Client {
+// t, when not nil, is the sidecar's own client TLS (Endpoint.TLS): a
+// client made with another one (its Etcd's CA was renewed) is replaced.
+func (c *Cluster) client(url string, t *tls.Config) *sidecar.Client {
+	if t == nil {
+		t = c.cfg.TLS
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if cl, ok := c.clients[url]; ok {
-		return cl
+	if cached, ok := c.clients[url]; ok {
+		if cached.tls == t {
+			return cached.client
+		}
+		cached.client.CloseIdleConnections()
 	}
 	opts := []sidecar.ClientOption{sidecar.WithTimeout(c.cfg.CallTimeout)}
 	if c.cfg.DialContext != nil {
 		opts = append(opts, sidecar.WithDialContext(c.cfg.DialContext))
 	}
-	cl := sidecar.NewClient(url, c.cfg.TLS, opts...)
-	c.clients[url] = cl
+	cl := sidecar.NewClient(url, t, opts...)
+	c.clients[url] = cachedClient{client: cl, tls: t}
 	return cl
+}
+
+// cachedClient is a sidecar's client and the TLS it was made with.
+type cachedClient struct {
+	client *sidecar.Client
+	tls    *tls.Config
 }
 
 // failure is a sidecar's last failure.
@@ -363,7 +381,7 @@ func (c *Cluster) Observe(ctx context.Context, endpoints []Endpoint, hint Hint) 
 		go func() {
 			callCtx, done := context.WithTimeout(ctx, c.cfg.ObserveTimeout)
 			defer done()
-			list, err := c.client(order[i].URL).Members(callCtx)
+			list, err := c.client(order[i].URL, order[i].TLS).Members(callCtx)
 			if err == nil {
 				err = ownMemberListed(order[i], list)
 			}

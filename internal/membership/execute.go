@@ -125,7 +125,7 @@ func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []End
 		return res
 	}
 	res.Via = via
-	cl := c.client(via.URL)
+	cl := c.client(via.URL, via.TLS)
 	if acquired, r, ok := c.ensureLock(ctx, cl, obs); !ok {
 		r.Step, r.Via, r.Start = res.Step, via, res.Start
 		return r
@@ -431,7 +431,7 @@ func (c *Cluster) RenewLock(ctx context.Context, obs *Observation) error {
 	}
 	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 	defer cancel()
-	if _, err := c.client(obs.Via.URL).AcquireLock(callCtx, c.cfg.Holder, c.token, c.cfg.LockTTL); err != nil {
+	if _, err := c.client(obs.Via.URL, obs.Via.TLS).AcquireLock(callCtx, c.cfg.Holder, c.token, c.cfg.LockTTL); err != nil {
 		c.noteFenced(err)
 		return fmt.Errorf("renewing the membership lock as %q through the sidecar of %s: %w", c.cfg.Holder, obs.Via, err)
 	}
@@ -450,7 +450,7 @@ func (c *Cluster) ReleaseLock(ctx context.Context, obs *Observation) error {
 	}
 	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 	defer cancel()
-	cl := c.client(obs.Via.URL)
+	cl := c.client(obs.Via.URL, obs.Via.TLS)
 	if l.Token != c.token {
 		if _, err := cl.AcquireLock(callCtx, c.cfg.Holder, c.token, c.cfg.LockTTL); err != nil {
 			c.noteFenced(err)
@@ -473,7 +473,7 @@ func (c *Cluster) Unretire(ctx context.Context, obs *Observation, plan Plan) err
 	if c.isFenced() {
 		return c.fencedError("deleting retirement records")
 	}
-	cl := c.client(obs.Via.URL)
+	cl := c.client(obs.Via.URL, obs.Via.TLS)
 	if _, r, ok := c.ensureLock(ctx, cl, obs); !ok {
 		return r.Err
 	}

@@ -67,7 +67,10 @@ var chartOptions = []chartOption{
 			g.Expect(controllerFlags(g, r)).NotTo(HaveKey("--manage-etcds-in-namespaces"), "only Etcds with an EtcdMembership are managed")
 			for _, rule := range clusterRoleRules(g, r) {
 				g.Expect(rule.Resources).NotTo(ContainElement("namespaces"), "no namespace is read without controller.manageEtcdsInNamespaces")
+				g.Expect(rule.Resources).NotTo(ContainElement("secrets"), "no Secret is read without sidecarClientTLS.caFromEtcd")
 			}
+			g.Expect(controllerFlags(g, r)).To(HaveKey("--sidecar-ca-file"))
+			g.Expect(controllerFlags(g, r)).NotTo(HaveKey("--sidecar-ca-from-etcd"))
 
 			c := controllerContainer(g, dep)
 			g.Expect(c.Image).To(Equal("registry.example.com/druid-stretch:0.1.0"), "tag defaults to appVersion")
@@ -312,6 +315,22 @@ controller:
 			g.Expect(controllerFlags(g, r)).To(HaveKeyWithValue("--manage-etcds-in-namespaces", "gardener.cloud/role=shoot"))
 			g.Expect(clusterRoleRules(g, r)).To(ContainElement(rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get"}}),
 				"the controller and the webhook read the labels of an Etcd's namespace")
+		},
+	},
+	{
+		name: "each Etcd's sidecars verified with its own CA",
+		values: `
+sidecarClientTLS:
+  secretName: druid-stretch-sidecar-client
+  caFromEtcd: true
+`,
+		kinds: baseKinds(map[string]int{"Secret": 1, "PodDisruptionBudget": 1}),
+		check: func(g *WithT, r *Rendered) {
+			flags := controllerFlags(g, r)
+			g.Expect(flags).To(HaveKeyWithValue("--sidecar-ca-from-etcd", "true"))
+			g.Expect(flags).NotTo(HaveKey("--sidecar-ca-file"), "the controller refuses both")
+			g.Expect(clusterRoleRules(g, r)).To(ContainElement(rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}}),
+				"the controller reads each Etcd's CA Secret by name")
 		},
 	},
 	{
