@@ -28,9 +28,9 @@ import (
 )
 
 // EtcdMainManifest is a plain etcd-druid Etcd shaped like a Gardener
-// shoot's etcd-main (manifests/etcd-main.yaml): three members and a Local
-// backup store, no druid-stretch field, and the insecure plain-HTTP sidecar
-// opt-in for tests (the sites run on one machine without TLS).
+// shoot's etcd-main (manifests/etcd-main.yaml): three members, a Local
+// backup store, client, peer and backup-restore TLS from the Secrets of
+// ShootTLS, and no druid-stretch field.
 //
 //go:embed manifests/etcd-main.yaml
 var EtcdMainManifest []byte
@@ -180,10 +180,15 @@ func PodReady(p *corev1.Pod) bool {
 }
 
 // EtcdClient is an etcd client of the given client URLs, dialing through
-// the site's pod network (and its peers'). The caller closes it.
+// the site's pod network (and its peers'), over TLS with EtcdClientTLS.
+// The caller closes it.
 func (s *Site) EtcdClient(endpoints ...string) (*clientv3.Client, error) {
+	t, err := s.EtcdClientTLS()
+	if err != nil {
+		return nil, err
+	}
 	return clientv3.New(clientv3.Config{
-		Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: t,
 		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			return s.DialContext(ctx, "tcp", addr)
 		})},

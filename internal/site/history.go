@@ -19,6 +19,9 @@ type MembershipHistory struct {
 	mu    sync.Mutex
 	lists [][]MemberState
 	seen  []time.Time
+	// plain are the peer and client URLs of any member seen that are
+	// not https.
+	plain []string
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -46,9 +49,16 @@ func RecordMembership(cli *clientv3.Client) *MembershipHistory {
 			callCancel()
 			if err == nil {
 				var list []MemberState
+				var plain []string
 				for _, m := range resp.Members {
 					list = append(list, MemberState{ID: m.ID, Name: m.Name, Learner: m.IsLearner})
+					for _, u := range slices.Concat(m.PeerURLs, m.ClientURLs) {
+						if !strings.HasPrefix(u, "https://") {
+							plain = append(plain, u)
+						}
+					}
 				}
+				h.addPlain(plain)
 				slices.SortFunc(list, func(a, b MemberState) int { return cmp.Compare(a.ID, b.ID) })
 				h.add(list)
 			}
@@ -66,6 +76,24 @@ func RecordMembership(cli *clientv3.Client) *MembershipHistory {
 func (h *MembershipHistory) Stop() {
 	h.cancel()
 	<-h.done
+}
+
+func (h *MembershipHistory) addPlain(urls []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, u := range urls {
+		if !slices.Contains(h.plain, u) {
+			h.plain = append(h.plain, u)
+		}
+	}
+}
+
+// PlainURLs are the member URLs the polls saw that are not https: none
+// where etcd runs TLS on client and peer URLs as a seed runs it.
+func (h *MembershipHistory) PlainURLs() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.plain)
 }
 
 // add keeps list when its members or roles differ from the last one; a

@@ -30,6 +30,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/internal/apiload"
 	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 	"github.com/druid-stretch/druid-stretch/internal/migration"
+	"github.com/druid-stretch/druid-stretch/internal/pki"
 	"github.com/druid-stretch/druid-stretch/internal/workload"
 )
 
@@ -71,9 +72,15 @@ const MoveCompactionEventsThreshold = 500
 // have, druid-stretch installed in both, and druid's compaction at
 // MoveCompactionEventsThreshold.
 func MoveSiteOptions(dir string) []Options {
+	// One druid-stretch client CA for both: each site's controller calls
+	// the other's sidecars.
+	ca, err := pki.NewCA("druid-stretch-client-ca")
+	if err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
 	return []Options{
-		{Dir: filepath.Join(dir, SourceIdentity), DruidStretch: true, ClusterIdentity: SourceIdentity, PodCIDR: "10.244.0.0/16", Domain: sourceDomain, CompactionEventsThreshold: MoveCompactionEventsThreshold},
-		{Dir: filepath.Join(dir, DestinationIdentity), DruidStretch: true, ClusterIdentity: DestinationIdentity, PodCIDR: "10.245.0.0/16", Domain: destinationDomain, CompactionEventsThreshold: MoveCompactionEventsThreshold},
+		{Dir: filepath.Join(dir, SourceIdentity), DruidStretch: true, ClusterIdentity: SourceIdentity, PodCIDR: "10.244.0.0/16", Domain: sourceDomain, CompactionEventsThreshold: MoveCompactionEventsThreshold, StretchCA: ca},
+		{Dir: filepath.Join(dir, DestinationIdentity), DruidStretch: true, ClusterIdentity: DestinationIdentity, PodCIDR: "10.245.0.0/16", Domain: destinationDomain, CompactionEventsThreshold: MoveCompactionEventsThreshold, StretchCA: ca},
 	}
 }
 
@@ -159,7 +166,8 @@ type LiveMove struct {
 const DruidCRDPeriod = 30 * time.Second
 
 // NewLiveMove peers a and b at opts.RTT and creates the shoot namespace in
-// both. a and b are sites of MoveSiteOptions.
+// both, with the shoot's TLS Secrets (the same in both). a and b are sites
+// of MoveSiteOptions.
 func NewLiveMove(ctx context.Context, a, b *Site, opts LiveMoveOptions) (*LiveMove, error) {
 	if opts.RTT < 0 {
 		return nil, fmt.Errorf("the round trip between the sites is %s: want 0 or more", opts.RTT)
@@ -184,8 +192,15 @@ func NewLiveMove(ctx context.Context, a, b *Site, opts LiveMoveOptions) (*LiveMo
 	if opts.GEP39 {
 		labels = ShootNamespaceLabels
 	}
+	shoot, err := NewShootTLS([]string{MoveNamespace}, a.opts.Domain, b.opts.Domain)
+	if err != nil {
+		return nil, err
+	}
 	for _, s := range []*Site{a, b} {
 		if err := s.CreateNamespace(ctx, MoveNamespace, labels); err != nil {
+			return nil, err
+		}
+		if err := s.InstallShootTLS(ctx, shoot, MoveNamespace); err != nil {
 			return nil, err
 		}
 	}
@@ -280,7 +295,7 @@ func ExternalPeerURLs(name string, n int, domain string) []any {
 	for i := range n {
 		pod := fmt.Sprintf("%s-%d", name, i)
 		out = append(out, map[string]any{"memberName": pod,
-			"urls": []any{fmt.Sprintf("http://%s.%s.%s:2380", pod, MoveNamespace, domain)}})
+			"urls": []any{fmt.Sprintf("https://%s.%s.%s:2380", pod, MoveNamespace, domain)}})
 	}
 	return out
 }
@@ -294,10 +309,10 @@ func ClientURLs() []string { return clientURLs(MoveReplicas) }
 func clientURLs(bFirst int) []string {
 	var eps []string
 	for i := range MoveReplicas {
-		eps = append(eps, fmt.Sprintf("http://%s-%d.%s.%s:2379", MoveEtcdName, i, MoveNamespace, sourceDomain))
+		eps = append(eps, fmt.Sprintf("https://%s-%d.%s.%s:2379", MoveEtcdName, i, MoveNamespace, sourceDomain))
 	}
 	for i := range MoveReplicas {
-		eps = append(eps, fmt.Sprintf("http://%s-%d.%s.%s:2379", MoveEtcdName, bFirst+i, MoveNamespace, destinationDomain))
+		eps = append(eps, fmt.Sprintf("https://%s-%d.%s.%s:2379", MoveEtcdName, bFirst+i, MoveNamespace, destinationDomain))
 	}
 	return eps
 }
@@ -411,6 +426,9 @@ func (m *LiveMove) run(ctx context.Context) (*LiveMoveRun, error) {
 	}
 	wo := m.opts.Workload
 	wo.Endpoints, wo.DialContext, wo.Prefix, wo.Log = eps, a.DialContext, "/move/", wlog
+	if wo.TLS, err = a.EtcdClientTLS(); err != nil {
+		return run, err
+	}
 	w, err := workload.New(wo)
 	if err != nil {
 		return run, err
@@ -492,9 +510,9 @@ func (m *LiveMove) run(ctx context.Context) (*LiveMoveRun, error) {
 
 	templates := func(domain string) migration.URLTemplates {
 		return migration.URLTemplates{
-			Peer:    "http://{pod}.{namespace}." + domain + ":2380",
-			Client:  "http://{pod}.{namespace}." + domain + ":2379",
-			Sidecar: fmt.Sprintf("http://{pod}.{namespace}.%s:%d", domain, webhook.DefaultSidecarPort),
+			Peer:    "https://{pod}.{namespace}." + domain + ":2380",
+			Client:  "https://{pod}.{namespace}." + domain + ":2379",
+			Sidecar: fmt.Sprintf("https://{pod}.{namespace}.%s:%d", domain, webhook.DefaultSidecarPort),
 		}
 	}
 	druidReady := WatchDruidReady(b, m.Key())

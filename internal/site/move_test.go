@@ -199,6 +199,7 @@ func TestLiveMoveHoldingASourceMember(t *testing.T) {
 	g.Expect(kinds(wipes)).To(ContainElement(v1alpha1.StepAddLearner), "status.membership was dropped after a learner's add")
 	g.Expect(kinds(wipes)).To(ContainElement(BeElementOf(v1alpha1.StepPromoteLearner, v1alpha1.StepRemoveMember)),
 		"status.membership was dropped after a change of the voters")
+	expectTLSMembers(t, run.Membership)
 	fewest, at, lasted := run.Membership.FewestVoters()
 	t.Logf("the fewest voters: %d, from %s for %s", fewest, at.Format(time.RFC3339Nano), lasted)
 	g.Expect(fewest).To(BeNumerically(">=", MoveReplicas), "no voter was lost to a dropped status")
@@ -301,9 +302,17 @@ func expectCompactionDuringMove(t *testing.T, run *LiveMoveRun, a *Site) {
 // from its first Ready sample on, that B's first member ran once (no
 // template change restarted it during the move), and that the project's
 // own etcd client lost no acknowledged write in a linearizable history.
+// expectTLSMembers: every member the polls saw advertised https peer and
+// client URLs, as on a seed: etcd served its members and clients over TLS.
+func expectTLSMembers(t *testing.T, h *MembershipHistory) {
+	t.Helper()
+	NewWithT(t).Expect(h.PlainURLs()).To(BeEmpty(), "member URLs that are not https")
+}
+
 func expectDestinationReadyAndOwnHistory(t *testing.T, run *LiveMoveRun) {
 	t.Helper()
 	g := NewWithT(t)
+	expectTLSMembers(t, run.Membership)
 	firstReady := slices.Index(run.DruidReady, true)
 	g.Expect(firstReady).To(BeNumerically(">=", 0), "druid reported B Ready during the move (%d samples)", len(run.DruidReady))
 	g.Expect(run.DruidReady[firstReady:]).To(HaveEach(BeTrue()), "once Ready, druid reports B Ready for the rest of the move")

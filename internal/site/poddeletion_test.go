@@ -187,6 +187,7 @@ func liveMoveWithPodDeletions(t *testing.T, deletions []podDeletion) {
 	check.Expect(f.Linearizable).To(BeTrue(), "the own client's history is linearizable: %s", f.LinearizabilityResult)
 
 	history := run.Membership
+	expectTLSMembers(t, history)
 	t.Logf("membership steps: %s", strings.Join(history.TransitionsInApplyOrder(appliedConfChanges(t, b, moveNamespace, "etcd-main-3")), "; "))
 	tie, ties := history.LongestTie(func(name string) bool { return memberOrdinal(name) >= MoveReplicas })
 	t.Logf("polls saw the voters tied %d time(s), the longest for %s; the controllers measured %d tie(s), %.3f s in all, %d under a second",

@@ -88,11 +88,13 @@ func TestRebalanceBetweenNodeGroups(t *testing.T) {
 	// The members of both ranges by their in-cluster names.
 	var eps []string
 	for i := range 6 {
-		eps = append(eps, "http://"+podAddr(e, fmt.Sprintf("etcd-main-%d", i), 2379))
+		eps = append(eps, "https://"+podAddr(e, fmt.Sprintf("etcd-main-%d", i), 2379))
 	}
 	// The project's own etcd client, a second, lower-level check.
+	clientTLS, err := s.EtcdClientTLS()
+	g.Expect(err).NotTo(HaveOccurred())
 	w, err := workload.New(workload.Options{
-		Endpoints: eps, DialContext: s.DialContext, Prefix: "/rebalance/",
+		Endpoints: eps, DialContext: s.DialContext, Prefix: "/rebalance/", TLS: clientTLS,
 		Log: ctrlzap.New(ctrlzap.WriteTo(logFileOf(t, s, "workload.log"))),
 	})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -277,6 +279,7 @@ func TestRebalanceBetweenNodeGroups(t *testing.T) {
 	expectKubeAPIServers(t, api, s, map[string]time.Duration{shoot.Name: 2 * time.Second})
 
 	history.Stop()
+	expectTLSMembers(t, history)
 	expectInterleavedMove(t, history, appliedConfChanges(t, s, ns, "etcd-main-3"), "an old member", false)
 	tie, polledTies := history.LongestTie(func(name string) bool { return memberOrdinal(name) >= 3 })
 	t.Logf("polls saw the voters tied %d time(s), the longest for %s; the controller measured %d tie(s), %.3f s in all",

@@ -57,8 +57,9 @@ type ShootAPIServer struct {
 }
 
 // NewShootAPIServer prepares a shoot's kube-apiserver in namespace, with
-// the Etcd etcdName's client Service (in-cluster DNS name, plain HTTP like
-// the site's Etcds) as its only etcd endpoint: its credentials and client
+// the Etcd etcdName's client Service (in-cluster DNS name, over TLS with
+// the shoot's etcd CA and client certificate, InstallShootTLS's Secrets)
+// as its only etcd endpoint: its credentials and client
 // configuration. Nothing is created in the site until Start or
 // StartOnceMemberServes. The pod runs the real kube-apiserver on the node
 // stand-in; it goes when the site stops.
@@ -98,7 +99,11 @@ func (s *Site) NewShootAPIServer(name, namespace, etcdName string) (*ShootAPISer
 		},
 	}
 	labels := map[string]string{"app": shootAPIServerName}
-	const dir = "/srv/kubernetes"
+	const (
+		dir           = "/srv/kubernetes"
+		etcdCADir     = "/srv/etcd/ca"
+		etcdClientDir = "/srv/etcd/client"
+	)
 	probe := func(path string) *corev1.Probe {
 		return &corev1.Probe{
 			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
@@ -121,7 +126,12 @@ func (s *Site) NewShootAPIServer(name, namespace, etcdName string) (*ShootAPISer
 						Args: []string{
 							// The shoot's etcd, as a Gardener shoot control plane
 							// names it: the client Service of its own seed.
-							fmt.Sprintf("--etcd-servers=http://%s-client.%s.svc.%s:2379", etcdName, namespace, ClusterDomain),
+							fmt.Sprintf("--etcd-servers=https://%s-client.%s.svc.%s:2379", etcdName, namespace, ClusterDomain),
+							// With the shoot's etcd CA and client certificate,
+							// the Secrets of ShootTLS, as Gardener mounts them.
+							"--etcd-cafile=" + etcdCADir + "/" + caBundleKey,
+							"--etcd-certfile=" + etcdClientDir + "/tls.crt",
+							"--etcd-keyfile=" + etcdClientDir + "/tls.key",
 							fmt.Sprintf("--secure-port=%d", shootAPIServerPort),
 							"--tls-cert-file=" + dir + "/tls.crt",
 							"--tls-private-key-file=" + dir + "/tls.key",
@@ -147,10 +157,17 @@ func (s *Site) NewShootAPIServer(name, namespace, etcdName string) (*ShootAPISer
 						},
 						Ports:          []corev1.ContainerPort{{Name: "https", ContainerPort: shootAPIServerPort}},
 						ReadinessProbe: probe("/readyz"),
-						VolumeMounts:   []corev1.VolumeMount{{Name: "secrets", MountPath: dir, ReadOnly: true}},
+						VolumeMounts: []corev1.VolumeMount{
+							{Name: "secrets", MountPath: dir, ReadOnly: true},
+							{Name: "etcd-ca", MountPath: etcdCADir, ReadOnly: true},
+							{Name: "etcd-client", MountPath: etcdClientDir, ReadOnly: true},
+						},
 					}},
-					Volumes: []corev1.Volume{{Name: "secrets", VolumeSource: corev1.VolumeSource{
-						Secret: &corev1.SecretVolumeSource{SecretName: shootAPIServerName}}}},
+					Volumes: []corev1.Volume{
+						{Name: "secrets", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: shootAPIServerName}}},
+						{Name: "etcd-ca", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: SecretEtcdCA}}},
+						{Name: "etcd-client", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: SecretEtcdClient}}},
+					},
 					TerminationGracePeriodSeconds: ptr.To[int64](5),
 				},
 			},

@@ -44,6 +44,7 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/controllers/membership"
 	stepexec "github.com/druid-stretch/druid-stretch/internal/membership"
+	"github.com/druid-stretch/druid-stretch/internal/pki"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
 	"github.com/druid-stretch/druid-stretch/internal/podhost"
 	"github.com/druid-stretch/druid-stretch/internal/podnet"
@@ -97,6 +98,12 @@ type Options struct {
 	// call's result right after it), on the controller's goroutine: a test
 	// acts at a step's exact moment with it, not at a poll's.
 	OnStep func(step planner.Step, res *stepexec.Result)
+	// StretchCA is druid-stretch's client CA, which signs the site's
+	// controller's client certificate towards the sidecars and which
+	// InstallShootTLS places beside each shoot's Secrets (default: one of
+	// the site's own). Sites whose controllers call each other's sidecars
+	// (a move's) share one, as the seeds of one landscape do.
+	StretchCA *pki.CA
 }
 
 // Site is a running site.
@@ -126,6 +133,10 @@ type Site struct {
 	opts Options
 	env  *envtest.Environment
 	log  logr.Logger
+	// stretchCA is Options.StretchCA or the site's own.
+	stretchCA *pki.CA
+	// shoots are the shoots' TLS installed (InstallShootTLS).
+	shoots shootTrust
 
 	mu    sync.Mutex
 	stops []func() error
@@ -146,6 +157,11 @@ func Start(ctx context.Context, opts Options) (s *Site, err error) {
 	// result to nil before this deferred Stop runs.
 	started := &Site{Dir: opts.Dir, opts: opts, log: opts.Logger.WithName("site"), HostPathRoot: filepath.Join(opts.Dir, "hostpath")}
 	s = started
+	if s.stretchCA = opts.StretchCA; s.stretchCA == nil {
+		if s.stretchCA, err = pki.NewCA("druid-stretch-client-ca"); err != nil {
+			return nil, err
+		}
+	}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, started.Stop())

@@ -189,7 +189,7 @@ func plainEtcdLifecycle(t *testing.T, s *Site) {
 func optedInEtcd(t *testing.T, s *Site) *v1alpha1.Etcd {
 	g := NewWithT(t)
 	ctx := testContext(t, siteTestDeadline)
-	ns := createNamespace(t, s, "shoot--stretch")
+	ns := createNamespace(t, s, "shoot--stretch", stretchedNamespace)
 	e := applyStretchedEtcd(t, s, ns, v1alpha1.MembershipSpec{OrdinalStart: ptr.To[int32](0)}, func(o *unstructured.Unstructured) {
 		g.Expect(unstructured.SetNestedField(o.Object, "etcd-stretch", "spec", "backup", "store", "prefix")).To(Succeed())
 	})
@@ -213,9 +213,36 @@ func optedInEtcd(t *testing.T, s *Site) *v1alpha1.Etcd {
 	return e
 }
 
-func createNamespace(t *testing.T, s *Site, name string) string {
+// createNamespace creates namespace name with the Secrets of a new shoot's
+// TLS, whose certificates also name the Etcds of the namespaces also
+// (Etcds that join the same cluster, in namespaces joinNamespace creates).
+func createNamespace(t *testing.T, s *Site, name string, also ...string) string {
 	t.Helper()
-	if err := s.CreateNamespace(context.Background(), name, nil); err != nil {
+	shoot, err := NewShootTLS(append([]string{name}, also...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return createNamespaceWith(t, s, name, shoot)
+}
+
+// joinNamespace creates namespace name with the Secrets of the shoot's TLS
+// of namespace of, which createNamespace made naming name too.
+func joinNamespace(t *testing.T, s *Site, name, of string) string {
+	t.Helper()
+	shoot := s.ShootTLSOf(of)
+	if shoot == nil {
+		t.Fatalf("no shoot's TLS in namespace %s", of)
+	}
+	return createNamespaceWith(t, s, name, shoot)
+}
+
+func createNamespaceWith(t *testing.T, s *Site, name string, shoot *ShootTLS) string {
+	t.Helper()
+	ctx := context.Background()
+	if err := s.CreateNamespace(ctx, name, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.InstallShootTLS(ctx, shoot, name); err != nil {
 		t.Fatal(err)
 	}
 	return name
@@ -314,7 +341,7 @@ func etcdClientOf(t *testing.T, s *Site, e *v1alpha1.Etcd, pods ...string) *clie
 	t.Helper()
 	var eps []string
 	for _, p := range pods {
-		eps = append(eps, "http://"+podAddr(e, p, 2379))
+		eps = append(eps, "https://"+podAddr(e, p, 2379))
 	}
 	return etcdClientVia(t, s, eps...)
 }
@@ -363,12 +390,18 @@ func memberID(resp *clientv3.MemberListResponse, name string) uint64 {
 // until the leading one (the only one that snapshots) takes it.
 func triggerFullSnapshot(t *testing.T, s *Site, e *v1alpha1.Etcd) {
 	t.Helper()
-	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: s.DialContext}}
+	tlsConf, err := s.EtcdClientTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// backup-restore serves with etcd's server certificate and wants a
+	// client certificate of the shoot's etcd CA.
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: s.DialContext, TLSClientConfig: tlsConf}}
 	defer hc.CloseIdleConnections()
 	NewWithT(t).Eventually(func() error {
 		var errs []string
 		for _, p := range etcdPods(t, s, e) {
-			resp, err := hc.Get("http://" + podAddr(e, p.Name, 8080) + "/snapshot/full")
+			resp, err := hc.Get("https://" + podAddr(e, p.Name, 8080) + "/snapshot/full")
 			if err != nil {
 				errs = append(errs, err.Error())
 				continue

@@ -2,6 +2,7 @@ package site
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -37,8 +38,10 @@ image:
 clusterIdentity: %s
 sidecarClientTLS:
   secretName: druid-stretch-sidecar-client
+  caFromEtcd: true
 sidecar:
   clientGateBackendPort: 12379
+  clientCASecretName: druid-stretch-sidecar-client-ca
 controller:
   maxLearners: %d
   manageEtcdsInNamespaces: gardener.cloud/role=shoot
@@ -53,8 +56,10 @@ controller:
 //
 // The controller runs in this process, not in a pod, because it must reach
 // the sidecars in the pod network: it dials them through Site.DialContext.
-// The site's Etcds use no TLS, so the sidecars serve plain HTTP and the
-// controller calls them so.
+// As on a seed, it verifies each Etcd's sidecars with that shoot's etcd CA
+// (sidecarClientTLS.caFromEtcd) and presents a client certificate of
+// druid-stretch's own CA (Options.StretchCA), which InstallShootTLS puts
+// beside each shoot's Secrets (sidecar.clientCASecretName).
 func (s *Site) startDruidStretch(ctx context.Context) error {
 	identity := s.opts.ClusterIdentity
 	if identity == "" {
@@ -113,7 +118,18 @@ func (s *Site) startDruidStretch(ctx context.Context) error {
 	wo.SidecarImage = SidecarImage
 	wo.SidecarPort, wo.EtcdMaxLearners = sidecarPort, mo.Reconciler.MaxLearners
 	wo.ManagedNamespaces = mo.Reconciler.ManagedNamespaces
-	mo.Resolver = membership.DNSResolver{SidecarPort: sidecarPort, SidecarScheme: "http"}
+	// The identity the chart's sidecar.allowedClients lets change
+	// membership.
+	clientPair, err := s.stretchCA.Issue("druid-stretch-controller")
+	if err != nil {
+		return err
+	}
+	clientCert, err := tls.X509KeyPair(clientPair.CertPEM, clientPair.KeyPEM)
+	if err != nil {
+		return err
+	}
+	mo.Reconciler.SidecarTLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{clientCert}}
+	mo.Resolver = membership.DNSResolver{SidecarPort: sidecarPort}
 	mo.Reconciler.Membership.DialContext = s.DialContext
 	mo.Reconciler.Membership.OnStep = s.opts.OnStep
 	// The site's DNS, as the controller's pod would ask its cluster's.

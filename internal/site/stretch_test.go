@@ -22,6 +22,10 @@ import (
 	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 )
 
+// stretchedNamespace is the namespace of the second Etcd of
+// stretchedEtcd: the same shoot's TLS as the first one's.
+const stretchedNamespace = "shoot--stretch-b"
+
 // stretchedEtcd: a second Etcd, in another namespace, with its own member
 // name prefix, lists a's members as external members and joins their etcd
 // cluster, on real druid and real backup-restore. It checks what an
@@ -39,7 +43,7 @@ func stretchedEtcd(t *testing.T, s *Site, a *v1alpha1.Etcd) {
 	g := NewWithT(t)
 	ctx := testContext(t, siteTestDeadline)
 	const prefix = "b"
-	ns := createNamespace(t, s, "shoot--stretch-b")
+	ns := joinNamespace(t, s, stretchedNamespace, a.Namespace)
 
 	// a's data, written before anything else happens.
 	want := map[string]string{}
@@ -163,9 +167,9 @@ func externalMembersOf(e *v1alpha1.Etcd, from, to int) []v1alpha1.ExternalMember
 		pod := fmt.Sprintf("%s-%d", e.Name, i)
 		out = append(out, v1alpha1.ExternalMember{
 			Name:       druidv1alpha1.GetMemberName(e.Spec.MemberNamePrefix, pod),
-			PeerURLs:   []string{"http://" + podAddr(e, pod, 2380)},
-			ClientURLs: []string{"http://" + podAddr(e, pod, 2379)},
-			SidecarURL: "http://" + podAddr(e, pod, int(webhook.DefaultSidecarPort)),
+			PeerURLs:   []string{"https://" + podAddr(e, pod, 2380)},
+			ClientURLs: []string{"https://" + podAddr(e, pod, 2379)},
+			SidecarURL: "https://" + podAddr(e, pod, int(webhook.DefaultSidecarPort)),
 		})
 	}
 	return out

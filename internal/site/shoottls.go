@@ -1,0 +1,195 @@
+package site
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/druid-stretch/druid-stretch/internal/pki"
+)
+
+// The Secrets of a shoot's etcd-main in its namespace, named and keyed as
+// a Gardener seed's (gardenlet's etcd component and secrets manager):
+// CA bundles under bundle.crt, certificates under tls.crt and tls.key.
+const (
+	// SecretEtcdCA is the shoot's etcd CA: it signs etcd's server and
+	// client certificates, and backup-restore's.
+	SecretEtcdCA = "ca-etcd-bundle"
+	// SecretEtcdPeerCA is the shoot's etcd peer CA.
+	SecretEtcdPeerCA = "ca-etcd-peer-bundle"
+	// SecretEtcdServer is etcd's server certificate (client URLs), which
+	// backup-restore and the druid-stretch sidecar serve with too.
+	SecretEtcdServer = "etcd-server-main"
+	// SecretEtcdPeerServer is etcd's peer certificate.
+	SecretEtcdPeerServer = "etcd-peer-server-main"
+	// SecretEtcdClient is the client certificate of etcd's clients: the
+	// shoot's kube-apiserver, backup-restore, the sidecar.
+	SecretEtcdClient = "etcd-client"
+	// SecretSidecarClientCA holds druid-stretch's client CA (key ca.crt),
+	// with which the sidecars verify the controllers (the chart's
+	// sidecar.clientCASecretName): one druid-stretch CA per landscape,
+	// copied next to each Etcd.
+	SecretSidecarClientCA = "druid-stretch-sidecar-client-ca"
+	// caBundleKey is the data key of a CA bundle.
+	caBundleKey = "bundle.crt"
+)
+
+// RestoredEtcdName names the Etcd the tests restore from a backup store,
+// beside etcd-main in a shoot's namespace and with its Secrets.
+const RestoredEtcdName = "etcd-restored"
+
+// ShootTLS is the TLS of one shoot's etcd-main, issued as a Gardener seed
+// issues it: the shoot's own etcd CA and peer CA, and from them etcd's
+// server, peer and client certificates, with the names gardenlet gives
+// them (<etcd>-local, the client Service's, the peer Service's wildcard)
+// and the members' names under the sites' external zones, by which the
+// other site's members, sidecars and backup-restore reach them during a
+// move. Both sites of a move hold the same Secrets, as GEP-39 gives the
+// destination seed the shoot's secrets. The certificates name etcd-main
+// and RestoredEtcdName.
+type ShootTLS struct {
+	etcdCA  *pki.CA
+	secrets []*corev1.Secret
+	client  tls.Certificate
+}
+
+// NewShootTLS issues the Secrets of one shoot's etcd cluster whose Etcds
+// run in namespaces (one, or the namespaces of Etcds that stretch one
+// cluster), its members also named <pod>.<namespace>.<domain> for each
+// domain.
+func NewShootTLS(namespaces []string, domains ...string) (*ShootTLS, error) {
+	if len(namespaces) == 0 {
+		return nil, errors.New("a shoot's TLS needs the namespace of its Etcds")
+	}
+	etcdCA, err := pki.NewCA("ca-etcd " + namespaces[0])
+	if err != nil {
+		return nil, err
+	}
+	peerCA, err := pki.NewCA("ca-etcd-peer " + namespaces[0])
+	if err != nil {
+		return nil, err
+	}
+	var server, peer []string
+	for _, ns := range namespaces {
+		svcNames := func(svc string) []string {
+			return []string{svc, svc + "." + ns, svc + "." + ns + ".svc", svc + "." + ns + ".svc." + ClusterDomain}
+		}
+		for _, name := range []string{MoveEtcdName, RestoredEtcdName} {
+			server = slices.Concat(server, []string{name + "-local"}, svcNames(name+"-client"), svcNames("*."+name+"-peer"))
+			peer = slices.Concat(peer, svcNames(name+"-peer"), svcNames("*."+name+"-peer"))
+		}
+		for _, d := range domains {
+			server = append(server, "*."+ns+"."+d)
+			peer = append(peer, "*."+ns+"."+d)
+		}
+	}
+	slices.Sort(server)
+	slices.Sort(peer)
+	serverPair, err := etcdCA.Issue("etcd-server", slices.Compact(server)...)
+	if err != nil {
+		return nil, err
+	}
+	peerPair, err := peerCA.Issue("etcd-server", slices.Compact(peer)...)
+	if err != nil {
+		return nil, err
+	}
+	// A client certificate has no name: etcd checks a client's address
+	// against the names of its certificate when it has any.
+	client, err := etcdCA.Issue("etcd-client")
+	if err != nil {
+		return nil, err
+	}
+	clientCert, err := tls.X509KeyPair(client.CertPEM, client.KeyPEM)
+	if err != nil {
+		return nil, err
+	}
+	pair := func(p pki.Pair) map[string][]byte {
+		return map[string][]byte{corev1.TLSCertKey: p.CertPEM, corev1.TLSPrivateKeyKey: p.KeyPEM}
+	}
+	secret := func(name string, data map[string][]byte) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: data}
+	}
+	return &ShootTLS{etcdCA: etcdCA, client: clientCert, secrets: []*corev1.Secret{
+		secret(SecretEtcdCA, map[string][]byte{caBundleKey: etcdCA.CertPEM()}),
+		secret(SecretEtcdPeerCA, map[string][]byte{caBundleKey: peerCA.CertPEM()}),
+		secret(SecretEtcdServer, pair(serverPair)),
+		secret(SecretEtcdPeerServer, pair(peerPair)),
+		secret(SecretEtcdClient, pair(client)),
+	}}, nil
+}
+
+// InstallShootTLS creates t's Secrets in s's namespace, and the Secret of
+// s's druid-stretch client CA beside them, and makes s's etcd clients
+// (EtcdClientTLS) trust the shoot's etcd CA and present its client
+// certificate.
+func (s *Site) InstallShootTLS(ctx context.Context, t *ShootTLS, namespace string) error {
+	secrets := slices.Clone(t.secrets)
+	secrets = append(secrets, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: SecretSidecarClientCA},
+		Data:       map[string][]byte{"ca.crt": s.stretchCA.CertPEM()},
+	})
+	for _, sec := range secrets {
+		sec = sec.DeepCopy()
+		sec.Namespace = namespace
+		if _, err := s.Kube.CoreV1().Secrets(namespace).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating the shoot's Secret %s/%s: %w", namespace, sec.Name, err)
+		}
+	}
+	s.shoots.add(t, namespace)
+	return nil
+}
+
+// shootTrust is what a site's own etcd clients use for the shoots
+// installed in it: every shoot's etcd CA, and every shoot's client
+// certificate, of which TLS presents the one whose CA the server asks for.
+type shootTrust struct {
+	mu     sync.Mutex
+	shoots []*ShootTLS
+	byNS   map[string]*ShootTLS
+}
+
+func (st *shootTrust) add(t *ShootTLS, namespace string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !slices.Contains(st.shoots, t) {
+		st.shoots = append(st.shoots, t)
+	}
+	if st.byNS == nil {
+		st.byNS = map[string]*ShootTLS{}
+	}
+	st.byNS[namespace] = t
+}
+
+// ShootTLSOf is the shoot's TLS installed in namespace, nil if none.
+func (s *Site) ShootTLSOf(namespace string) *ShootTLS {
+	s.shoots.mu.Lock()
+	defer s.shoots.mu.Unlock()
+	return s.shoots.byNS[namespace]
+}
+
+// EtcdClientTLS is the TLS of the site's own etcd clients (tests, loads):
+// it trusts the etcd CA of each shoot installed in the site and presents
+// the client certificate that CA signed (etcd names its client CA in the
+// handshake). An error when no shoot is installed.
+func (s *Site) EtcdClientTLS() (*tls.Config, error) {
+	s.shoots.mu.Lock()
+	defer s.shoots.mu.Unlock()
+	if len(s.shoots.shoots) == 0 {
+		return nil, errors.New("no shoot's TLS is installed in the site: its etcd clients have no CA to trust")
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	cfg.RootCAs = s.shoots.shoots[0].etcdCA.Pool()
+	for i, t := range s.shoots.shoots {
+		if i > 0 {
+			cfg.RootCAs.AppendCertsFromPEM(t.etcdCA.CertPEM())
+		}
+		cfg.Certificates = append(cfg.Certificates, t.client)
+	}
+	return cfg, nil
+}
