@@ -64,10 +64,21 @@ membership change one whose identity --allowed-client lists. Plain HTTP
 				return errors.New("--insecure-transport=true contradicts --cacert/--cert/--key")
 			}
 			var etcdTLS *tls.Config
-			if !insecureTransport {
+			switch {
+			case insecureTransport:
+			case insecureSkipVerify:
 				var err error
-				if etcdTLS, err = sidecar.EtcdClientTLSConfig(caFile, certFile, keyFile, insecureSkipVerify); err != nil {
+				if etcdTLS, err = sidecar.EtcdClientTLSConfig(caFile, certFile, keyFile, true); err != nil {
 					return err
+				}
+			default:
+				// The files are followed (tlsfiles): a shoot's CA rotation
+				// renews etcd's certificates and the sidecar's own, and a
+				// sidecar that read them once would lose etcd, and its
+				// gate's clients, once the old CA left the bundle.
+				var err error
+				if etcdTLS, err = tlsfiles.Client(cmd.Context(), caFile, certFile, keyFile); err != nil {
+					return fmt.Errorf("etcd client TLS (--cacert, --cert, --key): %w", err)
 				}
 			}
 			var serverTLS *tls.Config

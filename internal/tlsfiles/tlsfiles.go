@@ -14,9 +14,13 @@
 package tlsfiles
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
+	"sync"
 
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 )
@@ -68,4 +72,73 @@ func Server(ctx context.Context, certFile, keyFile, clientCAFile string, clientA
 	// are what a caller that inspects the configuration (http.Server's
 	// HTTP/2 set-up) reads.
 	return &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: nextProtos, ClientAuth: base.ClientAuth, GetConfigForClient: ctrl.GetConfigForClient}, nil
+}
+
+// Client is a TLS client configuration that presents the certificate in
+// certFile and keyFile (none when both are empty) and verifies the server
+// against the CA bundle in caFile (the system's roots when empty), as
+// Server serves: the files are read now, an error names the one that is
+// missing or wrong, and afterwards they are watched until ctx ends, so that
+// each new connection uses what the files hold then. A shoot's CA rotation
+// renews etcd's server certificate and the clients' certificates under a
+// bundle of the old and the new CA; a client that read its files once
+// would fail its next connection once the old CA leaves the bundle.
+func Client(ctx context.Context, caFile, certFile, keyFile string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if (certFile == "") != (keyFile == "") {
+		return nil, fmt.Errorf("the client certificate %q and key %q must be given together", certFile, keyFile)
+	}
+	if certFile != "" {
+		pair, err := dynamiccertificates.NewDynamicServingContentFromFiles("client-certificate", certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("loading the client certificate %s and key %s: %w", certFile, keyFile, err)
+		}
+		go pair.Run(ctx, 1)
+		var (
+			mu     sync.Mutex
+			cached []byte
+			cert   *tls.Certificate
+		)
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			certPEM, keyPEM := pair.CurrentCertKeyContent()
+			mu.Lock()
+			defer mu.Unlock()
+			if cert == nil || !bytes.Equal(cached, certPEM) {
+				c, err := tls.X509KeyPair(certPEM, keyPEM)
+				if err != nil {
+					return nil, fmt.Errorf("the client certificate %s: %w", certFile, err)
+				}
+				cached, cert = certPEM, &c
+			}
+			return cert, nil
+		}
+	}
+	if caFile != "" {
+		ca, err := dynamiccertificates.NewDynamicCAContentFromFile("server-ca", caFile)
+		if err != nil {
+			return nil, fmt.Errorf("loading the CA bundle %s: %w", caFile, err)
+		}
+		go ca.Run(ctx, 1)
+		// Go verifies a server against a fixed pool; the pool of the
+		// moment is checked here instead, with what Go would check.
+		cfg.InsecureSkipVerify = true //nolint:gosec // VerifyConnection verifies the server
+		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+			opts, ok := ca.VerifyOptions()
+			if !ok {
+				return fmt.Errorf("no CA in %s to verify the server with", caFile)
+			}
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("the server sent no certificate")
+			}
+			opts.DNSName = cs.ServerName
+			opts.Intermediates = x509.NewCertPool()
+			for _, c := range cs.PeerCertificates[1:] {
+				opts.Intermediates.AddCert(c)
+			}
+			opts.KeyUsages = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+			_, err := cs.PeerCertificates[0].Verify(opts)
+			return err
+		}
+	}
+	return cfg, nil
 }
