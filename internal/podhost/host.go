@@ -84,6 +84,11 @@ type Options struct {
 	// publishing them from two informer caches would each overwrite the
 	// other's fresher records with staler ones while endpoints change.
 	SkipServiceDNS bool
+	// VolumeSyncPeriod is how often a running pod's Secret and ConfigMap
+	// volumes are compared with their objects and updated in place
+	// (default 10 s; kubelet's sync is about a minute): a renewed
+	// certificate reaches the containers without a restart.
+	VolumeSyncPeriod time.Duration
 	// MaxRestartBackoff caps the wait between restarts of a failing
 	// container (default 20 s; kubelet's is 5 minutes, far longer than a
 	// test).
@@ -122,6 +127,9 @@ func Start(ctx context.Context, opts Options) (*Host, error) {
 	}
 	if opts.ClusterDomain == "" {
 		opts.ClusterDomain = "cluster.local"
+	}
+	if opts.VolumeSyncPeriod <= 0 {
+		opts.VolumeSyncPeriod = 10 * time.Second
 	}
 	if opts.MaxRestartBackoff <= 0 {
 		opts.MaxRestartBackoff = 20 * time.Second

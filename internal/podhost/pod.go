@@ -105,6 +105,7 @@ func (r *podRun) run() {
 		backoff = min(2*backoff, 10*time.Second)
 	}
 	r.setMessage("", "")
+	go r.syncVolumes()
 	for _, c := range r.containers {
 		if !c.init {
 			continue

@@ -1,6 +1,7 @@
 package podhost
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -132,7 +134,7 @@ func (h *Host) writeConfigMap(ctx context.Context, pod *corev1.Pod, dir, name st
 	if err != nil {
 		return err
 	}
-	return h.writeFiles(pod, dir, files)
+	return writeFiles(pod, dir, files)
 }
 
 func (h *Host) writeSecret(ctx context.Context, pod *corev1.Pod, dir, name string, items []corev1.KeyToPath, def *int32, optional *bool) error {
@@ -140,7 +142,7 @@ func (h *Host) writeSecret(ctx context.Context, pod *corev1.Pod, dir, name strin
 	if err != nil {
 		return err
 	}
-	return h.writeFiles(pod, dir, files)
+	return writeFiles(pod, dir, files)
 }
 
 func (h *Host) writeDownwardAPI(pod *corev1.Pod, dir string, items []corev1.DownwardAPIVolumeFile, def *int32) error {
@@ -148,7 +150,7 @@ func (h *Host) writeDownwardAPI(pod *corev1.Pod, dir string, items []corev1.Down
 	if err != nil {
 		return err
 	}
-	return h.writeFiles(pod, dir, files)
+	return writeFiles(pod, dir, files)
 }
 
 func downwardFiles(pod *corev1.Pod, items []corev1.DownwardAPIVolumeFile, def *int32) ([]file, error) {
@@ -210,7 +212,7 @@ func (h *Host) writeProjected(ctx context.Context, pod *corev1.Pod, dir string, 
 		}
 		files = append(files, more...)
 	}
-	return h.writeFiles(pod, dir, files)
+	return writeFiles(pod, dir, files)
 }
 
 // token asks the API server for a token bound to the pod, as kubelet does.
@@ -236,26 +238,116 @@ func (h *Host) token(ctx context.Context, pod *corev1.Pod, src *corev1.ServiceAc
 	return tr.Status.Token, nil
 }
 
-// writeFiles replaces dir's content with files, owned by root and the pod's
-// fsGroup, as kubelet's atomic writer leaves them (without its symlink
-// dance: no container here sees an update while it runs).
-func (h *Host) writeFiles(pod *corev1.Pod, dir string, files []file) error {
+// writeFiles replaces dir's content with files (swapFiles), the first
+// time a pod's volume is written.
+func writeFiles(pod *corev1.Pod, dir string, files []file) error {
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	return swapFiles(pod, dir, files)
+}
+
+// syncVolumes keeps the pod's Secret and ConfigMap volumes as their
+// objects are, every Options.VolumeSyncPeriod until the pod stops, as
+// kubelet does: a changed object's files are swapped in place (swapFiles).
+// A volume whose object cannot be read keeps its files.
+func (r *podRun) syncVolumes() {
+	tick := time.NewTicker(r.h.opts.VolumeSyncPeriod)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		r.mu.Lock()
+		pod := r.pod.DeepCopy()
+		r.mu.Unlock()
+		for _, v := range pod.Spec.Volumes {
+			var (
+				files []file
+				err   error
+			)
+			switch {
+			case v.Secret != nil:
+				files, err = r.h.secretFiles(r.ctx, pod.Namespace, v.Secret.SecretName, v.Secret.Items, v.Secret.DefaultMode, v.Secret.Optional)
+			case v.ConfigMap != nil:
+				files, err = r.h.configMapFiles(r.ctx, pod.Namespace, v.ConfigMap.Name, v.ConfigMap.Items, v.ConfigMap.DefaultMode, v.ConfigMap.Optional)
+			default:
+				continue
+			}
+			dir := filepath.Join(r.dir, "volumes", v.Name)
+			if err == nil && !sameFiles(dir, files) {
+				if err = swapFiles(pod, dir, files); err == nil {
+					r.log.Info("volume updated from its object", "volume", v.Name)
+				}
+			}
+			if err != nil && r.ctx.Err() == nil {
+				r.log.Info("volume not updated", "volume", v.Name, "error", err.Error())
+			}
+		}
+	}
+}
+
+// sameFiles tells whether dir's current files (through ..data) are files.
+func sameFiles(dir string, files []file) bool {
+	n := 0
+	err := filepath.WalkDir(filepath.Join(dir, dataLink)+string(filepath.Separator), func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			n++
+		}
+		return err
+	})
+	if err != nil || n != len(files) {
+		return false
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(filepath.Join(dir, dataLink, filepath.Clean(f.path)))
+		if err != nil || !bytes.Equal(data, f.data) {
+			return false
+		}
+	}
+	return true
+}
+
+// dataLink is the link kubelet's atomic writer keeps in a volume's folder:
+// it names the folder of the current files, and every file's name links
+// through it.
+const dataLink = "..data"
+
+// swapFiles lays files out in dir as kubelet's atomic writer does, owned by
+// root and the pod's fsGroup: the files in a new folder ..<random>, the
+// link ..data renamed onto it in one step, each top-level name a link
+// through ..data, and the folder ..data named before removed. A process
+// that watches a file (a certificate watcher) sees the old set or the new,
+// never a mix, and a container that has the volume mounted sees the new
+// set without a restart (syncVolumes).
+func swapFiles(pod *corev1.Pod, dir string, files []file) error {
+	for _, f := range files {
+		if clean := filepath.Clean(f.path); filepath.IsAbs(clean) || strings.HasPrefix(clean, "..") {
+			return fmt.Errorf("file path %q leaves the volume", f.path)
+		}
+	}
+	old, _ := os.Readlink(filepath.Join(dir, dataLink))
+	gen, err := os.MkdirTemp(dir, "..")
+	if err != nil {
+		return err
+	}
+	if err := os.Chmod(gen, 0o755); err != nil {
+		return err
+	}
 	gid := -1
 	if sc := pod.Spec.SecurityContext; sc != nil && sc.FSGroup != nil {
 		gid = int(*sc.FSGroup)
 	}
+	top := map[string]bool{}
 	for _, f := range files {
 		clean := filepath.Clean(f.path)
-		if filepath.IsAbs(clean) || clean == ".." || strings.HasPrefix(clean, "../") {
-			return fmt.Errorf("file path %q leaves the volume", f.path)
-		}
-		p := filepath.Join(dir, clean)
+		top[strings.Split(clean, string(filepath.Separator))[0]] = true
+		p := filepath.Join(gen, clean)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
@@ -274,6 +366,37 @@ func (h *Host) writeFiles(pod *corev1.Pod, dir string, files []file) error {
 				return err
 			}
 		}
+	}
+	tmp := filepath.Join(dir, dataLink+"_tmp")
+	_ = os.Remove(tmp)
+	if err := os.Symlink(filepath.Base(gen), tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, dataLink)); err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if name := e.Name(); !strings.HasPrefix(name, "..") && !top[name] {
+			if err := os.Remove(filepath.Join(dir, name)); err != nil {
+				return err
+			}
+		}
+	}
+	for name := range top {
+		link := filepath.Join(dir, name)
+		if _, err := os.Lstat(link); err == nil {
+			continue
+		}
+		if err := os.Symlink(filepath.Join(dataLink, name), link); err != nil {
+			return err
+		}
+	}
+	if old != "" && old != filepath.Base(gen) {
+		return os.RemoveAll(filepath.Join(dir, old))
 	}
 	return nil
 }

@@ -2,9 +2,11 @@ package site
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -133,6 +135,12 @@ type LiveMoveOptions struct {
 	// identity as spec.memberNamePrefix, take the ordinals 0..2 in B (the
 	// in-cluster names of A's pods).
 	GEP39 bool
+	// RenewCertificatesAt, when set, is the step at whose start the
+	// shoot's server, peer and client certificates are renewed in both
+	// sites (ShootTLS.Renew), as gardenlet renews them in place while the
+	// move goes on; LiveMoveRun.Renewal says when the source's first
+	// member served the new server certificate.
+	RenewCertificatesAt move.Step
 	// OnEvent, when set, sees every event of the move as it happens.
 	OnEvent func(migration.Event)
 	// Out receives one line per stage (default: nothing). The logs of the
@@ -157,6 +165,8 @@ type LiveMove struct {
 	// compactions record druid's compaction Jobs in A and B over the same
 	// time.
 	compactions []*CompactionRecorder
+	// shoot is the shoot's TLS, installed in both sites.
+	shoot *ShootTLS
 }
 
 // DruidCRDPeriod is how often a live move writes druid's own CRDs into
@@ -204,7 +214,7 @@ func NewLiveMove(ctx context.Context, a, b *Site, opts LiveMoveOptions) (*LiveMo
 			return nil, err
 		}
 	}
-	return &LiveMove{A: a, B: b, opts: opts}, nil
+	return &LiveMove{A: a, B: b, opts: opts, shoot: shoot}, nil
 }
 
 // Key is the moved Etcd's key, the same in both sites.
@@ -336,6 +346,9 @@ type LiveMoveRun struct {
 	// the whole move took.
 	MoveStarted time.Time
 	MoveTook    time.Duration
+	// Renewal is the certificate renewal of
+	// LiveMoveOptions.RenewCertificatesAt, nil without one.
+	Renewal *CertificateRenewal
 	// API are the kube-apiservers' clients' figures; APIRequests every
 	// request they made.
 	API         apiload.Results
@@ -529,6 +542,9 @@ func (m *LiveMove) run(ctx context.Context) (*LiveMoveRun, error) {
 	if m.opts.GEP39 {
 		gep39 = &migration.GEP39{DestinationPrefix: b.opts.ClusterIdentity, SourceClientEndpoints: eps[:MoveReplicas]}
 	}
+	// The renewal's result, once RenewCertificatesAt's step started; it
+	// is read before Run returns.
+	var renewed chan *CertificateRenewal
 	mover, err := migration.New(migration.Options{
 		GEP39:  gep39,
 		Source: a.Client, Destination: b.Client,
@@ -561,6 +577,10 @@ func (m *LiveMove) run(ctx context.Context) (*LiveMoveRun, error) {
 		Progress: func(e migration.Event) {
 			switch e.Kind {
 			case migration.StepStarted:
+				if e.Step == m.opts.RenewCertificatesAt && renewed == nil {
+					renewed = make(chan *CertificateRenewal, 1)
+					go func() { renewed <- m.renewCertificates(ctx, eps[0]) }()
+				}
 				w.Mark(string(e.Step))
 				load.Mark(string(e.Step))
 				m.printf("  %6.1f s  %-17s %s", e.At.Sub(load.StartedAt()).Seconds(), e.Step, requestCounts(load.Requests(), servers))
@@ -585,6 +605,9 @@ func (m *LiveMove) run(ctx context.Context) (*LiveMoveRun, error) {
 	run.MoveStarted = time.Now()
 	err = mover.Move(ctx)
 	run.MoveTook = time.Since(run.MoveStarted)
+	if renewed != nil {
+		run.Renewal = <-renewed
+	}
 	run.DruidReady = druidReady.Stop()
 	if err != nil {
 		return run, fmt.Errorf("the move: %w", err)
@@ -820,4 +843,63 @@ func (r *ReadySampler) Stop() []bool {
 		<-r.done
 	})
 	return r.samples
+}
+
+// CertificateRenewal is what a renewal of the shoot's certificates during a
+// move showed.
+type CertificateRenewal struct {
+	// At is when the Secrets were written.
+	At time.Time
+	// ServedAfter is how long after At the source's first member served
+	// the new server certificate to a new connection.
+	ServedAfter time.Duration
+	// Err is why the renewal failed or was not seen served.
+	Err error
+}
+
+// renewCertificates renews the shoot's certificates in both sites and
+// waits, up to two minutes, until endpoint (a member's client URL) serves
+// the new server certificate in a new TLS handshake.
+func (m *LiveMove) renewCertificates(ctx context.Context, endpoint string) *CertificateRenewal {
+	r := &CertificateRenewal{At: time.Now()}
+	if r.Err = m.shoot.Renew(ctx, MoveNamespace, m.A, m.B); r.Err != nil {
+		return r
+	}
+	m.printf("renewed the shoot's server, peer and client certificates in both sites")
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		r.Err = err
+		return r
+	}
+	cfg, err := m.A.EtcdClientTLS()
+	if err != nil {
+		r.Err = err
+		return r
+	}
+	cfg.ServerName = u.Hostname()
+	want := m.shoot.ServerSerial()
+	var last string
+	r.Err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		conn, err := m.A.DialContext(ctx, "tcp", u.Host)
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		c := tls.Client(conn, cfg)
+		defer c.Close()
+		if err := c.HandshakeContext(ctx); err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		got := c.ConnectionState().PeerCertificates[0].SerialNumber
+		last = fmt.Sprintf("serves the certificate of serial %s, not the renewed %s", got, want)
+		return got.Cmp(want) == 0, nil
+	})
+	if r.Err != nil {
+		r.Err = fmt.Errorf("%s did not serve the renewed certificate: %w (last: %s)", endpoint, r.Err, last)
+		return r
+	}
+	r.ServedAfter = time.Since(r.At)
+	m.printf("%s serves the renewed server certificate, %.1f s after the renewal", u.Host, r.ServedAfter.Seconds())
+	return r
 }

@@ -42,7 +42,11 @@ const moveNamespace = MoveNamespace
 // 180 ms apart, with the migration adapter as gardenlet would drive it,
 // judged by client-go clients of a shoot kube-apiserver in each site (see
 // LiveMove). In the middle of the move druid is made to reconcile both
-// Etcds, as an operator's annotation does.
+// Etcds, as an operator's annotation does, and at the destination's join
+// the shoot's server, peer and client certificates are renewed in both
+// sites, as gardenlet renews them in place: the source's members serve
+// the new server certificate while the move goes on, and no client sees
+// a failure.
 func TestLiveMoveBetweenRealSites(t *testing.T) {
 	g := NewWithT(t)
 	ctx := testContext(t, siteTestDeadline)
@@ -55,8 +59,9 @@ func TestLiveMoveBetweenRealSites(t *testing.T) {
 		reconcileErrs = make([]error, 2)
 	)
 	mv, err := NewLiveMove(ctx, a, b, LiveMoveOptions{
-		RTT: DefaultMoveRTT,
-		Out: testWriter{t},
+		RTT:                 DefaultMoveRTT,
+		Out:                 testWriter{t},
+		RenewCertificatesAt: move.StepJoinDestination,
 		OnEvent: func(e migration.Event) {
 			if e.Kind == migration.StepStarted && e.Step == move.StepRetireSource {
 				reconciled.Add(1)
@@ -77,6 +82,10 @@ func TestLiveMoveBetweenRealSites(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(errors.Join(reconcileErrs...)).NotTo(HaveOccurred(), "druid was asked to reconcile in the middle of the move")
 	t.Logf("the move took %s", run.MoveTook.Round(100*time.Millisecond))
+	g.Expect(run.Renewal).NotTo(BeNil(), "the certificates were renewed at %s", move.StepJoinDestination)
+	g.Expect(run.Renewal.Err).NotTo(HaveOccurred())
+	t.Logf("certificates renewed %.1f s into the move; the source's first member served the new one %.1f s later",
+		run.Renewal.At.Sub(run.MoveStarted).Seconds(), run.Renewal.ServedAfter.Seconds())
 
 	// druid's own CRDs were written into both sites throughout, as
 	// gardenlet writes them: both Etcds are druid's objects, and every

@@ -3,8 +3,10 @@ package site
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"math/big"
 	"slices"
 	"sync"
 
@@ -54,9 +56,15 @@ const RestoredEtcdName = "etcd-restored"
 // destination seed the shoot's secrets. The certificates name etcd-main
 // and RestoredEtcdName.
 type ShootTLS struct {
-	etcdCA  *pki.CA
+	etcdCA, peerCA     *pki.CA
+	serverNames, peers []string
+
+	mu      sync.Mutex
 	secrets []*corev1.Secret
 	client  tls.Certificate
+	// serverSerial is the serial number of the server certificate issued
+	// last.
+	serverSerial *big.Int
 }
 
 // NewShootTLS issues the Secrets of one shoot's etcd cluster whose Etcds
@@ -91,23 +99,41 @@ func NewShootTLS(namespaces []string, domains ...string) (*ShootTLS, error) {
 	}
 	slices.Sort(server)
 	slices.Sort(peer)
-	serverPair, err := etcdCA.Issue("etcd-server", slices.Compact(server)...)
-	if err != nil {
+	t := &ShootTLS{etcdCA: etcdCA, peerCA: peerCA, serverNames: slices.Compact(server), peers: slices.Compact(peer)}
+	if err := t.issue(); err != nil {
 		return nil, err
 	}
-	peerPair, err := peerCA.Issue("etcd-server", slices.Compact(peer)...)
+	return t, nil
+}
+
+// issue issues the server, peer and client certificates from the shoot's
+// CAs, and makes t's Secrets hold them.
+func (t *ShootTLS) issue() error {
+	serverPair, err := t.etcdCA.Issue("etcd-server", t.serverNames...)
 	if err != nil {
-		return nil, err
+		return err
+	}
+	peerPair, err := t.peerCA.Issue("etcd-server", t.peers...)
+	if err != nil {
+		return err
 	}
 	// A client certificate has no name: etcd checks a client's address
 	// against the names of its certificate when it has any.
-	client, err := etcdCA.Issue("etcd-client")
+	client, err := t.etcdCA.Issue("etcd-client")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	clientCert, err := tls.X509KeyPair(client.CertPEM, client.KeyPEM)
 	if err != nil {
-		return nil, err
+		return err
+	}
+	serverCert, err := tls.X509KeyPair(serverPair.CertPEM, serverPair.KeyPEM)
+	if err != nil {
+		return err
+	}
+	leaf, err := x509.ParseCertificate(serverCert.Certificate[0])
+	if err != nil {
+		return err
 	}
 	pair := func(p pki.Pair) map[string][]byte {
 		return map[string][]byte{corev1.TLSCertKey: p.CertPEM, corev1.TLSPrivateKeyKey: p.KeyPEM}
@@ -115,13 +141,52 @@ func NewShootTLS(namespaces []string, domains ...string) (*ShootTLS, error) {
 	secret := func(name string, data map[string][]byte) *corev1.Secret {
 		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: data}
 	}
-	return &ShootTLS{etcdCA: etcdCA, client: clientCert, secrets: []*corev1.Secret{
-		secret(SecretEtcdCA, map[string][]byte{caBundleKey: etcdCA.CertPEM()}),
-		secret(SecretEtcdPeerCA, map[string][]byte{caBundleKey: peerCA.CertPEM()}),
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.client, t.serverSerial = clientCert, leaf.SerialNumber
+	t.secrets = []*corev1.Secret{
+		secret(SecretEtcdCA, map[string][]byte{caBundleKey: t.etcdCA.CertPEM()}),
+		secret(SecretEtcdPeerCA, map[string][]byte{caBundleKey: t.peerCA.CertPEM()}),
 		secret(SecretEtcdServer, pair(serverPair)),
 		secret(SecretEtcdPeerServer, pair(peerPair)),
 		secret(SecretEtcdClient, pair(client)),
-	}}, nil
+	}
+	return nil
+}
+
+// ServerSerial is the serial number of the server certificate issued last.
+func (t *ShootTLS) ServerSerial() *big.Int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.serverSerial
+}
+
+// Renew issues new server, peer and client certificates from the same CAs
+// and writes them into the shoot's Secrets of namespace in each site, as
+// gardenlet's secrets manager renews them in place: the pods see them
+// through their Secret volumes (the node stand-in swaps them in), and
+// what watches its files (etcd per handshake, the client gate and the
+// sidecars) uses them from then on without a restart.
+func (t *ShootTLS) Renew(ctx context.Context, namespace string, sites ...*Site) error {
+	if err := t.issue(); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	secrets := slices.Clone(t.secrets)
+	t.mu.Unlock()
+	for _, s := range sites {
+		for _, sec := range secrets {
+			cur, err := s.Kube.CoreV1().Secrets(namespace).Get(ctx, sec.Name, metav1.GetOptions{})
+			if err != nil {
+				return fmt.Errorf("renewing the shoot's Secret %s/%s in %s: %w", namespace, sec.Name, s.opts.ClusterIdentity, err)
+			}
+			cur.Data = sec.Data
+			if _, err := s.Kube.CoreV1().Secrets(namespace).Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+				return fmt.Errorf("renewing the shoot's Secret %s/%s in %s: %w", namespace, sec.Name, s.opts.ClusterIdentity, err)
+			}
+		}
+	}
+	return nil
 }
 
 // InstallShootTLS creates t's Secrets in s's namespace, and the Secret of
@@ -129,7 +194,9 @@ func NewShootTLS(namespaces []string, domains ...string) (*ShootTLS, error) {
 // (EtcdClientTLS) trust the shoot's etcd CA and present its client
 // certificate.
 func (s *Site) InstallShootTLS(ctx context.Context, t *ShootTLS, namespace string) error {
+	t.mu.Lock()
 	secrets := slices.Clone(t.secrets)
+	t.mu.Unlock()
 	secrets = append(secrets, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: SecretSidecarClientCA},
 		Data:       map[string][]byte{"ca.crt": s.stretchCA.CertPEM()},
@@ -189,7 +256,9 @@ func (s *Site) EtcdClientTLS() (*tls.Config, error) {
 		if i > 0 {
 			cfg.RootCAs.AppendCertsFromPEM(t.etcdCA.CertPEM())
 		}
+		t.mu.Lock()
 		cfg.Certificates = append(cfg.Certificates, t.client)
+		t.mu.Unlock()
 	}
 	return cfg, nil
 }

@@ -138,10 +138,10 @@ var foreignFlags = map[string][]string{
 	"curl":                {"--cacert", "--cert", "--key"},
 	"etcdctl":             {"--endpoints", "--cacert", "--cert", "--key"},
 	"etcd":                {"--initial-cluster-state", "--quota-backend-bytes", "--max-learners"},
-	"kube-apiserver":      {"--etcd-servers", "--authorization-mode", "--advertise-address", "--endpoint-reconciler-type"},
+	"kube-apiserver":      {"--etcd-servers", "--etcd-cafile", "--etcd-certfile", "--etcd-keyfile", "--authorization-mode", "--advertise-address", "--endpoint-reconciler-type"},
 	"kube-controller-mgr": {"--use-service-account-credentials", "--controllers"},
 	"etcd-druid":          {"--enable-etcd-spec-auto-reconcile", "--etcd-components-webhook-exempt-service-accounts", "--enable-member-lease-renewal"},
-	"hack/site":           {"--dir", "--druid-stretch"},
+	"hack/site":           {"--dir", "--druid-stretch", "--namespace"},
 	"etcdbrctl":           {"--use-etcd-wrapper", "--store-prefix", "--storage-provider", "--etcd-connection-timeout-leader-election", "--k8s-heartbeat-duration", "--reelection-period", "--service-endpoints", "--defragmentation-schedule", "--etcd-defrag-timeout", "--freespace-threshold"},
 }
 
