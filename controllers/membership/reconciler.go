@@ -185,6 +185,9 @@ type Reconciler struct {
 	waiting map[types.NamespacedName]string
 	// cas are the Etcds' sidecar CAs (SidecarCAFromEtcd).
 	cas sidecarCAs
+	// tlsChecks are the Etcds' last checks of their TLS Secrets
+	// (SidecarCAFromEtcd).
+	tlsChecks tlsChecks
 }
 
 // NewReconciler returns the controller; register it with SetupWithManager.
@@ -318,6 +321,10 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 	sidecarTLS, err := r.sidecarTLS(ctx, e)
 	if err != nil {
 		s.blocked(reasonSidecarCA, err.Error()+"; no sidecar is called, so no member is changed")
+		return r.backoff(key, 0), nil
+	}
+	if err := r.checkTLSSecrets(ctx, e); err != nil {
+		s.blocked(reasonTLSSecretInvalid, strings.ReplaceAll(err.Error(), "\n", "; ")+"; no sidecar is called, so no member is added, started or changed with them")
 		return r.backoff(key, 0), nil
 	}
 	eps, hint, err := r.reach(e, s.running, sidecarTLS)

@@ -76,8 +76,15 @@ func (ca *CA) Pool() *x509.CertPool {
 }
 
 // Issue signs a leaf certificate usable both as server and as client
-// certificate, valid for the given DNS names and IP addresses.
+// certificate, valid for the given DNS names and IP addresses, from an
+// hour ago for a day.
 func (ca *CA) Issue(commonName string, hosts ...string) (Pair, error) {
+	return ca.IssueValid(time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour), commonName, hosts...)
+}
+
+// IssueValid is Issue valid from notBefore to notAfter (a certificate
+// that expired, for tests of what refuses it).
+func (ca *CA) IssueValid(notBefore, notAfter time.Time, commonName string, hosts ...string) (Pair, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return Pair{}, err
@@ -85,8 +92,8 @@ func (ca *CA) Issue(commonName string, hosts ...string) (Pair, error) {
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: commonName},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}
