@@ -2,13 +2,13 @@ package demo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
@@ -21,6 +21,9 @@ import (
 // routeInterval is how often the client's endpoints are brought in line
 // with the ready voters.
 const routeInterval = 250 * time.Millisecond
+
+// startTrafficTimeout bounds StartTraffic's wait for a ready voter.
+const startTrafficTimeout = 30 * time.Second
 
 // readyProbeTimeout bounds one readiness probe of a member.
 const readyProbeTimeout = 500 * time.Millisecond
@@ -63,12 +66,18 @@ func urls(eps []endpoint) []string {
 // preloads o.PreloadKeys keys first. Stop it with Stop.
 func (e *Env) StartTraffic(ctx context.Context, o workload.Options) (*Traffic, error) {
 	t := &Traffic{env: e, removing: map[string]bool{}}
-	eps, err := t.readyVoters(ctx)
-	if err != nil {
+	// A member answers its first probes late on a busy machine (each is a
+	// new TLS connection and a linearizable read): the traffic waits for
+	// a ready voter, up to startTrafficTimeout.
+	var eps []endpoint
+	var err error
+	if perr := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, startTrafficTimeout, true, func(ctx context.Context) (bool, error) {
+		eps, err = t.readyVoters(ctx)
+		return err != nil || len(eps) > 0, nil
+	}); err != nil {
 		return nil, err
-	}
-	if len(eps) == 0 {
-		return nil, errors.New("no ready voter to send client traffic to")
+	} else if perr != nil {
+		return nil, fmt.Errorf("no ready voter to send client traffic to within %s: %w", startTrafficTimeout, perr)
 	}
 	o.Endpoints, o.TLS = urls(eps), e.ClientTLS
 	if o.Log.GetSink() == nil {

@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/druid-stretch/druid-stretch/internal/pki"
 )
@@ -176,12 +177,18 @@ func (t *ShootTLS) Renew(ctx context.Context, namespace string, sites ...*Site) 
 	t.mu.Unlock()
 	for _, s := range sites {
 		for _, sec := range secrets {
-			cur, err := s.Kube.CoreV1().Secrets(namespace).Get(ctx, sec.Name, metav1.GetOptions{})
+			// druid writes its finalizer onto the Secrets an Etcd names:
+			// the data goes onto the Secret as it is now.
+			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				cur, err := s.Kube.CoreV1().Secrets(namespace).Get(ctx, sec.Name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				cur.Data = sec.Data
+				_, err = s.Kube.CoreV1().Secrets(namespace).Update(ctx, cur, metav1.UpdateOptions{})
+				return err
+			})
 			if err != nil {
-				return fmt.Errorf("renewing the shoot's Secret %s/%s in %s: %w", namespace, sec.Name, s.opts.ClusterIdentity, err)
-			}
-			cur.Data = sec.Data
-			if _, err := s.Kube.CoreV1().Secrets(namespace).Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
 				return fmt.Errorf("renewing the shoot's Secret %s/%s in %s: %w", namespace, sec.Name, s.opts.ClusterIdentity, err)
 			}
 		}
