@@ -9,6 +9,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/druid-stretch/druid-stretch/internal/localetcd"
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -16,14 +17,17 @@ import (
 // old member and moves leadership to the new one, all through one sidecar,
 // repeating every call to show it is idempotent.
 func TestMembershipSequence(t *testing.T) {
+	testbin.Need(t)
 	tc := startCluster(t, 3, clusterOptions{})
 	runSequence(t, tc, "")
 }
 
 // TestMembershipSequenceWAN is the same sequence with every member in its
-// own site and 180 ms RTT between every two sites, with the etcd timing
-// DESIGN.md prescribes for that distance.
+// own site and 180 ms RTT between every two sites, with etcd's heartbeat
+// at about one round trip and its election timeout ten heartbeats, as
+// etcd's tuning guide advises for that distance.
 func TestMembershipSequenceWAN(t *testing.T) {
+	testbin.Need(t)
 	tc := startCluster(t, 3, clusterOptions{
 		sites:     []string{"site-0", "site-1", "site-2", "site-new"},
 		oneWay:    90 * time.Millisecond,

@@ -16,7 +16,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/internal/version"
 )
 
-// Exit codes of every command (README, "Exit codes"). A command that stops
+// Exit codes of every command (docs/usage.md). A command that stops
 // on an error exits ExitFailure; one that was called wrongly, ExitUsage; a
 // migration whose step did not finish in time, ExitNotFinished.
 const (

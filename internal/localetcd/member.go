@@ -93,7 +93,7 @@ func (m *Member) issueCertificate(dir string) error {
 	}
 	m.TLS, m.cert = b, cert
 	// Without a client certificate a request still reaches the handler, which
-	// answers 401 to mutating calls (DESIGN.md); probes need no certificate.
+	// answers 401 to mutating calls (docs/security.md); probes need no certificate.
 	m.sidecarCfg = &tls.Config{
 		Certificates: []tls.Certificate{cert},
 		ClientCAs:    ca.Pool(),

@@ -146,7 +146,8 @@ const (
 	Done       StepKind = "Done"
 )
 
-// The rules of DESIGN.md that decide a step, as they appear in Step.Rule.
+// The rules that decide a step, as they appear in Step.Rule; docs/concepts.md
+// states each once, with the test that checks it.
 const (
 	RuleHealthyCluster = "HealthyClusterFirst" // 1
 	RuleOneLearner     = "OneLearnerAtATime"   // 2
@@ -194,7 +195,7 @@ func (s Step) String() string {
 }
 
 // Next returns the single next step from obs toward want. It decides in this
-// order, each rule of DESIGN.md enforced where it decides:
+// order, each rule (docs/concepts.md) enforced where it decides:
 //
 //   - a desired membership that contradicts itself: Wait (rule 9 for retired names);
 //   - the target reached: Done;

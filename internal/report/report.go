@@ -1,5 +1,5 @@
 // Package report turns a run's figures into the report a person reads after
-// a live move: a JSON document (stable keys for scripts and the README), a
+// a live move: a JSON document (stable keys for scripts and the benchmarks page), a
 // text rendering for the terminal, and SVG plots of write latency over time
 // with the migration steps marked. A move is judged by the client-go clients
 // of the kube-apiservers (package apiload); the project's own retrying etcd

@@ -133,7 +133,7 @@ var podDeletionRows = []struct {
 // runs every row of podDeletionRows, one move each.
 //
 // It is off in make test, for its time and because it fails today on the
-// cause README's known limits name: the planner removes a departing voter
+// cause docs/known-limits.md names: the planner removes a departing voter
 // whose pod is only being recreated, below the target voters, when no
 // learner of ours is ready to be promoted first (etcd refuses a learner's
 // add while one of three voters is down: it counts the new member as

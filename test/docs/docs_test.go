@@ -96,7 +96,7 @@ func TestDocsCiteOnlyFilesInTheRepo(t *testing.T) {
 	}
 }
 
-// mdNameRE is a Markdown file named in prose, e.g. DESIGN.md.
+// mdNameRE is a Markdown file named in prose, e.g. known-limits.md.
 var mdNameRE = regexp.MustCompile(`(?:^|[\s(\x60])([\w./-]*[A-Za-z0-9_-]\.md)\b`)
 
 // TestDocsNameOnlyDocsInTheRepo: every Markdown file the docs name, linked
