@@ -2,9 +2,11 @@
 SHELL := /usr/bin/env bash
 GO ?= go
 BIN := $(CURDIR)/bin
-export KUBEBUILDER_ASSETS := $(BIN)/envtest
+# The real binaries come from DRUID_STRETCH_BIN when set (one set shared by
+# several clones, as hack/test-binaries.sh builds them), else from bin/.
+export KUBEBUILDER_ASSETS := $(or $(DRUID_STRETCH_BIN),$(BIN))/envtest
 
-.PHONY: all build dev image test-binaries test fault-matrix lint generate verify-generate demo bench clean
+.PHONY: all build dev image test-binaries test test-unit test-integration test-e2e test-sites fault-matrix lint generate verify-generate demo bench clean
 
 all: build
 
@@ -44,22 +46,50 @@ test-binaries: ## etcd, the Kubernetes control plane, etcd-druid and etcdbrctl o
 # dependencies).
 NESTED_MODULES := api test/promrules
 
+# The tiers. Every package's tests are one of:
+#   unit         pure tests, no binary: go test -short skips every test
+#                that runs real parts (testbin.Need); no bin/ needed
+#   integration  real etcd, envtest's kube-apiserver, the sidecar, the
+#                chart: every package but the two below
+#   e2e          test/e2e: live moves on etcd processes between two envtest
+#                clusters, with faults
+#   sites        internal/site: live moves, the GEP-39 move and the
+#                rebalance on real sites
+# No test asserts a time bound (a write gap, a tie's length, a step's
+# duration): a busy machine stretches them all; the demo and the bench
+# report them.
+E2E_PACKAGES := ./test/e2e
+SITE_PACKAGES := ./internal/site
 # The longest packages first: go test runs two at a time, in the order
-# given, and in ./...'s order test/e2e (about 30 minutes) would start only
-# once every other package had run, 20 minutes in.
-SLOW_PACKAGES := ./test/e2e ./internal/site ./controllers/membership
+# given, and in ./...'s order test/e2e would start only once every other
+# package had run.
+SLOW_PACKAGES := $(E2E_PACKAGES) $(SITE_PACKAGES) ./controllers/membership
+other_packages = $$($(GO) list ./... | grep -v -e '/test/e2e$$' -e '/internal/site$$' -e '/controllers/membership$$')
 
-test: test-binaries lint verify-generate ## every test, on real etcd and a real kube-apiserver
+test-unit: ## the unit tier: pure tests, no binaries, about a minute
+	for m in $(NESTED_MODULES); do $(GO) -C $$m test -short -count=1 ./... || exit 1; done
+	$(GO) test -short -count=1 ./...
+
+test-integration: test-binaries ## the integration tier: real etcd, envtest, the sidecar and the chart
+	$(GO) test -count=1 -timeout 30m ./controllers/membership $(other_packages)
+
+test-e2e: test-binaries ## the e2e tier: live moves on etcd processes between two envtest clusters, with faults
+	$(GO) test -count=1 -timeout 40m $(E2E_PACKAGES)
+
+test-sites: test-binaries ## the sites tier: live moves and the rebalance on real sites
+	$(GO) test -count=1 -timeout 40m $(SITE_PACKAGES)
+
+test: test-binaries lint verify-generate ## every tier in one run, two packages at a time: the README's and CI's command
 	for m in $(NESTED_MODULES); do $(GO) -C $$m test -count=1 ./... || exit 1; done
-	$(GO) test -count=1 -timeout 55m $(SLOW_PACKAGES) $$($(GO) list ./... | grep -v -e '/test/e2e$$' -e '/internal/site$$' -e '/controllers/membership$$')
+	$(GO) test -count=1 -timeout 55m $(SLOW_PACKAGES) $(other_packages)
 
 # Two lanes: two moves at a time, each in two clusters of its own. -v
 # streams each run's log as it goes: without it a failed run's messages
 # show only once the whole matrix ended.
 # Then the etcd pods deleted at every step of a live move between two real
 # sites (five moves, one at a time: each runs two sites of real parts).
-fault-matrix: test-binaries ## every fault in every phase of a live move (40 moves, two at a time; writes the table into README.md), then etcd pods deleted at every step of a move between real sites (5 moves)
-	$(GO) test -count=1 -timeout 240m -v -run TestFaultMatrix ./test/e2e -args -faults=full -faults.lanes=2 -faults.write=$(CURDIR)/README.md
+fault-matrix: test-binaries ## every fault in every phase of a live move (40 moves, two at a time; writes the table into docs/reliability.md), then etcd pods deleted at every step of a move between real sites (5 moves)
+	$(GO) test -count=1 -timeout 240m -v -run TestFaultMatrix ./test/e2e -args -faults=full -faults.lanes=2 -faults.write=$(CURDIR)/docs/reliability.md
 	$(GO) test -count=1 -timeout 60m -v -run TestLiveMoveSurvivesPodDeletion ./internal/site -args -pod-deletions=full
 
 lint: ## go vet and a gofmt check, in every module

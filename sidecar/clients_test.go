@@ -18,6 +18,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/internal/clientgate"
 	"github.com/druid-stretch/druid-stretch/internal/localetcd"
 	"github.com/druid-stretch/druid-stretch/internal/localetcd/etcdtest"
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -90,6 +91,7 @@ func etcdClientT(t *testing.T, c *etcdtest.Cluster, url string) *clientv3.Client
 // The sidecar drains and holds its member's clients through the gate, and
 // says it is not ready once drained; bad holds change nothing.
 func TestClientGateEndpoints(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	c := etcdtest.Start(t, etcdtest.Options{Names: etcdtest.Numbered("m", 3)})
 	// A follower: a drained leader's gate reopens (TestUndrainClients).
@@ -138,6 +140,7 @@ func TestClientGateEndpoints(t *testing.T) {
 
 // A sidecar without a gate says so, and the caller goes on without.
 func TestNoClientGate(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	tc := startCluster(t, 1, clusterOptions{})
 	c := tc.client(tc.Members[0])
@@ -154,6 +157,7 @@ func TestNoClientGate(t *testing.T) {
 // new leader: the held write goes on without a release; a malformed ID is
 // refused and holds nothing.
 func TestClientHoldEndsWhenTheLeaderMoved(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	c := etcdtest.Start(t, etcdtest.Options{Names: etcdtest.Numbered("m", 3)})
 	sc, _, gateURL := gatedSidecar(t, c, c.Members[0])
@@ -213,6 +217,7 @@ func TestClientHoldEndsWhenTheLeaderMoved(t *testing.T) {
 // transferee) read from the leader's own state; a call that fails them,
 // or a target that poll found down, is refused, and leadership stays.
 func TestMoveLeaderThroughTheLeadersSidecar(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	tc := startCluster(t, 3, clusterOptions{})
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -302,6 +307,7 @@ func putThrough(t *testing.T, c *etcdtest.Cluster, gateURL string) error {
 // again; the sidecar is ready again. Renewing keeps it drained past the
 // first lease.
 func TestDrainLeaseRunsOut(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	c := etcdtest.Start(t, etcdtest.Options{Names: etcdtest.Numbered("m", 3)})
 	_, follower := leaderAndFollower(t, c)
@@ -343,6 +349,7 @@ func TestDrainLeaseRunsOut(t *testing.T) {
 // lock's holder when the caller names one; a renewal likewise. A drain of
 // the member that leads ends by itself, whatever its lease.
 func TestUndrainClients(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	c := etcdtest.Start(t, etcdtest.Options{Names: etcdtest.Numbered("m", 3)})
 	leader, follower := leaderAndFollower(t, c)
@@ -389,6 +396,7 @@ func TestUndrainClients(t *testing.T) {
 // A drain whose member was removed stays: its lease running out does not
 // reopen the gate of a member that left the cluster.
 func TestDrainOfARemovedMemberStays(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	c := etcdtest.Start(t, etcdtest.Options{Names: etcdtest.Numbered("m", 3)})
 	leader, follower := leaderAndFollower(t, c)

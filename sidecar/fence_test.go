@@ -14,6 +14,7 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/internal/localetcd"
 	"github.com/druid-stretch/druid-stretch/internal/localetcd/etcdtest"
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -55,6 +56,7 @@ func (l *logLines) containing(parts ...string) []string {
 // change is in flight, neither another caller's change nor a takeover
 // passes.
 func TestTheLockIsAFence(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	var logs logLines
 	servers := map[string]*sidecar.Server{}

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/druid-stretch/druid-stretch/internal/localetcd/etcdtest"
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -25,6 +26,7 @@ import (
 // fails: neither a forwarded proposal dropped during a transfer nor a call
 // cut by the stop. A follower's sidecar has nothing to hand over.
 func TestLeaderHandsOverBeforeItsEtcdStops(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	c := etcdtest.Start(t, etcdtest.Options{Names: etcdtest.Numbered("m", 3)})
 	servers := map[string]*sidecar.Server{}

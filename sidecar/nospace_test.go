@@ -10,6 +10,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/druid-stretch/druid-stretch/internal/localetcd/etcdtest"
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -19,6 +20,7 @@ import (
 // retry hint, and leaves the lock and the membership as they were. Once the
 // alarm is disarmed the same call succeeds.
 func TestNoSpaceAlarmIsNamed(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	tc := &testCluster{etcdtest.Start(t, etcdtest.Options{Names: etcdtest.Numbered("etcd", 3)})}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)

@@ -7,6 +7,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -16,6 +17,7 @@ import (
 // less than their quorum. After the heal the member recovers and the same
 // removal goes through.
 func TestPartitionedMemberAndQuorum(t *testing.T) {
+	testbin.Need(t)
 	sites := []string{"site-0", "site-1", "site-2"}
 	tc := startCluster(t, 3, clusterOptions{sites: sites})
 	g := NewWithT(t)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/internal/etcdconfig"
 	"github.com/druid-stretch/druid-stretch/internal/localetcd"
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -28,6 +29,7 @@ import (
 // once it runs). The pod's next start changes nothing, and the member
 // rejoins.
 func TestMemberWithDataStartsKnownByItsAdvertisedPeerURLs(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()

@@ -15,6 +15,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/druid-stretch/druid-stretch/internal/pki"
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -22,6 +23,7 @@ import (
 // real cluster's sidecar and compares etcd's member list before and after
 // each one.
 func TestRefusalsChangeNothing(t *testing.T) {
+	testbin.Need(t)
 	tc := startCluster(t, 3, clusterOptions{})
 	g := NewWithT(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)

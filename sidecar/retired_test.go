@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/druid-stretch/druid-stretch/internal/localetcd"
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -18,6 +19,7 @@ import (
 // itself: a record by one holder is neither overwritten nor deleted by
 // another, and the lock guards every write whose caller names itself.
 func TestRetirementRecords(t *testing.T) {
+	testbin.Need(t)
 	tc := startCluster(t, 3, clusterOptions{})
 	g := NewWithT(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -74,6 +76,7 @@ func TestRetirementRecords(t *testing.T) {
 // TestRetirementRecordsRefuseBadInput shows that bad names, bodies and
 // missing client certificates change nothing.
 func TestRetirementRecordsRefuseBadInput(t *testing.T) {
+	testbin.Need(t)
 	tc := startCluster(t, 1, clusterOptions{})
 	g := NewWithT(t)
 	m := tc.Members[0]

@@ -23,6 +23,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/internal/localetcd"
 	"github.com/druid-stretch/druid-stretch/internal/pki"
 	"github.com/druid-stretch/druid-stretch/internal/refusaldoc"
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -125,6 +126,7 @@ func (letters) Read(p []byte) (int, error) {
 // before and after each one, and keeps docs/security-refusals-sidecar.md as
 // the table of what it saw.
 func TestSecurityRefusals(t *testing.T) {
+	testbin.Need(t)
 	tc := startCluster(t, 3, clusterOptions{})
 	g := NewWithT(t)
 	via := tc.Members[0]

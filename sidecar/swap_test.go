@@ -9,6 +9,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/druid-stretch/druid-stretch/internal/localetcd"
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -63,6 +64,7 @@ func startSwap(t *testing.T, g Gomega, holder string) *swapSetup {
 // call, the step through the tie of a move, after showing that the refusals
 // (the leader as target, the learner itself, a stranger) change nothing.
 func TestPromoteThenRemove(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	sw := startSwap(t, g, "swap-test")
 	tc, ctx, c, via, nm, leader, target, fresh := sw.tc, sw.ctx, sw.c, sw.via, sw.nm, sw.leader, sw.target, sw.fresh
@@ -123,6 +125,7 @@ func asSidecarError(err error) *sidecar.Error {
 // etcd's strict reconfiguration check counts as a quorum without it
 // (etcd checks no connection time for the promotion itself).
 func TestPromoteWithItsRemovalSparesTheSettle(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	sw := startSwap(t, g, "settle-test")
 	tc, ctx, c, via, nm, target, fresh := sw.tc, sw.ctx, sw.c, sw.via, sw.nm, sw.target, sw.fresh

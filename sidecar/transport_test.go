@@ -9,6 +9,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -17,6 +18,7 @@ import (
 // grows while the peer runs, drops to 0 once the peer is stopped (etcd
 // deactivates it), and starts again from 0 when the peer is back.
 func TestConnectedForFollowsTheTransport(t *testing.T) {
+	testbin.Need(t)
 	tc := startCluster(t, 3, clusterOptions{})
 	g := NewWithT(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -65,6 +67,7 @@ func TestConnectedForFollowsTheTransport(t *testing.T) {
 // etcd by up to a poll and a status timeout, and every wait for a
 // learner's 5 s connected lasted as much longer.
 func TestMembersScrapeTheTransport(t *testing.T) {
+	testbin.Need(t)
 	tc := startCluster(t, 3, clusterOptions{pollInterval: -1})
 	g := NewWithT(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)

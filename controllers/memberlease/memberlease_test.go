@@ -52,6 +52,7 @@ func TestPairs(t *testing.T) {
 // stay. The ordinal range is the EtcdMembership's: its change alone is
 // enough for the bridge.
 func TestBridgeCopiesRenewals(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	env, err := testbin.Environment()
 	g.Expect(err).NotTo(HaveOccurred())

@@ -29,6 +29,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
 	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 	"github.com/druid-stretch/druid-stretch/internal/localetcd"
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -358,6 +359,7 @@ func updateInline(g Gomega, etcd *v1alpha1.Etcd, mutate func(*v1alpha1.Etcd)) {
 // move completes from it, in the usual order, on the same cluster, and the
 // Etcd is never written with the fields again.
 func TestFieldsPrunedFromTheEtcdMidMove(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	e := newExtendedEnv(t)
 	etcd, sts, before := e.runningOnStatefulSet(g, "pruned")

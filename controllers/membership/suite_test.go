@@ -50,6 +50,11 @@ var (
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
+	// Under -short only the tests that need no kube-apiserver run: the
+	// others meet newEnv (or needsAPI), which skips them.
+	if testbin.Short() {
+		return m.Run()
+	}
 	env, err := testbin.Environment()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -100,6 +105,7 @@ type env struct {
 
 func newEnv(t *testing.T, runner ...func(*podrunner.Options)) *env {
 	t.Helper()
+	testbin.Need(t)
 	g := NewWithT(t)
 	ctx := t.Context()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "membership-"}}

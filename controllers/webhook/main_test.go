@@ -64,6 +64,10 @@ var (
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
+	if testbin.Short() {
+		fmt.Println("every test of this package runs real binaries: none runs under -short")
+		return 0
+	}
 	level := zapcore.ErrorLevel
 	if os.Getenv("WEBHOOK_TEST_VERBOSE") != "" {
 		level = zapcore.DebugLevel

@@ -25,6 +25,10 @@ import (
 
 // startEnv starts a real kube-apiserver on a real etcd, stopped when the
 // test ends.
+// stall is the write gap these tests call a stall: well past a write's
+// latency on a busy machine, well short of etcd's request timeout.
+const stall = 5 * time.Second
+
 func startEnv(t *testing.T) (*envtest.Environment, *rest.Config) {
 	t.Helper()
 	env, err := testbin.Environment()
@@ -66,6 +70,7 @@ func newLoad(t *testing.T, opts apiload.Options) *apiload.Load {
 }
 
 func TestHealthyRun(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	_, cfg := startEnv(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -98,7 +103,9 @@ func TestHealthyRun(t *testing.T) {
 	}
 	g.Expect(a.Ready).To(HaveLen(1))
 	g.Expect(a.ReadyButFailing).To(BeZero())
-	g.Expect(a.MaxWriteGap).To(BeNumerically("<", time.Second))
+	// No stall: on a quiet machine the longest gap is a write's latency; a
+	// busy one stretches it, so the bound is a stall's, not a target's.
+	g.Expect(a.MaxWriteGap).To(BeNumerically("<", stall))
 	g.Expect(a.WriteLatency.Count).To(Equal(a.Writes + a.Conflicts))
 	g.Expect(a.Phases).To(HaveLen(2))
 	g.Expect(a.Phases[1].Name).To(Equal("after"))
@@ -115,6 +122,7 @@ func TestHealthyRun(t *testing.T) {
 }
 
 func TestTwoServersShareOneHistory(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	_, cfg := startEnv(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -159,6 +167,7 @@ func TestTwoServersShareOneHistory(t *testing.T) {
 }
 
 func TestUnreachableServerWaitsForReadiness(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	_, cfg := startEnv(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -219,6 +228,7 @@ func freeAddress(t *testing.T) string {
 // transfer. Once etcd resumes, the history, ambiguous writes included, must
 // still check out.
 func TestFailuresWhileEtcdHangs(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	_, cfg := startEnv(t)
 	etcd := childProcess(t, "etcd")
@@ -265,6 +275,7 @@ func TestFailuresWhileEtcdHangs(t *testing.T) {
 // requests fail on the connection, and Results return their figures even
 // though no server is left for the final reads.
 func TestFailuresWhenKubeAPIServerStops(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	env, cfg := startEnv(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/internal/baseline"
 	"github.com/druid-stretch/druid-stretch/internal/podnet"
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 )
 
 // sites are two peered pod networks, rtt apart, as the bench's sites are.
@@ -40,6 +41,7 @@ func sites(t *testing.T, rtt time.Duration) (a, b *podnet.Network) {
 // A's are gone, every acknowledged write is there, leadership moved once
 // at the tie, and no process of the run is left.
 func TestScriptedMoveEndsInB(t *testing.T) {
+	testbin.Need(t)
 	a, b := sites(t, 180*time.Millisecond)
 	g := NewWithT(t)
 	res, err := baseline.Run(t.Context(), baseline.Options{A: a, B: b, Dir: t.TempDir(), PreloadKeys: 10000})
@@ -81,6 +83,7 @@ func TestMissingSitesAreNamed(t *testing.T) {
 // TestEtcdThatCannotStartIsNamed: a member whose etcd exits at once ends
 // the run with its name and log, and leaves no process behind.
 func TestEtcdThatCannotStartIsNamed(t *testing.T) {
+	testbin.Need(t)
 	a, b := sites(t, 0)
 	g := NewWithT(t)
 	_, err := baseline.Run(t.Context(), baseline.Options{A: a, B: b, Dir: t.TempDir(), EtcdArgs: []string{"--no-such-flag"}})

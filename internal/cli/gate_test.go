@@ -16,12 +16,14 @@ import (
 	"github.com/druid-stretch/druid-stretch/internal/localetcd"
 	"github.com/druid-stretch/druid-stretch/internal/localetcd/etcdtest"
 	"github.com/druid-stretch/druid-stretch/internal/pki"
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 )
 
 // A learner's gate serves once etcd answers (its health is judged through
 // it), and the learner's refusal of a write reaches the client through the
 // gate as etcd sent it, not as a stream closed without a status.
 func TestLearnerErrorsPassItsGate(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -62,6 +64,7 @@ func TestLearnerErrorsPassItsGate(t *testing.T) {
 // CA, or one without a certificate, is refused at the handshake and writes
 // nothing.
 func TestGateServesTLSAsEtcdDoes(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()

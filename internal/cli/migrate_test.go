@@ -30,6 +30,7 @@ import (
 // writes the destination's members from the URL templates into the source
 // and then waits, up to --step-timeout, for a controller that never comes.
 func TestMigrateCommand(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	dir := t.TempDir()
 	kubeconfigs := make([]string, 2)

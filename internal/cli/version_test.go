@@ -19,6 +19,7 @@ import (
 // the Makefile and hack/test-binaries.sh pass, and reads them back through
 // `version -o json` and `--version`.
 func TestVersionOfAStampedBinary(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	root, err := testbin.RepoRoot()
 	g.Expect(err).NotTo(HaveOccurred())

@@ -20,6 +20,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/internal/clientgate"
 	"github.com/druid-stretch/druid-stretch/internal/localetcd"
 	"github.com/druid-stretch/druid-stretch/internal/localetcd/etcdtest"
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 )
 
 // gated is a 3-member TLS cluster with a gate in front of each member's
@@ -232,6 +233,7 @@ func memberID(t testing.TB, cli *clientv3.Client, name string) uint64 {
 // write of a client that talked to every member, and the client's watch
 // goes on elsewhere without missing a revision.
 func TestDrainedMemberIsRemovedWithoutAFailedWrite(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	c := startGated(t)
 	leader := leaderName(t, c)
@@ -304,6 +306,7 @@ func TestDrainedMemberIsRemovedWithoutAFailedWrite(t *testing.T) {
 // gates instead, and none fails or hangs. The reads beside them, which a
 // hold does not wait for, fail neither.
 func TestHoldAroundLeaderTransferFailsNoWrite(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	c := startGated(t)
 	names := []string{"m-0", "m-1", "m-2"}
@@ -348,6 +351,7 @@ func TestHoldAroundLeaderTransferFailsNoWrite(t *testing.T) {
 // the middle of a transfer stalls clients for that long at most; it holds
 // reads and proposals only.
 func TestHoldEndsByItself(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	c := startGated(t)
 	cli := c.client(t, "m-0")
@@ -545,6 +549,7 @@ func TestGateOfAMemberThatIsDownRefusesConnections(t *testing.T) {
 // only the writes begun after its death count. Once the member is back,
 // its gate serves again.
 func TestMemberThatStopsFailsNoWrite(t *testing.T) {
+	testbin.Need(t)
 	for _, tc := range []struct {
 		name string
 		stop func(*localetcd.Member) error
@@ -607,6 +612,7 @@ func TestMemberThatStopsFailsNoWrite(t *testing.T) {
 // A drain that is undone lets the clients back: the gate listens again
 // and serves writes, as before the drain.
 func TestUndrainedGateServesAgain(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	c := startGated(t)
 	cli := c.client(t, "m-0", "m-1", "m-2")
@@ -642,6 +648,7 @@ func TestUndrainedGateServesAgain(t *testing.T) {
 // a read of a compacted revision is etcd's ErrCompacted, which
 // kube-apiserver's watch cache relies on.
 func TestEtcdErrorsPassThrough(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	c := startGated(t)
 	cli := c.client(t, "m-0")

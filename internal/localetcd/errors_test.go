@@ -12,11 +12,14 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 	. "github.com/onsi/gomega"
+
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 )
 
 // TestNewRejectsBadOptions: each bad option is named, and the hack script
 // is named when the etcd binary is missing.
 func TestNewRejectsBadOptions(t *testing.T) {
+	testbin.Need(t)
 	missing := filepath.Join(t.TempDir(), "no-etcd-here")
 	for _, tc := range []struct {
 		name string
@@ -51,6 +54,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 // TestNewMemberRejectsBadInput: the message names the problem and the
 // runtime is unchanged.
 func TestNewMemberRejectsBadInput(t *testing.T) {
+	testbin.Need(t)
 	r := newRuntime(t, Options{})
 	if _, err := r.NewMember("taken", MemberOptions{}); err != nil {
 		t.Fatal(err)
@@ -82,6 +86,7 @@ func TestNewMemberRejectsBadInput(t *testing.T) {
 // etcd starts; a port only etcd itself notices (here the metrics port)
 // ends etcd, and the error carries its output.
 func TestPortInUse(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	r := newRuntime(t, Options{})
 	ctx := testContext(t, time.Minute)
@@ -119,6 +124,7 @@ func TestPortInUse(t *testing.T) {
 // other voter of its cluster never starts) is waited for until ctx ends,
 // and the error says what the last probe saw. Start then ends the process.
 func TestWaitReadyFollowsContext(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	r := newRuntime(t, Options{})
 	a, err := r.NewMember("alone", MemberOptions{})
@@ -144,6 +150,7 @@ func TestWaitReadyFollowsContext(t *testing.T) {
 // gives up with the port error and leaves nothing behind (no process, no
 // member in the cluster, the name free again).
 func TestPortClashRetry(t *testing.T) {
+	testbin.Need(t)
 	for _, tc := range []struct {
 		name       string
 		join       bool

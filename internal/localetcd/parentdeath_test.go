@@ -13,6 +13,8 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 )
 
 // helperEnv makes the test binary act as a program that starts a member
@@ -48,6 +50,7 @@ func TestHelperHoldsMember(t *testing.T) {
 // without cleanup (SIGKILL, or Ctrl-C's SIGINT with no handler), the kernel
 // ends etcd too (Pdeathsig), so nothing outlives a crashed test or demo.
 func TestChildrenDieWithParent(t *testing.T) {
+	testbin.Need(t)
 	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGINT} {
 		t.Run(sig.String(), func(t *testing.T) {
 			g := NewWithT(t)

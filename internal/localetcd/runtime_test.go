@@ -13,6 +13,8 @@ import (
 	"github.com/go-logr/logr/testr"
 	. "github.com/onsi/gomega"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 )
 
 // newRuntime returns a runtime in a fresh temp dir, closed at the end of the
@@ -81,6 +83,7 @@ func memberList(ctx context.Context, g Gomega, c *clientv3.Client) []memberView 
 // TestClusterLifecycle walks one 3-member cluster through write/read, Stop
 // and Restart, Kill, and Close, checking data and processes at each step.
 func TestClusterLifecycle(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	r := newRuntime(t, Options{})
 	ctx := testContext(t, 2*time.Minute)
@@ -172,6 +175,7 @@ func client(t *testing.T, m *Member) *clientv3.Client {
 // TestJoinAsLearner adds a learner in one call, promotes it through clientv3
 // and sees it as a voter; a join that fails leaves the member list as it was.
 func TestJoinAsLearner(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	r := newRuntime(t, Options{})
 	ctx := testContext(t, 2*time.Minute)

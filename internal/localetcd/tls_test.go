@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/druid-stretch/druid-stretch/internal/pki"
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 )
 
 // closeCounter is a sidecar handler that says who called it and counts
@@ -37,6 +38,7 @@ func (h closeCounter) Close() error { *h.closed++; return nil }
 // CA; a client that lacks the CA or a certificate is refused; sidecars
 // serve HTTPS and verify client certificates.
 func TestTLS(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	ca, err := pki.NewCA("localetcd-test")
 	g.Expect(err).NotTo(HaveOccurred())

@@ -11,6 +11,7 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/internal/linkemu"
 	"github.com/druid-stretch/druid-stretch/internal/pki"
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 )
 
 // TestWAN: two members in site a and one in site b, 90 ms one-way apart,
@@ -18,6 +19,7 @@ import (
 // (a write through b takes at least one round trip, and a partition cuts
 // b off until it heals).
 func TestWAN(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	const oneWay = 90 * time.Millisecond
 	wan := linkemu.NewWAN()

@@ -14,6 +14,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/internal/localetcd"
 	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -25,6 +26,7 @@ import (
 // lock released at the end, and then the record deleted when the target wants
 // a-0 again.
 func TestRoundsReplaceTheLeader(t *testing.T) {
+	testbin.Need(t)
 	tc := startCluster(t, "a", 3)
 	g := NewWithT(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -116,6 +118,7 @@ func TestRoundsReplaceTheLeader(t *testing.T) {
 // retirement record go through the leader's sidecar, where they commit
 // without a hop (across sites, each hop is a round trip).
 func TestChangesGoThroughTheLeadersSidecar(t *testing.T) {
+	testbin.Need(t)
 	tc := startCluster(t, "l", 3)
 	g := NewWithT(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -164,6 +167,7 @@ func startJoiner(ctx context.Context, g Gomega, tc *testCluster, m *localetcd.Me
 // TestExecuteOutcomes shows how each kind of failure is classified, and that
 // none of them changed the membership.
 func TestExecuteOutcomes(t *testing.T) {
+	testbin.Need(t)
 	tc := startCluster(t, "x", 3)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -19,6 +20,7 @@ import (
 // plan waits and names the alarm; etcd's member list stays as it was; once
 // the alarm is disarmed the same change goes through.
 func TestNoSpaceAlarmHoldsTheMove(t *testing.T) {
+	testbin.Need(t)
 	tc := startCluster(t, "a", 3)
 	g := NewWithT(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)

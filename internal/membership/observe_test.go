@@ -10,6 +10,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/druid-stretch/druid-stretch/internal/membership"
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 )
 
 // TestObserveFallsBackAndPrefers asks a dead sidecar, a hanging one and the
@@ -17,6 +18,7 @@ import (
 // and not its timeout, failures are named, and the next observation starts
 // with the sidecars that answered.
 func TestObserveFallsBackAndPrefers(t *testing.T) {
+	testbin.Need(t)
 	tc := startCluster(t, "obs", 3)
 	g := NewWithT(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -65,6 +66,7 @@ func (b *logBook) has(substr string) bool {
 // and is logged; then both race freely to the end. Every step is applied
 // exactly once, all by the second process.
 func TestTwoProcessesRaceForOneMove(t *testing.T) {
+	testbin.Need(t)
 	tc := startCluster(t, "a", 3)
 	g := NewWithT(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)

@@ -34,6 +34,10 @@ var srcClient, dstClient client.Client
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
+	if testbin.Short() {
+		fmt.Println("every test of this package runs real binaries: none runs under -short")
+		return 0
+	}
 	if _, err := testbin.KubeAPIServer(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -32,6 +32,10 @@ var k8s client.Client
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
+	if testbin.Short() {
+		fmt.Println("every test of this package runs real binaries: none runs under -short")
+		return 0
+	}
 	env, err := testbin.Environment()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -16,6 +16,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/internal/localetcd/etcdtest"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
 	"github.com/druid-stretch/druid-stretch/internal/rebalance"
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 	"github.com/druid-stretch/druid-stretch/internal/workload"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
@@ -152,6 +153,7 @@ func (op *operator) report() (started []string, errs []error, starting string) {
 // acknowledged writes, a linearizable history, and the planner's shape of a
 // move (one member more at most, every old member removed once).
 func TestRebalanceMovesClusterToNewMembers(t *testing.T) {
+	testbin.Need(t)
 	tc := startCluster(t)
 	g := NewWithT(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
@@ -310,6 +312,7 @@ func phase(f workload.Figures, name string) workload.PhaseFigures {
 // (removed again after the timeout), and a target that contradicts the
 // cluster.
 func TestRebalanceChangesNothingItShouldNot(t *testing.T) {
+	testbin.Need(t)
 	tc := startCluster(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()

@@ -31,6 +31,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
 	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 	"github.com/druid-stretch/druid-stretch/internal/extendedcrd"
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 	"github.com/druid-stretch/druid-stretch/test/chart"
 )
 
@@ -39,6 +40,7 @@ import (
 // installed; with druid-stretch, an Etcd that opts in gets the sidecar in
 // every pod and its membership reported through it.
 func TestPlainEtcdOnRealSites(t *testing.T) {
+	testbin.Need(t)
 	if os.Geteuid() != 0 {
 		t.Fatal("a real site needs root: its pods get network namespaces and chroots")
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 )
 
 // TestStartFailureStopsWhatStarted: a site whose start fails after its
@@ -13,6 +15,7 @@ import (
 // that control plane: envtest's folder (its certificates and kubeconfig,
 // under TMPDIR) is gone again.
 func TestStartFailureStopsWhatStarted(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)

@@ -6,6 +6,7 @@ package testbin
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -15,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -23,6 +25,26 @@ import (
 	"github.com/druid-stretch/druid-stretch/internal/druidcrds"
 	"github.com/druid-stretch/druid-stretch/internal/extendedcrd"
 )
+
+// Need skips t under go test -short, the unit tier (make test-unit): a
+// test that runs real parts (etcd, a kube-apiserver, druid; as binaries or
+// in process) or builds a binary calls it first, so that the unit tier
+// runs on a fresh clone without bin/ and in seconds.
+func Need(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs real parts: not under -short (make test-unit); make test runs it")
+	}
+}
+
+// Short reports whether the tests run under -short, for a TestMain, which
+// must parse the flags before it asks and then starts no environment.
+func Short() bool {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	return testing.Short()
+}
 
 // hint tells a reader how to get a missing binary.
 const hint = "run hack/test-binaries.sh (or make test-binaries) to build it"

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/druid-stretch/druid-stretch/internal/localetcd"
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 )
 
 // startCluster runs three real etcd members for the test.
@@ -55,6 +56,7 @@ func writesGrowBy(g Gomega, w *Workload, n int64) {
 }
 
 func TestHealthyClusterRun(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	ms := startCluster(t)
 	w := startWorkload(t, ms, Options{PreloadKeys: 300, PreloadValueSize: 100})
@@ -230,6 +232,7 @@ func leader(ctx context.Context, c *clientv3.Client, ms []*localetcd.Member) *lo
 }
 
 func TestLeaderKilledAndRestartedMidRun(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	ms := startCluster(t)
 	w := startWorkload(t, ms, Options{})
@@ -268,6 +271,7 @@ func TestLeaderKilledAndRestartedMidRun(t *testing.T) {
 }
 
 func TestSetEndpointsRescuesTrafficFromADeadMember(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	ms := startCluster(t)
 	ctx := context.Background()
@@ -311,6 +315,7 @@ func TestSetEndpointsRescuesTrafficFromADeadMember(t *testing.T) {
 }
 
 func TestMoveLeaderMidRun(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	ms := startCluster(t)
 	ctx := context.Background()

@@ -47,6 +47,10 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	if testbin.Short() {
+		fmt.Println("every test of this package runs real binaries: none runs under -short")
+		return 0
+	}
 	// The webhook server logs through controller-runtime; errors only.
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
 	env, err := testbin.Environment()

@@ -32,6 +32,10 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	if testbin.Short() {
+		fmt.Println("every test of this package runs real binaries: none runs under -short")
+		return 0
+	}
 	// The extended Etcd CRD of earlier releases, which these tests judge;
 	// the chart ships only the EtcdMembership's.
 	env, err := testbin.Environment(testbin.WithExtendedEtcdCRD())

@@ -20,10 +20,12 @@ import (
 	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/druid-stretch/druid-stretch/internal/demo"
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 )
 
-// rtt is the distance between the two clusters in every test: the figure
-// DESIGN.md measured etcd at.
+// rtt is the distance between the two clusters in every test: two seeds
+// in different regions, the distance the benchmarks measure at
+// (docs/benchmarks.md).
 const rtt = 180 * time.Millisecond
 
 // env is the two clusters every test moves its own Etcd through: starting
@@ -39,6 +41,10 @@ var (
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
+	if testbin.Short() {
+		fmt.Println("every test of this package runs real binaries: none runs under -short")
+		return 0
+	}
 	dir, err := os.MkdirTemp("", "druid-stretch-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

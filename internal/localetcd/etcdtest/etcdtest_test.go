@@ -10,12 +10,14 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/internal/localetcd"
 	"github.com/druid-stretch/druid-stretch/internal/localetcd/etcdtest"
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
 // TestStart starts two members behind a WAN with a wrapped sidecar and
 // reads the membership both through etcd and through the wrapper.
 func TestStart(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	var wrapped atomic.Int64
 	c := etcdtest.Start(t, etcdtest.Options{

@@ -10,6 +10,8 @@ import (
 	. "github.com/onsi/gomega"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap/zaptest"
+
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 )
 
 func readyzStatus(url string) func() (int, error) {
@@ -27,6 +29,7 @@ func readyzStatus(url string) func() (int, error) {
 // linearizable read succeeds, 200 while etcd serves, 503 again once it
 // stops.
 func TestReadinessFollowsRealEtcd(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	log := zaptest.NewLogger(t)
 	m := newLoopbackMember(t, "m0", "http")
@@ -59,6 +62,7 @@ func TestReadinessFollowsRealEtcd(t *testing.T) {
 // A learner serves only serializable reads, so the real wrapper's
 // linearizable check keeps it unready until it is promoted.
 func TestReadinessLearnerIsNotReadyUntilPromoted(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	log := zaptest.NewLogger(t)
 	m0, m1 := newLoopbackMember(t, "m0", "http"), newLoopbackMember(t, "m1", "http")

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/druid-stretch/druid-stretch/internal/pki"
+	"github.com/druid-stretch/druid-stretch/internal/testbin"
 )
 
 // etcdConfigYAML is a single-member configuration as backup-restore's
@@ -58,6 +59,7 @@ func runInBackground(t *testing.T, c Config, o Options) (done <-chan error, canc
 }
 
 func TestRunPlain(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	m := newLoopbackMember(t, "etcd-main-0", "http")
 	dataDir := filepath.Join(t.TempDir(), "new.etcd")
@@ -111,6 +113,7 @@ func TestRunPlain(t *testing.T) {
 // authenticates with the flags' certificate, and the wrapper serves HTTPS
 // with etcd's server certificate.
 func TestRunTLS(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	ca, err := pki.NewCA("etcd-ca")
 	g.Expect(err).NotTo(HaveOccurred())
