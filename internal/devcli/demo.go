@@ -1,11 +1,15 @@
 package devcli
 
 import (
+	"fmt"
+	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/druid-stretch/druid-stretch/internal/demo"
+	"github.com/druid-stretch/druid-stretch/internal/report"
 )
 
 // NewDemoCommand runs the live move on this machine between two sites of
@@ -31,8 +35,11 @@ panics. The binaries are built on first use (hack/test-binaries.sh).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Out = cmd.OutOrStdout()
-			_, err := demo.RunOnSites(cmd.Context(), o)
-			return err
+			rep, err := runOnSites(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			return judge(cmd.OutOrStdout(), rep)
 		},
 	}
 	f := cmd.Flags()
@@ -57,3 +64,18 @@ const maxLearnersUsage = "druid-stretch's --max-learners on both sites: how many
 
 // holdSourceUsage is the help of --hold-source, which demo and bench share.
 const holdSourceUsage = "0: the source's clients switch before any source member goes; N above 0: the destination takes the majority first, holding N source members for the source's clients until they are switched (its kube-apiserver then starts on a quorum in its own site)"
+
+// runOnSites runs the demo; the tests of the verdict replace it.
+var runOnSites = demo.RunOnSites
+
+// judge prints the report's verdict as the demo's last line and fails the
+// command (exit 1) when a guarantee broke. A missed target (a tie or a
+// write gap of a second or more, which a busy machine causes) is named in
+// the line and fails nothing.
+func judge(out io.Writer, rep report.Report) error {
+	fmt.Fprintln(out, rep.Verdict())
+	if broken := rep.Broken(); len(broken) > 0 {
+		return fmt.Errorf("the move broke %d of its guarantees: %s", len(broken), strings.Join(broken, "; "))
+	}
+	return nil
+}
