@@ -47,6 +47,8 @@ func (b *ProgressBar) Print(e Event) {
 	case StepDone:
 		done++
 		word = fmt.Sprintf("done in %.1fs", e.Duration.Seconds())
+	case WriteWaiting:
+		word = "waiting for the API server to admit a write"
 	}
 	filled := done * barWidth / n
 	line := fmt.Sprintf("[%s%s] %d/%d %s: %s, %s, %s", strings.Repeat("#", filled), strings.Repeat("-", barWidth-filled),

@@ -5,11 +5,8 @@ import (
 	"errors"
 	"fmt"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
-	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 )
 
 // GEP39 makes a Mover write GEP-39's stages (move.Stage) instead of
@@ -109,8 +106,8 @@ func (m *Mover) joinDestinationPeers(ctx context.Context, src, dst *v1alpha1.Etc
 			return err
 		}
 		move.RequestDruidReconcile(t)
-		if err := etcdview.Create(ctx, m.o.Destination, t); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating the destination Etcd %s/%s: %w", t.Namespace, t.Name, err)
+		if err := m.create(ctx, t); err != nil {
+			return err
 		}
 	}
 	step := move.Step(move.StageDestinationEtcdPeersJoined)

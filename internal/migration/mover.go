@@ -12,12 +12,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -104,6 +106,10 @@ const (
 	StepWaiting EventKind = "StepWaiting"
 	// StepDone: the step's wait ended.
 	StepDone EventKind = "StepDone"
+	// WriteWaiting: the API server could not admit a write of the step for
+	// a passing reason (a webhook it could not call, its own restart); the
+	// write is tried again. Message says which API server and why.
+	WriteWaiting EventKind = "WriteWaiting"
 )
 
 // Event is one step of progress.
@@ -125,6 +131,8 @@ type Event struct {
 // Mover moves one Etcd.
 type Mover struct {
 	o Options
+	// step is the step under way, for the events of its writes.
+	step move.Step
 	// switched: this Mover ran SwitchClients successfully.
 	switched bool
 }
@@ -294,6 +302,7 @@ func (m *Mover) explain(src, dst *v1alpha1.Etcd) string {
 // run runs one step with its events and its time limit.
 func (m *Mover) run(ctx context.Context, s move.Step, src, dst *v1alpha1.Etcd, step func(context.Context, *v1alpha1.Etcd, *v1alpha1.Etcd) error) error {
 	start := time.Now()
+	m.step = s
 	m.emit(Event{Kind: StepStarted, Step: s, Phase: move.Phase(src, dst), At: start, Source: src, Destination: dst, Message: m.explain(src, dst)})
 	ctx, cancel := context.WithTimeout(ctx, m.o.StepTimeout)
 	defer cancel()
@@ -390,8 +399,8 @@ func (m *Mover) joinDestination(ctx context.Context, src, dst *v1alpha1.Etcd) er
 		if err := move.Advertise(t, m.o.DestinationAddresses); err != nil {
 			return err
 		}
-		if err := etcdview.Create(ctx, m.o.Destination, t); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating the destination Etcd %s/%s: %w", t.Namespace, t.Name, err)
+		if err := m.create(ctx, t); err != nil {
+			return err
 		}
 	}
 	if err := m.patchAdvertised(ctx, join); err != nil {
@@ -542,22 +551,93 @@ var patchBackoff = wait.Backoff{Steps: 12, Duration: 20 * time.Millisecond, Fact
 // reconcile it, as gardenlet does.
 func (m *Mover) patch(ctx context.Context, c client.Client, side string, mutate func(*v1alpha1.Etcd)) error {
 	key := client.ObjectKey{Namespace: m.o.Namespace, Name: m.o.Name}
-	err := retry.RetryOnConflict(patchBackoff, func() error {
-		p, err := etcdview.Get(ctx, c, key)
-		if err != nil {
-			return err
-		}
-		e := p.View.DeepCopy()
-		mutate(e)
-		if !apiequality.Semantic.DeepEqual(p.View.Spec, e.Spec) {
-			move.RequestDruidReconcile(e)
-		}
-		return etcdview.Apply(ctx, c, p, e)
+	err := m.admitted(ctx, side, func() error {
+		return retry.RetryOnConflict(patchBackoff, func() error {
+			p, err := etcdview.Get(ctx, c, key)
+			if err != nil {
+				return err
+			}
+			e := p.View.DeepCopy()
+			mutate(e)
+			if !apiequality.Semantic.DeepEqual(p.View.Spec, e.Spec) {
+				move.RequestDruidReconcile(e)
+			}
+			return etcdview.Apply(ctx, c, p, e)
+		})
 	})
 	if err != nil {
 		return fmt.Errorf("patching the %s Etcd %s: %w", side, key, err)
 	}
 	return nil
+}
+
+// create creates the destination Etcd t with its EtcdMembership; one that
+// exists already is left as it is (a resumed move).
+func (m *Mover) create(ctx context.Context, t *v1alpha1.Etcd) error {
+	err := m.admitted(ctx, "destination", func() error {
+		if err := etcdview.Create(ctx, m.o.Destination, t); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("creating the destination Etcd %s/%s: %w", t.Namespace, t.Name, err)
+	}
+	return nil
+}
+
+// admitBackoff spaces the tries of a write that the API server could not
+// admit for a passing reason, up to one every 5 s, for as long as the
+// step's time limit allows.
+var admitBackoff = wait.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: math.MaxInt32, Cap: 5 * time.Second}
+
+// passing says whether err is a failure that goes by itself: the API
+// server could not call an admission webhook (druid-stretch's webhook
+// restarting with its controller: "failed calling webhook", an internal
+// error), or the API server is restarting, overloaded or timed out. A
+// refusal (a webhook's or the API's validation, a forbidden write) is not:
+// it needs someone to change something.
+func passing(err error) bool {
+	return apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsServerTimeout(err) ||
+		apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
+		utilnet.IsConnectionRefused(err) || utilnet.IsConnectionReset(err) || utilnet.IsProbableEOF(err)
+}
+
+// admitted runs write until the API server admits it: again after a
+// passing failure, each time saying what it waits for (a WriteWaiting
+// event and a log line), until the step's time limit, whose error then
+// names the last failure. Any other error ends it at once. Every write is
+// guarded by its object's resourceVersion, so a try the API server did
+// apply before it failed is not applied twice.
+func (m *Mover) admitted(ctx context.Context, side string, write func() error) error {
+	backoff := admitBackoff
+	var last error // the last passing failure
+	for {
+		err := write()
+		switch {
+		case err == nil:
+			return nil
+		case passing(err):
+			last = err
+		case ctx.Err() == nil || last == nil:
+			return err
+		}
+		// A try that the step's time limit cut short says nothing new: the
+		// error names the failure waited for.
+		if ctx.Err() != nil {
+			return fmt.Errorf("the %s API server did not admit the write before the step's time limit: %w; its last answer: %v", side, ctx.Err(), last)
+		}
+		delay := backoff.Step()
+		m.emit(Event{Kind: WriteWaiting, Step: m.step, At: time.Now(),
+			Message: fmt.Sprintf("waiting for the %s API server to admit a write, trying again in %s: %v", side, delay.Round(time.Millisecond), err)})
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("the %s API server did not admit the write before the step's time limit: %w; its last answer: %v", side, ctx.Err(), last)
+		case <-t.C:
+		}
+	}
 }
 
 // wait polls the two objects until done holds, emitting StepWaiting when

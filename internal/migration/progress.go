@@ -92,6 +92,8 @@ func (p *ProgressPrinter) Print(e Event) {
 		if r := Roles(e.Source, e.Destination); r != "" {
 			fmt.Fprintf(p.out, "          members: %s\n", r)
 		}
+	case WriteWaiting:
+		fmt.Fprintf(p.out, "%7.2fs  step %s: %s\n", at, e.Step, e.Message)
 	case StepWaiting:
 		line := string(e.Phase) + " | " + Roles(e.Source, e.Destination)
 		if line == p.last {
