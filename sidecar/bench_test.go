@@ -23,14 +23,14 @@ func BenchmarkSidecarOverhead(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { direct.Close() })
+	b.Cleanup(func() { _ = direct.Close() })
 	var statusClients []*clientv3.Client
 	for _, o := range tc.Members {
 		sc, err := clientv3.New(clientv3.Config{Endpoints: []string{o.ClientURL}, TLS: o.ClientTLSConfig(), DialTimeout: 5 * time.Second})
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Cleanup(func() { sc.Close() })
+		b.Cleanup(func() { _ = sc.Close() })
 		statusClients = append(statusClients, sc)
 	}
 	c := tc.client(m)

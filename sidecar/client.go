@@ -240,7 +240,7 @@ func (c *Client) do(ctx context.Context, method, path string, body any, o CallOp
 	if err != nil {
 		return fmt.Errorf("calling the sidecar %s %s%s: %w", method, c.base, path, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
 	if err != nil {
 		return fmt.Errorf("reading the sidecar's answer to %s %s%s: %w", method, c.base, path, err)

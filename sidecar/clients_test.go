@@ -72,7 +72,9 @@ func gatedServer(t *testing.T, c *etcdtest.Cluster, m *localetcd.Member) (*sidec
 		hs.Close()
 		_ = srv.Close()
 		_ = gate.Close()
-		<-served
+		if err := <-served; err != nil {
+			t.Errorf("the gate's Serve after Close: %v", err)
+		}
 	})
 	return sidecar.NewClient(hs.URL, nil), srv, gate, "https://" + l.Addr().String()
 }

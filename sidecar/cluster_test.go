@@ -108,7 +108,7 @@ func rawCall(hc *http.Client, method, url, body string, header map[string]string
 	if err != nil {
 		return 0, "", err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	var answer struct{ Reason string }
 	if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil {
 		return resp.StatusCode, "", fmt.Errorf("decoding the answer: %w", err)

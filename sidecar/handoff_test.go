@@ -46,7 +46,7 @@ func TestLeaderHandsOverBeforeItsEtcdStops(t *testing.T) {
 
 	cli, err := clientv3.New(clientv3.Config{Endpoints: urls, TLS: c.ClientTLS, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	g.Expect(err).NotTo(HaveOccurred())
-	defer cli.Close()
+	defer func() { _ = cli.Close() }()
 	w := writeThrough(ctx, cli, 6)
 	w.waitFor(g, 300)
 

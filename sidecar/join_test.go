@@ -73,7 +73,7 @@ func joiningSidecarWith(t *testing.T, set func(*sidecar.Joining)) (url, dataVolu
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(srv)
-	t.Cleanup(func() { hs.Close(); srv.Close() })
+	t.Cleanup(func() { hs.Close(); _ = srv.Close() })
 	return hs.URL, dataVolume
 }
 
@@ -84,7 +84,7 @@ func get(t *testing.T, url string) (int, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatal(err)
@@ -224,7 +224,7 @@ func TestAdmissionRefusals(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodPut, url+"/v1/join", strings.NewReader(`{"state":`))
 		resp, err := http.DefaultClient.Do(req)
 		g.Expect(err).NotTo(HaveOccurred())
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		g.Expect(resp.StatusCode).To(Equal(http.StatusBadRequest))
 		st, err := sidecar.NewClient(url, nil).Join(ctx)
 		g.Expect(err).NotTo(HaveOccurred())

@@ -465,7 +465,7 @@ func (s *Server) writeTombstone(ctx context.Context, id uint64) (func(), *Error)
 	s.mu.Lock()
 	s.removalsSent[id] = time.Now().Add(s.cfg.TombstoneTTL)
 	if c, ok := s.memberConns[id]; ok {
-		c.client.Close()
+		_ = c.client.Close()
 		delete(s.memberConns, id)
 	}
 	delete(s.healthySince, id)
@@ -519,7 +519,7 @@ func (s *Server) afterRemoval(m *memberView) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if c, ok := s.memberConns[m.pb.ID]; ok {
-		c.client.Close()
+		_ = c.client.Close()
 		delete(s.memberConns, m.pb.ID)
 	}
 	eps := slices.DeleteFunc(slices.Clone(s.peerEndpoints), func(u string) bool { return slices.Contains(m.pb.ClientURLs, u) })

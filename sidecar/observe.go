@@ -308,7 +308,7 @@ func (s *Server) noteView(v *view, removing map[uint64]bool) {
 	}
 	for id, c := range s.memberConns {
 		if !present[id] || removing[id] {
-			c.client.Close()
+			_ = c.client.Close()
 			delete(s.memberConns, id)
 		}
 	}
@@ -455,7 +455,7 @@ func (s *Server) memberConn(m *pb.Member) (*clientv3.Client, error) {
 		if slices.Equal(c.urls, m.ClientURLs) {
 			return c.client, nil
 		}
-		c.client.Close()
+		_ = c.client.Close()
 		delete(s.memberConns, m.ID)
 	}
 	c, err := newEtcdClient(m.ClientURLs, &s.cfg)

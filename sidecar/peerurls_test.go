@@ -37,7 +37,7 @@ func TestMemberWithDataStartsKnownByItsAdvertisedPeerURLs(t *testing.T) {
 	m := tc.Members[0]
 	other, err := tc.Members[1].Client()
 	g.Expect(err).NotTo(HaveOccurred())
-	defer other.Close()
+	defer func() { _ = other.Close() }()
 	peerURLs := func(g Gomega) []string {
 		resp, err := other.MemberList(ctx)
 		g.Expect(err).NotTo(HaveOccurred())
@@ -97,7 +97,7 @@ advertise-client-urls:
 	g.Expect(m.Start(ctx, localetcd.InitialCluster(tc.Members...), localetcd.ClusterStateExisting)).To(Succeed())
 	cli, err := m.Client()
 	g.Expect(err).NotTo(HaveOccurred())
-	defer cli.Close()
+	defer func() { _ = cli.Close() }()
 	g.Eventually(func() error { _, err := cli.Put(ctx, "after", "restart"); return err }).WithTimeout(30 * time.Second).Should(Succeed())
 }
 

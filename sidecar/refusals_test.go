@@ -178,7 +178,7 @@ func TestRefusalsChangeNothing(t *testing.T) {
 		g := NewWithT(t)
 		resp, err := anonymous.Get(url + "/metrics")
 		g.Expect(err).NotTo(HaveOccurred())
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		body, err := io.ReadAll(resp.Body)
 		g.Expect(err).NotTo(HaveOccurred())
 		count := func(endpoint, code, reason string) int {

@@ -109,7 +109,7 @@ func TestRetirementRecordsRefuseBadInput(t *testing.T) {
 func rawKeys(g Gomega, via *localetcd.Member) map[string]string {
 	c, err := clientv3.New(clientv3.Config{Endpoints: []string{via.LocalClientURL}, TLS: via.ClientTLSConfig(), DialTimeout: 5 * time.Second})
 	g.Expect(err).NotTo(HaveOccurred())
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	resp, err := c.Get(ctx, "/druid-stretch/retired/", clientv3.WithPrefix())

@@ -96,7 +96,7 @@ func send(hc *http.Client, req *http.Request) answer {
 	if err != nil {
 		return answer{transportFailure: err.Error()}
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
 	var e struct{ Reason, Message string }
 	if json.Unmarshal(body, &e) != nil {
@@ -262,7 +262,7 @@ func TestSecurityRefusals(t *testing.T) {
 		if err != nil {
 			return answer{transportFailure: err.Error()}
 		}
-		defer conn.Close()
+		defer func() { _ = conn.Close() }()
 		_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
 		if _, err := conn.Read(make([]byte, 1)); err != nil {
 			return answer{transportFailure: err.Error()}
@@ -317,7 +317,7 @@ func TestSecurityRefusals(t *testing.T) {
 			if err != nil {
 				return answer{transportFailure: err.Error()}
 			}
-			defer conn.Close()
+			defer func() { _ = conn.Close() }()
 			if handshake {
 				tc := tls.Client(conn, controllerTLS.Clone())
 				if err := tc.Handshake(); err != nil {
@@ -337,7 +337,7 @@ func TestSecurityRefusals(t *testing.T) {
 				}
 				return answer{transportFailure: err.Error(), took: time.Since(start)}
 			}
-			defer resp.Body.Close()
+			defer func() { _ = resp.Body.Close() }()
 			var e struct{ Reason, Message string }
 			_ = json.NewDecoder(resp.Body).Decode(&e)
 			return answer{code: resp.StatusCode, reason: e.Reason, message: e.Message, took: time.Since(start)}
@@ -439,7 +439,7 @@ func TestSecurityRefusals(t *testing.T) {
 		if err != nil {
 			return answer{transportFailure: err.Error()}
 		}
-		defer conn.Close()
+		defer func() { _ = conn.Close() }()
 		if _, err := conn.Write([]byte("POST /v1/members HTTP/1.1\r\nHost: sidecar\r\nContent-Length: 200\r\n\r\n{")); err != nil {
 			return answer{transportFailure: err.Error()}
 		}
@@ -452,7 +452,7 @@ func TestSecurityRefusals(t *testing.T) {
 				return answer{transportFailure: err.Error()}
 			}
 			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if inFlight.Match(body) {
 				break
 			}

@@ -278,7 +278,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	if len(s.peerEndpoints) > 0 {
 		if s.peers, err = newEtcdClient(s.peerEndpoints, &cfg); err != nil {
-			local.Close()
+			_ = local.Close()
 			return nil, fmt.Errorf("sidecar: connecting to etcd %v: %w", s.peerEndpoints, err)
 		}
 	}
@@ -286,9 +286,9 @@ func New(cfg Config) (*Server, error) {
 		Namespace: "druid_stretch", Subsystem: "sidecar", Name: "requests_in_flight",
 		Help: "/v1/ calls being answered, bounded by the sidecar's in-flight limit.",
 	}, func() float64 { return float64(len(s.inFlight)) })); err != nil {
-		local.Close()
+		_ = local.Close()
 		if s.peers != nil {
-			s.peers.Close()
+			_ = s.peers.Close()
 		}
 		return nil, fmt.Errorf("registering sidecar metrics: %w", err)
 	}

@@ -148,7 +148,7 @@ func (s *Server) transportPeers(ctx context.Context, local uint64) (map[uint64]p
 	if err != nil {
 		return nil, fmt.Errorf("reading the local member's metrics: %w", err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 		return nil, fmt.Errorf("reading the local member's metrics: %s answered %s", u, resp.Status)

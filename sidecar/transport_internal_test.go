@@ -43,7 +43,7 @@ func TestCancelledScrapeKeepsTheView(t *testing.T) {
 	defer close(release)
 	s, err := New(Config{Endpoints: []string{srv.URL}, PollInterval: -1})
 	g.Expect(err).NotTo(HaveOccurred())
-	defer s.Close()
+	defer func() { _ = s.Close() }()
 	s.noteLocalID(local)
 	since := func() (time.Time, bool) {
 		s.mu.Lock()

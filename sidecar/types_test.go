@@ -48,7 +48,7 @@ func TestErrorRoundTrip(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusConflict)
-		fmt.Fprint(w, `{"reason":"LearnerNotReady","message":"healthy for 2s","retryAfterSeconds":3}`)
+		_, _ = fmt.Fprint(w, `{"reason":"LearnerNotReady","message":"healthy for 2s","retryAfterSeconds":3}`)
 	}))
 	t.Cleanup(srv.Close)
 	_, err := NewClient(srv.URL, nil).Promote(t.Context(), "m", CallOptions{})

@@ -115,13 +115,14 @@ func TestPerEtcdMetricsOfARealCluster(t *testing.T) {
 // sample is the value of the gauge or counter of family name whose labels
 // include want; -1 when there is none.
 func sample(families map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
-	for _, m := range matching(families, name, want) {
-		if m.Gauge != nil {
-			return m.Gauge.GetValue()
-		}
-		return m.Counter.GetValue()
+	ms := matching(families, name, want)
+	switch {
+	case len(ms) == 0:
+		return -1
+	case ms[0].Gauge != nil:
+		return ms[0].Gauge.GetValue()
 	}
-	return -1
+	return ms[0].Counter.GetValue()
 }
 
 func has(families map[string]*dto.MetricFamily, name string, want map[string]string) bool {

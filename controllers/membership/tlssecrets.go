@@ -120,9 +120,9 @@ func (r *Reconciler) secret(ctx context.Context, e *v1alpha1.Etcd, field string,
 	}
 	var sec corev1.Secret
 	if err := r.reader.Get(ctx, key, &sec); apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("Secret %s (%s) does not exist", key, field)
+		return nil, fmt.Errorf("the Secret %s (%s) does not exist", key, field)
 	} else if err != nil {
-		return nil, &unreadSecret{fmt.Errorf("Secret %s (%s): %w", key, field, err)}
+		return nil, &unreadSecret{fmt.Errorf("the Secret %s (%s): %w", key, field, err)}
 	}
 	return &sec, nil
 }
@@ -143,7 +143,7 @@ func (r *Reconciler) caBundle(ctx context.Context, e *v1alpha1.Etcd, field strin
 	dataKey := ptr.Deref(ref.DataKey, defaultCAKey)
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(sec.Data[dataKey]) {
-		return nil, fmt.Errorf("Secret %s/%s (%s): no PEM certificate under key %q", sec.Namespace, sec.Name, field, dataKey)
+		return nil, fmt.Errorf("the Secret %s/%s (%s): no PEM certificate under key %q", sec.Namespace, sec.Name, field, dataKey)
 	}
 	return pool, nil
 }
@@ -156,7 +156,7 @@ func (r *Reconciler) leaf(ctx context.Context, e *v1alpha1.Etcd, field string, r
 		return err
 	}
 	fail := func(format string, args ...any) error {
-		return fmt.Errorf("Secret %s/%s (%s): %s", sec.Namespace, sec.Name, field, fmt.Sprintf(format, args...))
+		return fmt.Errorf("the Secret %s/%s (%s): %s", sec.Namespace, sec.Name, field, fmt.Sprintf(format, args...))
 	}
 	pair, err := tls.X509KeyPair(sec.Data[corev1.TLSCertKey], sec.Data[corev1.TLSPrivateKeyKey])
 	if err != nil {

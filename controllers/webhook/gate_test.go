@@ -59,7 +59,6 @@ func TestClientGateFlags(t *testing.T) {
 	g.Expect(sc.VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "etcd-server-tls", MountPath: "/var/etcd/ssl/server", ReadOnly: true}))
 
 	sc, _ = sidecarContainer(tlsEtcd, o)
-	before = append([]string(nil), sc.Args...)
 	err := gateClients(&sc, &corev1.Container{Name: containerEtcd}, tlsEtcd, o)
 	g.Expect(err).To(MatchError(And(ContainSubstring("/var/etcd/ssl/server"), ContainSubstring("serverTLSSecretRef server"))))
 

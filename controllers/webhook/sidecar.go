@@ -93,10 +93,10 @@ func injectSidecar(pod *corev1.PodSpec, e *v1alpha1.Etcd, o Options) error {
 // client CA could change membership.
 func sidecarAccess(e *v1alpha1.Etcd, o Options) error {
 	if errs := validation.ValidateSidecarAccess(e); len(errs) > 0 {
-		return fmt.Errorf("Etcd %s: %w", e.Name, errs.ToAggregate())
+		return fmt.Errorf("the Etcd %s: %w", e.Name, errs.ToAggregate())
 	}
 	if e.Spec.Backup.TLS != nil && len(allowedClients(e, o)) == 0 {
-		return fmt.Errorf("Etcd %s: no client identity may change membership through its sidecars: set --sidecar-allowed-clients (chart value sidecar.allowedClients) or the annotation %s",
+		return fmt.Errorf("the Etcd %s: no client identity may change membership through its sidecars: set --sidecar-allowed-clients (chart value sidecar.allowedClients) or the annotation %s",
 			e.Name, v1alpha1.SidecarAllowedClientsAnnotation)
 	}
 	return nil

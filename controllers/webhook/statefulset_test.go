@@ -760,7 +760,7 @@ func TestGEP39DestinationKeepsItsTemplateWhenTheBootstrapGoes(t *testing.T) {
 	g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(e), stored)).To(Succeed())
 	stored.Status.BootstrapWithExistingCluster = &druidv1alpha1.BootstrapWithExistingClusterStatus{JoinedAt: metav1.Now()}
 	for _, m := range src {
-		stored.Status.BootstrapWithExistingCluster.Members = append(stored.Status.BootstrapWithExistingCluster.Members, druidv1alpha1.BootstrapJoinedMember{Name: m.Name, PeerURLs: m.PeerURLs})
+		stored.Status.BootstrapWithExistingCluster.Members = append(stored.Status.BootstrapWithExistingCluster.Members, druidv1alpha1.BootstrapJoinedMember(m))
 	}
 	g.Expect(k8s.Status().Update(t.Context(), stored)).To(Succeed())
 	changeEtcd(t, e, func(x *v1alpha1.Etcd) { x.Spec.Etcd.BootstrapWithExistingCluster = nil })

@@ -154,7 +154,7 @@ The URL templates say how the other cluster reaches each member; they take
 				if progress.lastKind == migration.StepDone {
 					state = "done"
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "step %s %s; not waiting (--wait=false): run again to continue, or --status to see where it stands\n", progress.last, state)
+				_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "step %s %s; not waiting (--wait=false): run again to continue, or --status to see where it stands\n", progress.last, state)
 				return nil
 			case errors.Is(err, context.DeadlineExceeded):
 				return notFinished{err}
@@ -284,31 +284,31 @@ func printReport(cmd *cobra.Command, m *migration.Mover, output string, dryRun, 
 	if output != "table" {
 		return printStructured(out, output, r)
 	}
-	fmt.Fprintln(out, r.Explanation)
+	_, _ = fmt.Fprintln(out, r.Explanation)
 	if r.NextStep != "" {
-		fmt.Fprintf(out, "  next step: %s\n", r.NextStep)
+		_, _ = fmt.Fprintf(out, "  next step: %s\n", r.NextStep)
 	}
 	for _, side := range []struct {
 		name string
 		r    *sideReport
 	}{{"source", r.Source}, {"destination", r.Destination}} {
 		if side.r == nil {
-			fmt.Fprintf(out, "  %s: no Etcd\n", side.name)
+			_, _ = fmt.Fprintf(out, "  %s: no Etcd\n", side.name)
 			continue
 		}
-		fmt.Fprintf(out, "  %s: replicas %d, %d external members, policy %s; %s\n", side.name, side.r.Replicas,
+		_, _ = fmt.Fprintf(out, "  %s: replicas %d, %d external members, policy %s; %s\n", side.name, side.r.Replicas,
 			side.r.ExternalMembers, side.r.Policy, side.r.Membership)
 	}
 	if dryRun {
 		switch {
 		case r.Refused != "":
-			fmt.Fprintf(out, "dry run: %s\n", r.Refused)
+			_, _ = fmt.Fprintf(out, "dry run: %s\n", r.Refused)
 		case len(r.Steps) == 0:
-			fmt.Fprintln(out, "dry run: nothing left to do")
+			_, _ = fmt.Fprintln(out, "dry run: nothing left to do")
 		default:
-			fmt.Fprintln(out, "dry run: the steps from here, nothing was changed:")
+			_, _ = fmt.Fprintln(out, "dry run: the steps from here, nothing was changed:")
 			for i, s := range r.Steps {
-				fmt.Fprintf(out, "  %d. %-16s %s\n", i+1, s.Step, s.Does)
+				_, _ = fmt.Fprintf(out, "  %d. %-16s %s\n", i+1, s.Step, s.Does)
 			}
 		}
 	}

@@ -139,7 +139,7 @@ membership change one whose identity --allowed-client lists. Plain HTTP
 			if err != nil {
 				return err
 			}
-			defer srv.Close()
+			defer func() { _ = srv.Close() }()
 			l, err := net.Listen("tcp", listenAddress)
 			if err != nil {
 				return fmt.Errorf("listening on %s: %w", listenAddress, err)
@@ -277,7 +277,7 @@ remove-and-re-add): druid-stretch's controller is the only one.`,
 			if err := etcdconfig.WriteFile(output, b); err != nil {
 				return fmt.Errorf("writing %s: %w", output, err)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s for member %s\n", output, m.Name)
+			_, _ = fmt.Fprintf(cmd.OutOrStdout(), "wrote %s for member %s\n", output, m.Name)
 			return nil
 		},
 	}

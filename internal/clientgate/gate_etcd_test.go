@@ -529,7 +529,12 @@ func TestGateOfAMemberThatIsDownRefusesConnections(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	served := make(chan error, 1)
 	go func() { served <- gate.Serve(l) }()
-	defer func() { _ = gate.Close(); <-served }()
+	defer func() {
+		_ = gate.Close()
+		if err := <-served; err != nil {
+			t.Errorf("the gate's Serve after Close: %v", err)
+		}
+	}()
 	g.Eventually(func() error {
 		c, err := net.Dial("tcp", l.Addr().String())
 		if err == nil {

@@ -177,7 +177,7 @@ func TestDrainClosesAConnectionItsClientKeeps(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	kept, err := net.Dial("tcp", u.Host) // connects, then sends nothing
 	g.Expect(err).NotTo(HaveOccurred())
-	defer kept.Close()
+	defer func() { _ = kept.Close() }()
 	// An answered call through the gate: the gate has accepted kept
 	// before it (one listener, accepted in order).
 	g.Expect(<-call(gateURL, "/etcdserverpb.Maintenance/Status")).To(Succeed())

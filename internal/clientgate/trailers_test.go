@@ -50,7 +50,7 @@ func TestTrailersOnlyAnswerKeepsItsStatus(t *testing.T) {
 	defer srv.Stop()
 	probes := &http.Server{Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = probes.Serve(httpL) }()
-	defer probes.Close()
+	defer func() { _ = probes.Close() }()
 	burl, err := url.Parse("http://" + bl.Addr().String())
 	g.Expect(err).NotTo(HaveOccurred())
 	gate, err := clientgate.New(clientgate.Options{Backend: burl})
@@ -66,7 +66,7 @@ func TestTrailersOnlyAnswerKeepsItsStatus(t *testing.T) {
 
 	conn, err := grpc.NewClient(gl.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	g.Expect(err).NotTo(HaveOccurred())
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	client := healthpb.NewHealthClient(conn)
 	const calls = 400
 	codesSeen := map[codes.Code]int{}
@@ -95,8 +95,8 @@ func TestTrailersOnlyAnswerKeepsItsStatus(t *testing.T) {
 func splitHTTP1(l net.Listener) (grpcL, httpL net.Listener) {
 	g, h := newChanListener(l.Addr()), newChanListener(l.Addr())
 	go func() {
-		defer g.Close()
-		defer h.Close()
+		defer func() { _ = g.Close() }()
+		defer func() { _ = h.Close() }()
 		for {
 			c, err := l.Accept()
 			if err != nil {

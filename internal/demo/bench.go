@@ -57,13 +57,13 @@ func Bench(ctx context.Context, cases []BenchCase, base SiteOptions, progress io
 			o.Dir = filepath.Join(base.Dir, c.dirName())
 		}
 		start := time.Now()
-		fmt.Fprintf(progress, "bench: RTT %s, %d preloaded keys ...", c.RTT, c.PreloadKeys)
+		_, _ = fmt.Fprintf(progress, "bench: RTT %s, %d preloaded keys ...", c.RTT, c.PreloadKeys)
 		rep, err := RunOnSites(ctx, o)
 		if err != nil {
-			fmt.Fprintln(progress, " failed")
+			_, _ = fmt.Fprintln(progress, " failed")
 			return out, fmt.Errorf("bench case RTT %s, %d keys: %w", c.RTT, c.PreloadKeys, err)
 		}
-		fmt.Fprintf(progress, " done in %.0fs\n", time.Since(start).Seconds())
+		_, _ = fmt.Fprintf(progress, " done in %.0fs\n", time.Since(start).Seconds())
 		out = append(out, BenchResult{Case: c, Report: rep})
 	}
 	return out, nil
@@ -77,7 +77,7 @@ func Bench(ctx context.Context, cases []BenchCase, base SiteOptions, progress io
 // client's failed requests.
 func WriteBenchTable(w io.Writer, results []BenchResult) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "RTT\tkeys\tmove s\tbaseline s\tratio\ttie s\tno leader s\tfailed per server\tmax gap ms per server\tlost\tlinearizable\town client failed\t")
+	_, _ = fmt.Fprintln(tw, "RTT\tkeys\tmove s\tbaseline s\tratio\ttie s\tno leader s\tfailed per server\tmax gap ms per server\tlost\tlinearizable\town client failed\t")
 	for _, r := range results {
 		rep := r.Report
 		var failed, gaps []string
@@ -93,7 +93,7 @@ func WriteBenchTable(w io.Writer, results []BenchResult) error {
 		if b := rep.Baseline; b != nil {
 			base, ratio = fmt.Sprintf("%.1f", b.MoveSeconds), fmt.Sprintf("%.2f", rep.Ratio())
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%s\t%s\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%d\t\n",
+		_, _ = fmt.Fprintf(tw, "%s\t%d\t%.1f\t%s\t%s\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%d\t\n",
 			r.Case.RTT, r.Case.PreloadKeys, rep.MigrationSeconds, base, ratio, rep.TieSeconds, rep.NoLeaderSeconds,
 			strings.Join(failed, " / "), strings.Join(gaps, " / "), lost, linearizable, rep.FailedRequests)
 	}
@@ -105,12 +105,12 @@ func WriteBenchTable(w io.Writer, results []BenchResult) error {
 // report prints.
 func WriteBenchTimelines(w io.Writer, results []BenchResult) error {
 	for _, r := range results {
-		fmt.Fprintf(w, "\nRTT %s, %d keys: steps\n", r.Case.RTT, r.Case.PreloadKeys)
+		_, _ = fmt.Fprintf(w, "\nRTT %s, %d keys: steps\n", r.Case.RTT, r.Case.PreloadKeys)
 		if err := r.Report.WriteTimeline(w, "  "); err != nil {
 			return err
 		}
 		if b := r.Report.Baseline; b != nil {
-			fmt.Fprintf(w, "RTT %s, %d keys: the hand-scripted baseline's steps\n", r.Case.RTT, r.Case.PreloadKeys)
+			_, _ = fmt.Fprintf(w, "RTT %s, %d keys: the hand-scripted baseline's steps\n", r.Case.RTT, r.Case.PreloadKeys)
 			if err := (report.Report{Steps: b.Steps}).WriteTimeline(w, "  "); err != nil {
 				return err
 			}

@@ -165,14 +165,14 @@ func (e *Env) Rehearse(ctx context.Context, out io.Writer, o RehearsalOptions) (
 	}
 	show.stop()
 	traffic.Stop()
-	fmt.Fprintln(out, "checking the recorded history: reading back every acknowledged write, linearizability (porcupine) ...")
+	_, _ = fmt.Fprintln(out, "checking the recorded history: reading back every acknowledged write, linearizability (porcupine) ...")
 	fig, _, err := wl.Verify(ctx, workload.VerifyOptions{LinearizabilityTimeout: 3 * time.Minute})
 	if err != nil {
 		return rep, fmt.Errorf("checking the history: %w", err)
 	}
 	rep = report.FromFigures(fig)
 	if shoot != nil {
-		fmt.Fprintln(out, "checking the kube-apiservers' history: lost acknowledged writes, linearizability (porcupine) ...")
+		_, _ = fmt.Fprintln(out, "checking the kube-apiservers' history: lost acknowledged writes, linearizability (porcupine) ...")
 		res, err := shoot.results(ctx)
 		if err != nil {
 			return rep, fmt.Errorf("checking the kube-apiservers' history: %w", err)
@@ -287,7 +287,7 @@ func (v *liveView) printf(format string, args ...any) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if !v.stopped {
-		fmt.Fprintf(v.out, "%7.2fs  "+format+"\n", append([]any{time.Since(v.start).Seconds()}, args...)...)
+		_, _ = fmt.Fprintf(v.out, "%7.2fs  "+format+"\n", append([]any{time.Since(v.start).Seconds()}, args...)...)
 	}
 }
 

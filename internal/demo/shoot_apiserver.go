@@ -170,7 +170,7 @@ func (k *shootAPIServer) start(etcdServers []string) error {
 	}
 	defer func() { _ = logf.Close() }() // the child holds its own copy
 	args := append([]string{"--etcd-servers=" + strings.Join(etcdServers, ",")}, k.args...)
-	fmt.Fprintf(logf, "--- %s: %s %s\n", time.Now().Format(time.RFC3339Nano), bin, strings.Join(args, " "))
+	_, _ = fmt.Fprintf(logf, "--- %s: %s %s\n", time.Now().Format(time.RFC3339Nano), bin, strings.Join(args, " "))
 	// A hostname of its own, as its pod has: kube-apiserver names its
 	// identity lease after the hostname, and the two servers share one
 	// etcd. sh sets it in a UTS namespace of the process's own, then execs

@@ -87,7 +87,7 @@ func RunOnSites(ctx context.Context, o SiteOptions) (rep report.Report, err erro
 		return rep, errors.New("the demo runs two real sites, whose pods get network namespaces and chroots: run it as root")
 	}
 	start := time.Now()
-	fmt.Fprintln(out, "druid-stretch-dev demo: a live move of a shoot's etcd between two Kubernetes clusters of real parts")
+	_, _ = fmt.Fprintln(out, "druid-stretch-dev demo: a live move of a shoot's etcd between two Kubernetes clusters of real parts")
 	if err := testbin.Ensure(ctx, out); err != nil {
 		return rep, err
 	}
@@ -113,9 +113,9 @@ func RunOnSites(ctx context.Context, o SiteOptions) (rep report.Report, err erro
 	// client-go logs through klog; its shutdown chatter belongs in the log
 	// file, not between the figures.
 	klog.SetLogger(log.WithName("client-go"))
-	fmt.Fprintf(out, "  RTT %s between the sites, %d keys of %d bytes preloaded; files and logs: %s\n", rtt, o.PreloadKeys, max(o.PreloadValueSize, 0), o.Dir)
+	_, _ = fmt.Fprintf(out, "  RTT %s between the sites, %d keys of %d bytes preloaded; files and logs: %s\n", rtt, o.PreloadKeys, max(o.PreloadValueSize, 0), o.Dir)
 
-	fmt.Fprintln(out, "starting sites A and B (control plane, etcd-druid, druid-stretch, a node stand-in each) ...")
+	_, _ = fmt.Fprintln(out, "starting sites A and B (control plane, etcd-druid, druid-stretch, a node stand-in each) ...")
 	opts := site.MoveSiteOptions(o.Dir)
 	for i := range opts {
 		opts[i].Logger = log.WithName(opts[i].ClusterIdentity)
@@ -128,7 +128,7 @@ func RunOnSites(ctx context.Context, o SiteOptions) (rep report.Report, err erro
 		return rep, err
 	}
 	defer func() {
-		fmt.Fprintln(out, "stopping both sites ...")
+		_, _ = fmt.Fprintln(out, "stopping both sites ...")
 		for _, s := range sites {
 			err = errors.Join(err, s.Stop())
 		}
@@ -144,11 +144,11 @@ func RunOnSites(ctx context.Context, o SiteOptions) (rep report.Report, err erro
 	if err != nil {
 		return rep, err
 	}
-	fmt.Fprintf(out, "sites up after %.0f s; creating Etcd %s in site A (druid's StatefulSet, the sidecar injected) ...\n", time.Since(start).Seconds(), mv.Key())
+	_, _ = fmt.Fprintf(out, "sites up after %.0f s; creating Etcd %s in site A (druid's StatefulSet, the sidecar injected) ...\n", time.Since(start).Seconds(), mv.Key())
 	if err := mv.CreateSource(ctx); err != nil {
 		return rep, err
 	}
-	fmt.Fprintf(out, "druid reports the Etcd Ready in site A after %.0f s\n", time.Since(start).Seconds())
+	_, _ = fmt.Fprintf(out, "druid reports the Etcd Ready in site A after %.0f s\n", time.Since(start).Seconds())
 	run, err := mv.Run(ctx)
 	if err != nil {
 		return rep, err
@@ -168,12 +168,12 @@ func RunOnSites(ctx context.Context, o SiteOptions) (rep report.Report, err erro
 		return rep, err
 	}
 	if o.Baseline {
-		fmt.Fprintln(out, "the hand-scripted baseline: a plain clientv3 move of three new etcd members from site A to site B ...")
+		_, _ = fmt.Fprintln(out, "the hand-scripted baseline: a plain clientv3 move of three new etcd members from site A to site B ...")
 		if rep.Baseline, err = runBaseline(ctx, sites[0], sites[1], o); err != nil {
 			return rep, err
 		}
 	}
-	fmt.Fprintln(out)
+	_, _ = fmt.Fprintln(out)
 	if err := rep.WriteText(out); err != nil {
 		return rep, err
 	}
@@ -181,7 +181,7 @@ func RunOnSites(ctx context.Context, o SiteOptions) (rep report.Report, err erro
 		if err := rep.WriteJSON(o.ReportPath); err != nil {
 			return rep, err
 		}
-		fmt.Fprintf(out, "report written to %s\n", o.ReportPath)
+		_, _ = fmt.Fprintf(out, "report written to %s\n", o.ReportPath)
 	}
 	if o.PlotPath != "" {
 		if err := report.PlotRunSVG(o.PlotPath, report.RunPlot{
@@ -191,7 +191,7 @@ func RunOnSites(ctx context.Context, o SiteOptions) (rep report.Report, err erro
 		}); err != nil {
 			return rep, err
 		}
-		fmt.Fprintf(out, "plot written to %s\n", o.PlotPath)
+		_, _ = fmt.Fprintf(out, "plot written to %s\n", o.PlotPath)
 	}
 	return rep, nil
 }

@@ -46,7 +46,7 @@ root, like the demo; each run takes 6-9 minutes on a 2-core machine.`,
 				if o.HoldSource > 0 {
 					order = fmt.Sprintf("the destination took the majority first, holding %d source member(s) until the source's clients switched (--hold-source)", o.HoldSource)
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "order of every move: %s; --max-learners %d\n", order, o.MaxLearners)
+				_, _ = fmt.Fprintf(cmd.OutOrStdout(), "order of every move: %s; --max-learners %d\n", order, o.MaxLearners)
 				werr := errors.Join(demo.WriteBenchTable(cmd.OutOrStdout(), results), demo.WriteBenchTimelines(cmd.OutOrStdout(), results))
 				if err == nil {
 					err = werr

@@ -73,7 +73,7 @@ var runOnSites = demo.RunOnSites
 // write gap of a second or more, which a busy machine causes) is named in
 // the line and fails nothing.
 func judge(out io.Writer, rep report.Report) error {
-	fmt.Fprintln(out, rep.Verdict())
+	_, _ = fmt.Fprintln(out, rep.Verdict())
 	if broken := rep.Broken(); len(broken) > 0 {
 		return fmt.Errorf("the move broke %d of its guarantees: %s", len(broken), strings.Join(broken, "; "))
 	}

@@ -40,7 +40,7 @@ binary (CGO_ENABLED=0) and runs this.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %s %s, digest %s, image ID %s, %d bytes\n",
+			_, _ = fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %s %s, digest %s, image ID %s, %d bytes\n",
 				o.Output, res.Tag, res.Platform, res.Digest, res.ImageID, res.Size)
 			return nil
 		},

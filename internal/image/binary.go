@@ -27,7 +27,7 @@ func staticLinuxArch(path string, data []byte) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("binary %s is not a Linux ELF executable (%v): build it with GOOS=linux", path, err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	// Go's linker marks FreeBSD binaries in the ELF header; Linux ones carry
 	// no OS ABI.
 	if f.OSABI != elf.ELFOSABI_NONE && f.OSABI != elf.ELFOSABI_LINUX {

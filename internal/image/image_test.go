@@ -158,7 +158,7 @@ func TestWriteImage(t *testing.T) {
 	g.Expect(mt).To(Equal(types.DockerLayer))
 	rc, err := layers[0].Uncompressed()
 	g.Expect(err).NotTo(HaveOccurred())
-	defer rc.Close()
+	defer func() { _ = rc.Close() }()
 	files := map[string]layerFile{}
 	tr := tar.NewReader(rc)
 	for {

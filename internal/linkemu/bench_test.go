@@ -43,7 +43,7 @@ func BenchmarkAddedLatency(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				b.Cleanup(func() { l.Close() })
+				b.Cleanup(func() { _ = l.Close() })
 				addr = l.Addr()
 			}
 			conns := make([]net.Conn, tc.conns)
@@ -52,7 +52,7 @@ func BenchmarkAddedLatency(b *testing.B) {
 				if conns[i], err = net.Dial("tcp", addr); err != nil {
 					b.Fatal(err)
 				}
-				b.Cleanup(func() { conns[i].Close() })
+				b.Cleanup(func() { _ = conns[i].Close() })
 				// Warm up: the first bytes also wait for the proxy to dial the target.
 				if _, _, err := stampRoundTrip(conns[i], msg); err != nil {
 					b.Fatal(err)
@@ -135,7 +135,7 @@ func startBulk(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { l.Close() })
+	b.Cleanup(func() { _ = l.Close() })
 	c, err := net.Dial("tcp", l.Addr())
 	if err != nil {
 		b.Fatal(err)
@@ -157,7 +157,7 @@ func startBulk(b *testing.B) {
 			}
 		}
 	})
-	b.Cleanup(func() { close(done); c.Close(); wg.Wait() })
+	b.Cleanup(func() { close(done); _ = c.Close(); wg.Wait() })
 }
 
 func reportErrors(b *testing.B, errs []time.Duration) {
@@ -217,14 +217,14 @@ func BenchmarkThroughput(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				b.Cleanup(func() { l.Close() })
+				b.Cleanup(func() { _ = l.Close() })
 				addr = l.Addr()
 			}
 			c, err := net.Dial("tcp", addr)
 			if err != nil {
 				b.Fatal(err)
 			}
-			b.Cleanup(func() { c.Close() })
+			b.Cleanup(func() { _ = c.Close() })
 			block := make([]byte, perIter)
 			var total time.Duration
 			b.ResetTimer()

@@ -48,12 +48,12 @@ func (pc *proxyConn) delay() time.Duration {
 func (pc *proxyConn) abort() {
 	pc.once.Do(func() {
 		pc.cancel()
-		pc.client.Close()
+		_ = pc.client.Close()
 		pc.mu.Lock()
 		server, pipes := pc.server, pc.pipes
 		pc.mu.Unlock()
 		if server != nil {
-			server.Close()
+			_ = server.Close()
 		}
 		for _, p := range pipes {
 			p.stop()
@@ -67,7 +67,7 @@ func (pc *proxyConn) setServer(server net.Conn) bool {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
 	if pc.ctx.Err() != nil {
-		server.Close()
+		_ = server.Close()
 		return false
 	}
 	pc.server = server

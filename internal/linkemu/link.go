@@ -178,7 +178,7 @@ func (l *Link) acceptLoop() {
 		l.fab.mu.Lock()
 		if l.closed {
 			l.fab.mu.Unlock()
-			c.Close()
+			_ = c.Close()
 			continue
 		}
 		l.conns[pc] = struct{}{}

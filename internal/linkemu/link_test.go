@@ -16,7 +16,7 @@ func listenT(t *testing.T, target string, opts Options) *Link {
 	if err != nil {
 		t.Fatalf("Listen(%q): %v", target, err)
 	}
-	t.Cleanup(func() { l.Close() })
+	t.Cleanup(func() { _ = l.Close() })
 	return l
 }
 
@@ -26,7 +26,7 @@ func dialT(t *testing.T, addr string) net.Conn {
 	if err != nil {
 		t.Fatalf("dial %s: %v", addr, err)
 	}
-	t.Cleanup(func() { c.Close() })
+	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
 
@@ -175,7 +175,7 @@ func TestPartitionCutsHoldsAndHeals(t *testing.T) {
 	_, err = gaveUp.Write([]byte("stale"))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Eventually(func() int64 { return l.Stats().Held }).Should(BeEquivalentTo(2))
-	gaveUp.Close()
+	_ = gaveUp.Close()
 	g.Eventually(func() int64 { return l.Stats().Held }).Should(BeEquivalentTo(1), "a held client that gives up is dropped")
 	g.Expect(srv.accepted.Load()).To(BeEquivalentTo(1))
 
@@ -202,7 +202,7 @@ func TestDialErrorClosesClient(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	g.Expect(err).NotTo(HaveOccurred())
 	target := ln.Addr().String()
-	ln.Close() // nothing listens there now
+	_ = ln.Close() // nothing listens there now
 
 	l := listenT(t, target, Options{})
 	c := dialT(t, l.Addr())

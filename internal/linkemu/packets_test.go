@@ -50,7 +50,7 @@ func TestPacketLineDelaysEachDatagramInOrder(t *testing.T) {
 	g := NewWithT(t)
 	a, b := newChanDevice(), newChanDevice()
 	l := NewPacketLine(a, b)
-	t.Cleanup(func() { l.Close() })
+	t.Cleanup(func() { _ = l.Close() })
 	const delay = 60 * time.Millisecond
 	l.SetDelay(delay)
 	g.Expect(l.Delay()).To(Equal(delay))
@@ -86,7 +86,7 @@ func TestPacketLineSetDelayAppliesToLaterDatagrams(t *testing.T) {
 	g := NewWithT(t)
 	a, b := newChanDevice(), newChanDevice()
 	l := NewPacketLine(a, b)
-	t.Cleanup(func() { l.Close() })
+	t.Cleanup(func() { _ = l.Close() })
 	l.SetDelay(time.Hour)
 	a.in <- []byte("held")
 	g.Consistently(b.out).WithTimeout(100 * time.Millisecond).ShouldNot(Receive())

@@ -61,7 +61,7 @@ func scanProcNet(path, local, remote string) (uint64, bool) {
 	if err != nil {
 		return 0, false
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	sc := bufio.NewScanner(f)
 	// Row: sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode ...
 	for sc.Scan() {

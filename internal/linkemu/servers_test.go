@@ -47,7 +47,7 @@ func startServer(tb testing.TB, handle func(net.Conn)) *testServer {
 					s.mu.Lock()
 					delete(s.conns, c)
 					s.mu.Unlock()
-					c.Close()
+					_ = c.Close()
 				}()
 				handle(c)
 			}()
@@ -60,10 +60,10 @@ func startServer(tb testing.TB, handle func(net.Conn)) *testServer {
 func (s *testServer) addr() string { return s.ln.Addr().String() }
 
 func (s *testServer) close() {
-	s.ln.Close()
+	_ = s.ln.Close()
 	s.mu.Lock()
 	for c := range s.conns {
-		c.Close()
+		_ = c.Close()
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
@@ -122,7 +122,7 @@ func echoRoundTrip(c net.Conn, msg string, timeout time.Duration) (time.Duration
 	if err := c.SetReadDeadline(time.Now().Add(timeout)); err != nil {
 		return 0, err
 	}
-	defer c.SetReadDeadline(time.Time{})
+	defer func() { _ = c.SetReadDeadline(time.Time{}) }()
 	buf := make([]byte, len(msg))
 	if _, err := io.ReadFull(c, buf); err != nil {
 		return 0, err

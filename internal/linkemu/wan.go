@@ -206,7 +206,7 @@ func (w *WAN) Front(site, target string) (*Link, error) {
 	w.mu.Lock()
 	if w.closed { // closed while the front was starting
 		w.mu.Unlock()
-		l.Close()
+		_ = l.Close()
 		return nil, fmt.Errorf("linkemu: front in site %q for %s: %w", site, target, errWANClosed)
 	}
 	w.fronts[l] = struct{}{}

@@ -36,23 +36,23 @@ func runDialer(in io.Reader, out io.Writer) {
 		var addr string
 		var timeoutMs int
 		if _, err := fmt.Sscanf(sc.Text(), "ping %s %d", &addr, &timeoutMs); err != nil {
-			fmt.Fprintf(out, "error bad command %q\n", sc.Text())
+			_, _ = fmt.Fprintf(out, "error bad command %q\n", sc.Text())
 			continue
 		}
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
-			fmt.Fprintf(out, "error %v\n", err)
+			_, _ = fmt.Fprintf(out, "error %v\n", err)
 			continue
 		}
 		rtt, err := echoRoundTrip(c, "ping", time.Duration(timeoutMs)*time.Millisecond)
-		c.Close()
+		_ = c.Close()
 		switch {
 		case isTimeout(err):
-			fmt.Fprintln(out, "timeout")
+			_, _ = fmt.Fprintln(out, "timeout")
 		case err != nil:
-			fmt.Fprintf(out, "error %v\n", err)
+			_, _ = fmt.Fprintf(out, "error %v\n", err)
 		default:
-			fmt.Fprintf(out, "rtt %d\n", rtt.Nanoseconds())
+			_, _ = fmt.Fprintf(out, "rtt %d\n", rtt.Nanoseconds())
 		}
 	}
 }
@@ -80,13 +80,13 @@ func startDialerProcess(t *testing.T) *dialerProcess {
 		t.Fatalf("start dialer process: %v", err)
 	}
 	t.Cleanup(func() {
-		in.Close() // the helper ends at EOF; Kill covers a stuck one
+		_ = in.Close() // the helper ends at EOF; Kill covers a stuck one
 		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
+		go func() { _ = cmd.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(5 * time.Second):
-			cmd.Process.Kill()
+			_ = cmd.Process.Kill()
 			<-done
 		}
 	})
@@ -118,7 +118,7 @@ var errTimeout = errors.New("no answer in time")
 
 func newWANT(t *testing.T) *WAN {
 	w := NewWAN()
-	t.Cleanup(func() { w.Close() })
+	t.Cleanup(func() { _ = w.Close() })
 	return w
 }
 
@@ -274,7 +274,7 @@ func TestWANDialerPlacesThisProcessInASite(t *testing.T) {
 	dial := func(d *net.Dialer) net.Conn {
 		c, err := d.Dial("tcp", inB.Addr())
 		g.Expect(err).NotTo(HaveOccurred())
-		t.Cleanup(func() { c.Close() })
+		t.Cleanup(func() { _ = c.Close() })
 		return c
 	}
 	w.Partition("a", "b")

@@ -198,7 +198,7 @@ func (m *Member) spawn(initialCluster string, state ClusterState) (*process, err
 		logStart = st.Size()
 	}
 	args := m.args(initialCluster, state)
-	fmt.Fprintf(logf, "--- localetcd %s: %s %s\n", time.Now().Format(time.RFC3339Nano), m.r.opts.EtcdBinary, strings.Join(args, " "))
+	_, _ = fmt.Fprintf(logf, "--- localetcd %s: %s %s\n", time.Now().Format(time.RFC3339Nano), m.r.opts.EtcdBinary, strings.Join(args, " "))
 
 	cmd := exec.Command(m.r.opts.EtcdBinary, args...)
 	cmd.Dir = filepath.Dir(m.DataDir)

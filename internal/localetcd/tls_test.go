@@ -125,6 +125,9 @@ func TestTLS(t *testing.T) {
 	g.Expect(r.Close()).To(Succeed())
 	g.Expect(closed).To(Equal(2))
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: ms[1].ClientTLSConfig()}}
-	_, err = hc.Get(sidecarURL)
+	resp, err := hc.Get(sidecarURL)
+	if err == nil {
+		_ = resp.Body.Close()
+	}
 	g.Expect(err).To(MatchError(ContainSubstring("connection refused")))
 }

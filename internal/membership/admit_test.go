@@ -57,7 +57,7 @@ func TestAdmissionFollowsTheMembership(t *testing.T) {
 	})
 	g.Expect(err).NotTo(HaveOccurred())
 	hs := httptest.NewServer(srv)
-	t.Cleanup(func() { hs.Close(); srv.Close() })
+	t.Cleanup(func() { hs.Close(); _ = srv.Close() })
 
 	c, err := membership.New(membership.Config{Holder: "test"})
 	g.Expect(err).NotTo(HaveOccurred())

@@ -100,8 +100,6 @@ func answer(w http.ResponseWriter, code int, body string) {
 	_, _ = w.Write([]byte(body))
 }
 
-func isMutating(r *http.Request) bool { return r.Method != http.MethodGet }
-
 // replaceLeader prepares the move both execute and race tests make: a-0
 // leads (so leadership must leave it first), and b-0, a new member not
 // started yet, replaces it. It returns b-0, the sidecars including b-0's,

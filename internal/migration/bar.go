@@ -54,10 +54,10 @@ func (b *ProgressBar) Print(e Event) {
 	line := fmt.Sprintf("[%s%s] %d/%d %s: %s, %s, %s", strings.Repeat("#", filled), strings.Repeat("-", barWidth-filled),
 		done, len(b.steps), e.Step, word, e.Phase, e.At.Sub(b.start).Round(time.Second))
 	// \r and the erase-line sequence redraw the line in place.
-	fmt.Fprintf(b.out, "\r\033[K%s", line)
+	_, _ = fmt.Fprintf(b.out, "\r\033[K%s", line)
 	b.open = true
 	if e.Kind == StepDone {
-		fmt.Fprintln(b.out)
+		_, _ = fmt.Fprintln(b.out)
 		b.open = false
 	}
 }
@@ -67,7 +67,7 @@ func (b *ProgressBar) Close() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.open {
-		fmt.Fprintln(b.out)
+		_, _ = fmt.Fprintln(b.out)
 		b.open = false
 	}
 }

@@ -86,23 +86,23 @@ func (p *ProgressPrinter) Print(e Event) {
 	at := e.At.Sub(p.start).Seconds()
 	switch e.Kind {
 	case StepStarted:
-		fmt.Fprintf(p.out, "%7.2fs  step %s: starting (%s)\n", at, e.Step, e.Phase)
+		_, _ = fmt.Fprintf(p.out, "%7.2fs  step %s: starting (%s)\n", at, e.Step, e.Phase)
 	case StepDone:
-		fmt.Fprintf(p.out, "%7.2fs  step %s: done in %.2fs, now %s\n", at, e.Step, e.Duration.Seconds(), e.Phase)
+		_, _ = fmt.Fprintf(p.out, "%7.2fs  step %s: done in %.2fs, now %s\n", at, e.Step, e.Duration.Seconds(), e.Phase)
 		if r := Roles(e.Source, e.Destination); r != "" {
-			fmt.Fprintf(p.out, "          members: %s\n", r)
+			_, _ = fmt.Fprintf(p.out, "          members: %s\n", r)
 		}
 	case WriteWaiting:
-		fmt.Fprintf(p.out, "%7.2fs  step %s: %s\n", at, e.Step, e.Message)
+		_, _ = fmt.Fprintf(p.out, "%7.2fs  step %s: %s\n", at, e.Step, e.Message)
 	case StepWaiting:
 		line := string(e.Phase) + " | " + Roles(e.Source, e.Destination)
 		if line == p.last {
 			return
 		}
 		p.last = line
-		fmt.Fprintf(p.out, "%7.2fs  step %s: %s\n", at, e.Step, e.Phase)
+		_, _ = fmt.Fprintf(p.out, "%7.2fs  step %s: %s\n", at, e.Step, e.Phase)
 		if r := Roles(e.Source, e.Destination); r != "" {
-			fmt.Fprintf(p.out, "          members: %s\n", r)
+			_, _ = fmt.Fprintf(p.out, "          members: %s\n", r)
 		}
 	}
 }

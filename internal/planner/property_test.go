@@ -136,7 +136,6 @@ func newScenario(t *testing.T, rng *rand.Rand) *sim {
 			name := newName(to)
 			s.want.Add = append(s.want.Add, Want{Name: name, PeerURLs: urls(name), Side: to})
 		}
-		finalVoters = len(s.want.Add)
 	} else {
 		for range 1 + rng.Intn(7) {
 			side := sides[rng.Intn(len(sides))]

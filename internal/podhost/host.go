@@ -179,7 +179,7 @@ func Start(ctx context.Context, opts Options) (*Host, error) {
 		}
 	}()
 	if err := n.WaitReady(ctx, time.Minute); err != nil {
-		h.Close()
+		_ = h.Close()
 		return nil, fmt.Errorf("podhost: the node did not get ready: %w", err)
 	}
 	return h, nil

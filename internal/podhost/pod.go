@@ -484,7 +484,7 @@ func (c *container) runOnce(paths map[string]string) (int, error) {
 		c.setTerminated(128, "StartError", err.Error())
 		return 128, err
 	}
-	defer logFile.Close()
+	defer func() { _ = logFile.Close() }()
 	// The pod dies with the node stand-in's process, as with a kubelet
 	// whose node goes away.
 	if err := childproc.Start(cmd); err != nil {

@@ -176,7 +176,7 @@ func (c *container) check(ctx context.Context, p *corev1.Probe, timeout time.Dur
 		if err != nil {
 			return err
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode < 200 || resp.StatusCode >= 400 {
 			return fmt.Errorf("HTTP probe %s answered %s", u.String(), resp.Status)
 		}

@@ -28,7 +28,7 @@ func TestSwapFilesAsKubeletsAtomicWriter(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	open, err := os.Open(filepath.Join(dir, "tls.crt"))
 	g.Expect(err).NotTo(HaveOccurred())
-	defer open.Close()
+	defer func() { _ = open.Close() }()
 
 	second := []file{{path: "tls.crt", data: []byte("cert 2"), mode: 0o640}, {path: "tls.key", data: []byte("key 2"), mode: 0o600}}
 	g.Expect(sameFiles(dir, second)).To(BeFalse())

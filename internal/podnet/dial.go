@@ -52,7 +52,7 @@ func (n *Network) DialContext(ctx context.Context, network, addr string) (net.Co
 	if err != nil {
 		return nil, opErr(err)
 	}
-	defer ns.Close()
+	defer func() { _ = ns.Close() }()
 	var errs []error
 	for _, ip := range ips {
 		var c net.Conn

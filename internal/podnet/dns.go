@@ -83,7 +83,7 @@ func (t *hostTable) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	m.RecursionAvailable = true
 	if req.Opcode != dns.OpcodeQuery || len(req.Question) != 1 {
 		m.Rcode = dns.RcodeNotImplemented
-		w.WriteMsg(m)
+		_ = w.WriteMsg(m)
 		return
 	}
 	q := req.Question[0]
@@ -109,7 +109,7 @@ func (t *hostTable) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		}
 		m.Truncate(size)
 	}
-	w.WriteMsg(m)
+	_ = w.WriteMsg(m)
 }
 
 // dnsServer is the table served over UDP and TCP.
@@ -132,7 +132,7 @@ func startDNS(ns netns.NsHandle, addr netip.AddrPort, table *hostTable) (*dnsSer
 	})
 	if err != nil {
 		if pc != nil {
-			pc.Close()
+			_ = pc.Close()
 		}
 		return nil, fmt.Errorf("listen for DNS on %s: %w", addr, err)
 	}
@@ -155,9 +155,9 @@ func startDNS(ns netns.NsHandle, addr netip.AddrPort, table *hostTable) (*dnsSer
 		select {
 		case <-started:
 		case err := <-failed:
-			pc.Close()
-			ln.Close()
-			s.Close()
+			_ = pc.Close()
+			_ = ln.Close()
+			_ = s.Close()
 			return nil, fmt.Errorf("serve DNS on %s: %w", addr, err)
 		}
 	}

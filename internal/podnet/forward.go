@@ -58,7 +58,7 @@ func (f *Forwarder) Close() error {
 	f.cancel()
 	err := f.ln.Close()
 	for c := range conns {
-		c.Close()
+		_ = c.Close()
 	}
 	f.wg.Wait()
 	if f.onClose != nil {
@@ -73,7 +73,7 @@ func (f *Forwarder) track(c net.Conn) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
-		c.Close()
+		_ = c.Close()
 		return false
 	}
 	f.conns[c] = struct{}{}
@@ -84,7 +84,7 @@ func (f *Forwarder) untrack(c net.Conn) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.conns, c)
-	c.Close()
+	_ = c.Close()
 }
 
 func (f *Forwarder) serve() {
@@ -144,8 +144,8 @@ func pipe(dst, src net.Conn) {
 			return
 		}
 	}
-	dst.Close()
-	src.Close()
+	_ = dst.Close()
+	_ = src.Close()
 }
 
 // ForwardIntoPod listens inside the namespace of pod key at listen (for

@@ -36,7 +36,7 @@ func withLockedThread(fn func() error) error {
 			done <- fmt.Errorf("open the thread's network namespace: %w", err)
 			return
 		}
-		defer home.Close()
+		defer func() { _ = home.Close() }()
 		returned := false
 		defer func() {
 			if !returned {

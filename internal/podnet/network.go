@@ -100,7 +100,7 @@ func New(opts Options) (*Network, error) {
 		fromHost: map[*Forwarder]struct{}{},
 	}
 	if err := n.setUpSwitch(); err != nil {
-		n.Close()
+		_ = n.Close()
 		return nil, fmt.Errorf("podnet: %w", err)
 	}
 	return n, nil
@@ -194,8 +194,8 @@ func (n *Network) createPod(key string, ip netip.Addr) (st *podState, err error)
 	veth := fmt.Sprintf("veth%d", offset(n.prefix.Addr(), ip))
 	defer func() {
 		if err != nil {
-			n.links.LinkDel(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: veth}})
-			ns.Close()
+			_ = n.links.LinkDel(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: veth}})
+			_ = ns.Close()
 		}
 	}()
 	pair := &netlink.Veth{
@@ -267,7 +267,7 @@ func (n *Network) RemovePod(key string) error {
 
 func (n *Network) destroyPod(st *podState) error {
 	for _, f := range st.forwarders {
-		f.Close()
+		_ = f.Close()
 	}
 	// Delete the veth now rather than with the namespace: the kernel frees
 	// a namespace asynchronously (or never, while a process is inside), and
@@ -294,7 +294,7 @@ func (p *Pod) Do(fn func() error) error {
 	if err != nil {
 		return err
 	}
-	defer ns.Close()
+	defer func() { _ = ns.Close() }()
 	return inNetns(ns, fn)
 }
 
@@ -344,7 +344,7 @@ func (n *Network) Close() error {
 		errs = append(errs, n.dns.Close())
 	}
 	for f := range fromHost {
-		f.Close()
+		_ = f.Close()
 	}
 	for _, st := range pods {
 		errs = append(errs, n.destroyPod(st))

@@ -67,7 +67,7 @@ func Peer(a, b *Network) (*Peering, error) {
 	}
 	bDev, err := b.openTUN(bLink)
 	if err != nil {
-		aDev.Close()
+		_ = aDev.Close()
 		return nil, fmt.Errorf("podnet: peering link: %w", err)
 	}
 	p := &Peering{a: a, b: b, line: linkemu.NewPacketLine(aDev, bDev)}
@@ -95,7 +95,7 @@ func (n *Network) openTUN(name string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer ns.Close()
+	defer func() { _ = ns.Close() }()
 	var dev *os.File
 	// A TUN device belongs to the network namespace of the thread that
 	// opens /dev/net/tun.
@@ -111,7 +111,7 @@ func (n *Network) openTUN(name string) (*os.File, error) {
 			err = unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr)
 		}
 		if err != nil {
-			unix.Close(fd)
+			_ = unix.Close(fd)
 			return fmt.Errorf("create TUN device %s: %w", name, err)
 		}
 		// Non-blocking, so the runtime's poller serves it and Close
@@ -152,7 +152,7 @@ func (n *Network) route(link string, local, via netip.Addr, remote netip.Prefix)
 	if err != nil {
 		return err
 	}
-	defer ns.Close()
+	defer func() { _ = ns.Close() }()
 	// net.ipv4.ip_forward is per network namespace; /proc/sys/net shows
 	// the namespace of the thread that opens it.
 	return inNetns(ns, func() error {

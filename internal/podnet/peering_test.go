@@ -35,7 +35,7 @@ func TestPeeredNetworksReachEachOther(t *testing.T) {
 
 	p, err := Peer(a, b)
 	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { p.Close() })
+	t.Cleanup(func() { _ = p.Close() })
 
 	for _, tc := range []struct {
 		from    *Network
@@ -82,7 +82,7 @@ func TestPeeringDelaysOnlyTrafficBetweenTheNetworks(t *testing.T) {
 	}
 	p, err := Peer(a, b)
 	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { p.Close() })
+	t.Cleanup(func() { _ = p.Close() })
 	g.Expect(p.Delay()).To(BeZero())
 	const oneWay = 90 * time.Millisecond
 	p.SetDelay(oneWay)

@@ -31,7 +31,7 @@ func requireNetns(t *testing.T) {
 	if err != nil {
 		t.Skipf("podnet tests need network namespaces, unavailable here: %v", err)
 	}
-	ns.Close()
+	_ = ns.Close()
 }
 
 func newNetworkT(t *testing.T, opts Options) *Network {
@@ -41,7 +41,7 @@ func newNetworkT(t *testing.T, opts Options) *Network {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	t.Cleanup(func() { n.Close() })
+	t.Cleanup(func() { _ = n.Close() })
 	return n
 }
 
@@ -67,15 +67,15 @@ func serveName(t *testing.T, p *Pod, port string) {
 	if err != nil {
 		t.Fatalf("listen in pod %q: %v", p.Key, err)
 	}
-	t.Cleanup(func() { ln.Close() })
+	t.Cleanup(func() { _ = ln.Close() })
 	go func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			io.WriteString(c, p.Key+"\n")
-			c.Close()
+			_, _ = io.WriteString(c, p.Key+"\n")
+			_ = c.Close()
 		}
 	}()
 }
@@ -85,8 +85,8 @@ func readLine(c net.Conn, err error) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
+	defer func() { _ = c.Close() }()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 	line, err := bufio.NewReader(c).ReadString('\n')
 	return strings.TrimSuffix(line, "\n"), err
 }
@@ -197,8 +197,8 @@ func TestDNSAnswers(t *testing.T) {
 				c, err := n.DialContext(context.Background(), proto, server)
 				g.Expect(err).NotTo(HaveOccurred())
 				conn := &dns.Conn{Conn: c}
-				defer conn.Close()
-				conn.SetDeadline(time.Now().Add(5 * time.Second))
+				defer func() { _ = conn.Close() }()
+				_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
 				q := new(dns.Msg)
 				q.SetQuestion(tc.name, tc.qtype)
 				g.Expect(conn.WriteMsg(q)).To(Succeed())
@@ -233,10 +233,10 @@ func TestDialContextServesHTTPClients(t *testing.T) {
 		return err
 	})).To(Succeed())
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "hello from "+r.Host)
+		_, _ = io.WriteString(w, "hello from "+r.Host)
 	})}
-	go srv.Serve(ln)
-	defer srv.Close()
+	go func() { _ = srv.Serve(ln) }()
+	defer func() { _ = srv.Close() }()
 
 	n.SetHost("web.ns.svc.cluster.local", p.IP)
 	tr := &http.Transport{DialContext: n.DialContext}
@@ -245,7 +245,7 @@ func TestDialContextServesHTTPClients(t *testing.T) {
 	resp, err := client.Get("http://web.ns.svc.cluster.local:8080/")
 	g.Expect(err).NotTo(HaveOccurred())
 	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(string(body)).To(Equal("hello from web.ns.svc.cluster.local:8080"))
 
@@ -262,7 +262,7 @@ func TestForwardIntoPodReachesHostLoopback(t *testing.T) {
 	// complete (half-closed), as a stand-in for the kube-apiserver.
 	host, err := net.Listen("tcp", "127.0.0.1:0")
 	g.Expect(err).NotTo(HaveOccurred())
-	defer host.Close()
+	defer func() { _ = host.Close() }()
 	go func() {
 		for {
 			c, err := host.Accept()
@@ -270,8 +270,8 @@ func TestForwardIntoPodReachesHostLoopback(t *testing.T) {
 				return
 			}
 			req, _ := io.ReadAll(c)
-			io.WriteString(c, "host got "+string(req)+"\n")
-			c.Close()
+			_, _ = io.WriteString(c, "host got "+string(req)+"\n")
+			_ = c.Close()
 		}
 	}()
 
@@ -280,7 +280,7 @@ func TestForwardIntoPodReachesHostLoopback(t *testing.T) {
 	g.Expect(f.Addr().String()).To(Equal("127.0.0.1:6443"))
 	c, err := dialFromPod(p, "127.0.0.1:6443")
 	g.Expect(err).NotTo(HaveOccurred())
-	io.WriteString(c, "ping")
+	_, _ = io.WriteString(c, "ping")
 	g.Expect(c.(*net.TCPConn).CloseWrite()).To(Succeed())
 	g.Expect(readLine(c, nil)).To(Equal("host got ping"))
 
@@ -428,35 +428,35 @@ func TestCloseLeavesNothing(t *testing.T) {
 		ln, err = net.Listen("tcp", ":2379")
 		return err
 	})).To(Succeed())
-	defer ln.Close()
+	defer func() { _ = ln.Close() }()
 	go func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			io.WriteString(c, "b\n")
+			_, _ = io.WriteString(c, "b\n")
 			// Left open: Close of the Network must cut forwarded connections.
 		}
 	}()
 	host, err := net.Listen("tcp", "127.0.0.1:0")
 	g.Expect(err).NotTo(HaveOccurred())
-	defer host.Close()
+	defer func() { _ = host.Close() }()
 	_, err = n.ForwardIntoPod(a.Key, "127.0.0.1:6443", host.Addr().String())
 	g.Expect(err).NotTo(HaveOccurred())
 	f, err := n.ForwardFromHost("127.0.0.1:0", net.JoinHostPort(b.IP.String(), "2379"))
 	g.Expect(err).NotTo(HaveOccurred())
 	open, err := net.Dial("tcp", f.Addr().String())
 	g.Expect(err).NotTo(HaveOccurred())
-	defer open.Close()
+	defer func() { _ = open.Close() }()
 	g.Expect(bufio.NewReader(open).ReadString('\n')).To(Equal("b\n"))
 	g.Expect(n.ifsInSwitch()).To(ContainElements("br0", "veth2", "veth3"))
 	g.Expect(interfaceNames(g)).To(Equal(ifsBefore), "nothing in the root namespace while running")
 
 	g.Expect(n.Close()).To(Succeed())
 	g.Expect(n.Close()).To(Succeed(), "closing twice")
-	ln.Close()
-	open.SetDeadline(time.Now().Add(5 * time.Second))
+	_ = ln.Close()
+	_ = open.SetDeadline(time.Now().Add(5 * time.Second))
 	_, err = open.Read(make([]byte, 1))
 	g.Expect(err).To(MatchError(io.EOF), "the forwarded connection is cut")
 
@@ -488,6 +488,6 @@ func TestPanicInDoReachesTheCaller(t *testing.T) {
 	g := NewWithT(t)
 	n := newNetworkT(t, Options{})
 	p := addPodT(t, n, "ns/a")
-	g.Expect(func() { p.Do(func() error { panic("boom") }) }).To(PanicWith("boom"))
+	g.Expect(func() { _ = p.Do(func() error { panic("boom") }) }).To(PanicWith("boom"))
 	g.Eventually(threadsOutsideHome).WithTimeout(5*time.Second).Should(BeEmpty(), "the thread left in the pod namespace died")
 }

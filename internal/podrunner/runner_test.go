@@ -125,7 +125,7 @@ func TestRunnerPlaysKubelet(t *testing.T) {
 	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, TLS: m0.ClientTLSConfig(), DialTimeout: 5 * time.Second})
 	g.Expect(err).NotTo(HaveOccurred())
-	defer cli.Close()
+	defer func() { _ = cli.Close() }()
 	list := func(g Gomega) []string {
 		resp, err := cli.MemberList(ctx)
 		g.Expect(err).NotTo(HaveOccurred())

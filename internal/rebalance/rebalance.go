@@ -442,7 +442,7 @@ func label(s planner.Step) string {
 
 func (r *runner) print(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
-	fmt.Fprintf(r.cfg.Out, "%7.1fs  %s\n", time.Since(r.start).Seconds(), strings.ReplaceAll(msg, "\n", "\n          "))
+	_, _ = fmt.Fprintf(r.cfg.Out, "%7.1fs  %s\n", time.Since(r.start).Seconds(), strings.ReplaceAll(msg, "\n", "\n          "))
 }
 
 // printOnce prints a wait line unless it repeats the last one, so that a

@@ -302,7 +302,7 @@ func (r Report) WriteText(out io.Writer) error {
 		title = "druid-stretch report"
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	line := func(format string, args ...any) { fmt.Fprintf(tw, format+"\n", args...) }
+	line := func(format string, args ...any) { _, _ = fmt.Fprintf(tw, format+"\n", args...) }
 	line("%s", title)
 	api := len(r.KubeAPIServers) > 0
 	if api {
@@ -344,7 +344,7 @@ func (r Report) WriteText(out io.Writer) error {
 // report and the bench print the same lines.
 func (r Report) WriteTimeline(out io.Writer, indent string) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	r.writeTimeline(func(format string, args ...any) { fmt.Fprintf(tw, format+"\n", args...) }, indent)
+	r.writeTimeline(func(format string, args ...any) { _, _ = fmt.Fprintf(tw, format+"\n", args...) }, indent)
 	return tw.Flush()
 }
 

@@ -132,7 +132,7 @@ func TestTextRendering(t *testing.T) {
 func svgText(g Gomega, path string) (string, string) {
 	f, err := os.Open(path)
 	g.Expect(err).NotTo(HaveOccurred())
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	dec := xml.NewDecoder(f)
 	var root string
 	var text strings.Builder

@@ -223,7 +223,7 @@ func (m *LiveMove) Key() client.ObjectKey {
 }
 
 func (m *LiveMove) printf(format string, args ...any) {
-	fmt.Fprintf(m.opts.Out, format+"\n", args...)
+	_, _ = fmt.Fprintf(m.opts.Out, format+"\n", args...)
 }
 
 // CreateSource starts writing druid's own CRDs into both sites, as
@@ -886,7 +886,7 @@ func (m *LiveMove) renewCertificates(ctx context.Context, endpoint string) *Cert
 			return false, nil
 		}
 		c := tls.Client(conn, cfg)
-		defer c.Close()
+		defer func() { _ = c.Close() }()
 		if err := c.HandshakeContext(ctx); err != nil {
 			last = err.Error()
 			return false, nil

@@ -35,18 +35,18 @@ func (s *Site) start(name, binary string, args, env []string) (*process, error) 
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(f, "--- site %s: %s %s\n", time.Now().Format(time.RFC3339Nano), binary, strings.Join(args, " "))
+	_, _ = fmt.Fprintf(f, "--- site %s: %s %s\n", time.Now().Format(time.RFC3339Nano), binary, strings.Join(args, " "))
 	cmd := exec.Command(binary, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := childproc.Start(cmd); err != nil {
-		f.Close()
+		_ = f.Close()
 		return nil, fmt.Errorf("starting %s (%s): %w", name, binary, err)
 	}
 	p := &process{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
-		f.Close()
+		_ = f.Close()
 		close(p.done)
 	}()
 	s.onStop(p.stop)
@@ -98,7 +98,7 @@ func waitHealthy(ctx context.Context, p *process, url string) error {
 			last = err
 			return false, nil
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		last = fmt.Errorf("%s answered %s", url, resp.Status)
 		return resp.StatusCode == http.StatusOK, nil
 	})

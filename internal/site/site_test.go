@@ -409,7 +409,7 @@ func triggerFullSnapshot(t *testing.T, s *Site, e *v1alpha1.Etcd) {
 				continue
 			}
 			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return nil
 			}

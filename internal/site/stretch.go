@@ -214,7 +214,7 @@ func waitReady(ctx context.Context, url string, stopped <-chan struct{}) error {
 			last = err.Error()
 			return false, nil
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		body, _ := io.ReadAll(resp.Body)
 		last = string(body)
 		return resp.StatusCode == http.StatusOK && strings.Contains(last, "[+]webhook-server ok"), nil

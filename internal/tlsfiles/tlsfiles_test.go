@@ -86,7 +86,7 @@ func TestServerFollowsRenewedFiles(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	g.Expect(err).NotTo(HaveOccurred())
 	srv := &http.Server{TLSConfig: cfg, ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprint(w, r.TLS.PeerCertificates[0].Subject.CommonName)
+		_, _ = fmt.Fprint(w, r.TLS.PeerCertificates[0].Subject.CommonName)
 	})}
 	go func() { _ = srv.ServeTLS(l, "", "") }()
 	t.Cleanup(func() { _ = srv.Close() })
@@ -108,7 +108,7 @@ func TestServerFollowsRenewedFiles(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		body, err := io.ReadAll(resp.Body)
 		if err != nil {
 			return nil, err
@@ -206,7 +206,7 @@ func TestClientFollowsRenewedFiles(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	g.Expect(err).NotTo(HaveOccurred())
 	srv := &http.Server{TLSConfig: serverTLS, ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprint(w, r.TLS.PeerCertificates[0].Issuer.CommonName)
+		_, _ = fmt.Fprint(w, r.TLS.PeerCertificates[0].Issuer.CommonName)
 	})}
 	go func() { _ = srv.ServeTLS(l, "", "") }()
 	t.Cleanup(func() { _ = srv.Close() })
@@ -221,7 +221,7 @@ func TestClientFollowsRenewedFiles(t *testing.T) {
 		if err != nil {
 			return "", err
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		body, err := io.ReadAll(resp.Body)
 		return string(body), err
 	}
@@ -253,7 +253,10 @@ func TestClientFollowsRenewedFiles(t *testing.T) {
 	wrongName := followed.Clone()
 	wrongName.ServerName = "etcd-other-local"
 	tr := &http.Transport{TLSClientConfig: wrongName, DisableKeepAlives: true}
-	_, err = (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get("https://" + l.Addr().String())
+	resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get("https://" + l.Addr().String())
+	if err == nil {
+		_ = resp.Body.Close()
+	}
 	g.Expect(err).To(MatchError(ContainSubstring("etcd-other-local")))
 }
 
@@ -300,7 +303,7 @@ func handshakeRefusal(t *testing.T, addr string, issuer, roots *pki.CA) string {
 	if err != nil {
 		return err.Error()
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := conn.Read(make([]byte, 1)); err != nil {
 		return err.Error()

@@ -64,7 +64,7 @@ func runCLIQuietly(args []string) int {
 	if err != nil {
 		return -1
 	}
-	defer devnull.Close()
+	defer func() { _ = devnull.Close() }()
 	stdout, stderr := os.Stdout, os.Stderr
 	os.Stdout, os.Stderr = devnull, devnull
 	defer func() { os.Stdout, os.Stderr = stdout, stderr }()
@@ -135,7 +135,7 @@ func startChartWebhooks(t *testing.T, f *rbacFixture) *webhookServer {
 	g.Eventually(func(g Gomega) string {
 		resp, err := http.Get("http://" + probes + "/readyz?verbose")
 		g.Expect(err).NotTo(HaveOccurred())
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		body, err := io.ReadAll(resp.Body)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(resp.StatusCode).To(Equal(http.StatusOK), string(body))
@@ -165,7 +165,7 @@ func freePort(t *testing.T) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port
 }
 

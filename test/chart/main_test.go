@@ -77,7 +77,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(filepath.Dir(kubeconfigPath))
+	defer func() { _ = os.RemoveAll(filepath.Dir(kubeconfigPath)) }()
 	return m.Run()
 }
 

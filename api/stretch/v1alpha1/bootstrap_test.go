@@ -37,7 +37,7 @@ func joined(e *v1alpha1.Etcd) *v1alpha1.Etcd {
 	e.Spec.Etcd.BootstrapWithExistingCluster = nil
 	e.Status.BootstrapWithExistingCluster = &druidv1alpha1.BootstrapWithExistingClusterStatus{JoinedAt: metav1.Now()}
 	for _, m := range sourceMembers {
-		e.Status.BootstrapWithExistingCluster.Members = append(e.Status.BootstrapWithExistingCluster.Members, druidv1alpha1.BootstrapJoinedMember{Name: m.Name, PeerURLs: m.PeerURLs})
+		e.Status.BootstrapWithExistingCluster.Members = append(e.Status.BootstrapWithExistingCluster.Members, druidv1alpha1.BootstrapJoinedMember(m))
 	}
 	return e
 }

@@ -70,7 +70,7 @@ func TestGEP39StagesWriteDruidsFieldsOnly(t *testing.T) {
 	g.Expect(dst.Spec.Etcd.BootstrapWithExistingCluster).NotTo(BeNil(), "nothing changed")
 	dst.Status.BootstrapWithExistingCluster = &druidv1alpha1.BootstrapWithExistingClusterStatus{JoinedAt: metav1.Now()}
 	for _, m := range before.Members {
-		dst.Status.BootstrapWithExistingCluster.Members = append(dst.Status.BootstrapWithExistingCluster.Members, druidv1alpha1.BootstrapJoinedMember{Name: m.Name, PeerURLs: m.PeerURLs})
+		dst.Status.BootstrapWithExistingCluster.Members = append(dst.Status.BootstrapWithExistingCluster.Members, druidv1alpha1.BootstrapJoinedMember(m))
 	}
 	g.Expect(migration.CompleteEtcdMigration(dst)).To(Succeed())
 	g.Expect(dst.Spec.Etcd.BootstrapWithExistingCluster).To(BeNil())

@@ -206,7 +206,7 @@ func (c *Cluster) MemberList(g gomega.Gomega, via ...*localetcd.Member) []*etcds
 	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, TLS: tlsCfg, DialTimeout: 5 * time.Second})
 	g.Expect(err).NotTo(gomega.HaveOccurred())
-	defer cli.Close()
+	defer func() { _ = cli.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	resp, err := cli.MemberList(ctx)
@@ -231,7 +231,7 @@ func (c *Cluster) NoSpaceAlarm(g gomega.Gomega, m *localetcd.Member) (disarm fun
 	})
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 	return func() {
-		defer cli.Close()
+		defer func() { _ = cli.Close() }()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_, err := cli.AlarmDisarm(ctx, &clientv3.AlarmMember{MemberID: id, Alarm: etcdserverpb.AlarmType_NOSPACE})

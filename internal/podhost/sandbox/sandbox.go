@@ -132,7 +132,7 @@ func enter(spec *Spec) error {
 	if err != nil {
 		return fmt.Errorf("opening the pod's network namespace: %w", err)
 	}
-	defer ns.Close()
+	defer func() { _ = ns.Close() }()
 	if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
 		return fmt.Errorf("joining the pod's network namespace %s: %w", spec.Netns, err)
 	}

@@ -109,5 +109,5 @@ func printHelp(w io.Writer) {
 	var c Config
 	fs := pflag.NewFlagSet(Command, pflag.ContinueOnError)
 	c.AddFlags(fs)
-	fmt.Fprintf(w, "\nNAME:\n%s - Starts an embedded etcd after etcd-backup-restore initialised its data directory\n\nUSAGE:\n\tetcd-wrapper %s [flags]\n\nFLAGS:\n%s", Command, Command, fs.FlagUsages())
+	_, _ = fmt.Fprintf(w, "\nNAME:\n%s - Starts an embedded etcd after etcd-backup-restore initialised its data directory\n\nUSAGE:\n\tetcd-wrapper %s [flags]\n\nFLAGS:\n%s", Command, Command, fs.FlagUsages())
 }

@@ -82,7 +82,9 @@ func TestRunPlain(t *testing.T) {
 	done, cancel := runInBackground(t, c, o)
 	defer func() {
 		cancel()
-		<-done
+		if err := <-done; err != nil {
+			t.Logf("etcd-wrapper's run ended: %v", err)
+		}
 	}()
 
 	g.Eventually(readyzStatus(wrapper), 30*time.Second, 20*time.Millisecond).Should(Equal(http.StatusOK))
@@ -145,7 +147,9 @@ func TestRunTLS(t *testing.T) {
 	done, cancel := runInBackground(t, c, testOptions(t))
 	defer func() {
 		cancel()
-		<-done
+		if err := <-done; err != nil {
+			t.Logf("etcd-wrapper's run ended: %v", err)
+		}
 	}()
 
 	tlsConf, err := ca.ClientConfig(nil)
