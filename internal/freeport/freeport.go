@@ -7,7 +7,9 @@
 // pick and the process's bind (seconds for a server prepared early, under
 // the load of hundreds of connections), one of them can take it, and the
 // process exits with "bind: address already in use". A port outside that
-// range is taken only by another explicit bind.
+// range is taken only by another explicit bind: one of another pick not
+// bound yet, above all, when one process prepares many servers at once (two
+// sites starting side by side). So a process never hands out a port twice.
 package freeport
 
 import (
@@ -16,6 +18,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"sync"
 )
 
 // rangeFile holds the kernel's ephemeral port range, "low high".
@@ -45,13 +48,26 @@ func Pick() (int, error) {
 	return pickFrom(candidates)
 }
 
+// handedOut are the ports this process picked: each may still be waiting
+// for its server's bind, so none is picked again.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
 // pickFrom tries random ports of the inclusive ranges given as pairs
-// (low, high, low, high, ...) until one binds.
+// (low, high, low, high, ...), none handed out before, until one binds.
 func pickFrom(ranges []int) (int, error) {
+	handedOut.Lock()
+	defer handedOut.Unlock()
 	var lastErr error
 	for range 64 {
 		i := 2 * rand.IntN(len(ranges)/2)
 		port := ranges[i] + rand.IntN(ranges[i+1]-ranges[i]+1)
+		if handedOut.ports[port] {
+			lastErr = fmt.Errorf("port %d was handed out before", port)
+			continue
+		}
 		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
 			lastErr = err
@@ -60,6 +76,7 @@ func pickFrom(ranges []int) (int, error) {
 		if err := l.Close(); err != nil {
 			return 0, err
 		}
+		handedOut.ports[port] = true
 		return port, nil
 	}
 	return 0, fmt.Errorf("no free port in %v after 64 tries: %w", ranges, lastErr)

@@ -42,3 +42,22 @@ func TestPickSkipsABoundPort(t *testing.T) {
 		t.Fatalf("port %d, bound by this test, was picked", bound)
 	}
 }
+
+// TestPickNeverHandsOutAPortTwice: a port picked before is not picked
+// again, though nothing is bound to it, for its server may not have bound
+// it yet.
+func TestPickNeverHandsOutAPortTwice(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	got, err := pickFrom([]int{port, port})
+	if err != nil || got != port {
+		t.Fatalf("picking free port %d: got %d, %v", port, got, err)
+	}
+	if again, err := pickFrom([]int{port, port}); err == nil {
+		t.Fatalf("port %d was handed out twice (again: %d)", port, again)
+	}
+}
