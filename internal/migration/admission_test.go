@@ -50,7 +50,7 @@ func newWebhook(t *testing.T, namespace string) *webhook {
 	g.Expect(err).NotTo(HaveOccurred())
 	pair, err := ca.Issue("webhook", "127.0.0.1")
 	g.Expect(err).NotTo(HaveOccurred())
-	cert, err := tls.X509KeyPair(pair.CertPEM, pair.KeyPEM)
+	cert, err := pair.Certificate()
 	g.Expect(err).NotTo(HaveOccurred())
 	port, err := freeport.Pick()
 	g.Expect(err).NotTo(HaveOccurred())

@@ -586,6 +586,12 @@ func (m *Mover) create(ctx context.Context, t *v1alpha1.Etcd) error {
 	return nil
 }
 
+// timedOut is the error of a write still not admitted at the step's time
+// limit: the deadline (exit 3, resumable) and the last passing failure.
+func timedOut(ctx context.Context, side string, last error) error {
+	return fmt.Errorf("the %s API server did not admit the write before the step's time limit: %w; its last answer: %v", side, ctx.Err(), last)
+}
+
 // admitBackoff spaces the tries of a write that the API server could not
 // admit for a passing reason, up to one every 5 s, for as long as the
 // step's time limit allows.
@@ -625,7 +631,7 @@ func (m *Mover) admitted(ctx context.Context, side string, write func() error) e
 		// A try that the step's time limit cut short says nothing new: the
 		// error names the failure waited for.
 		if ctx.Err() != nil {
-			return fmt.Errorf("the %s API server did not admit the write before the step's time limit: %w; its last answer: %v", side, ctx.Err(), last)
+			return timedOut(ctx, side, last)
 		}
 		delay := backoff.Step()
 		m.emit(Event{Kind: WriteWaiting, Step: m.step, At: time.Now(),
@@ -634,7 +640,7 @@ func (m *Mover) admitted(ctx context.Context, side string, write func() error) e
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("the %s API server did not admit the write before the step's time limit: %w; its last answer: %v", side, ctx.Err(), last)
+			return timedOut(ctx, side, last)
 		case <-t.C:
 		}
 	}

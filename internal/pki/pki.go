@@ -82,6 +82,12 @@ func (ca *CA) Issue(commonName string, hosts ...string) (Pair, error) {
 	return ca.IssueValid(time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour), commonName, hosts...)
 }
 
+// Certificate is p as a tls.Certificate, for a server's or a client's
+// tls.Config.
+func (p Pair) Certificate() (tls.Certificate, error) {
+	return tls.X509KeyPair(p.CertPEM, p.KeyPEM)
+}
+
 // IssueValid is Issue valid from notBefore to notAfter (a certificate
 // that expired, for tests of what refuses it).
 func (ca *CA) IssueValid(notBefore, notAfter time.Time, commonName string, hosts ...string) (Pair, error) {
@@ -146,7 +152,7 @@ func (ca *CA) IssueFiles(dir, name string, hosts ...string) (Bundle, error) {
 func (ca *CA) ClientConfig(p *Pair) (*tls.Config, error) {
 	cfg := &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}
 	if p != nil {
-		c, err := tls.X509KeyPair(p.CertPEM, p.KeyPEM)
+		c, err := p.Certificate()
 		if err != nil {
 			return nil, err
 		}
