@@ -259,6 +259,12 @@ const (
 	// again at its progress interval; a voter connected for a minute
 	// without serving clients is reported as WaitingForHealthyCluster.
 	ReasonWaitingForMemberStart = "WaitingForMemberStart"
+	// ReasonWaitingForDownVoter means a departing voter is down and its
+	// removal would leave fewer voters than the target, with no learner
+	// ready to be promoted first: the controller waits for it (a pod being
+	// recreated comes back) for the planner's DownVoterGrace, then removes
+	// it. The Etcd is degraded meanwhile: one of its voters is down.
+	ReasonWaitingForDownVoter = "WaitingForDownVoter"
 	// ReasonWaitingForVoters means the next removal waits until voters
 	// promoted moments ago have been connected for 5 s, which etcd's
 	// strict reconfiguration check counts before a removal. It comes by

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/druid-stretch/druid-stretch/internal/planner"
 )
 
 // AddFlags binds the reconciler's settings to the controller's command-line
@@ -16,6 +18,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"remove a learner again that made no progress for this long")
 	fs.DurationVar(&o.MinLearnerHealthy, "min-learner-healthy", 5*time.Second,
 		"how long a learner must be connected (to the raft transport of the voter whose sidecar answers) or healthy before it is promoted")
+	fs.DurationVar(&o.DownVoterGrace, "down-voter-grace", planner.DefaultDownVoterGrace,
+		"how long a departing voter that is down is waited for before it is removed, when its removal would leave fewer voters than the target and no learner can be promoted first (its pod may be recreated)")
 	fs.DurationVar(&o.ProgressInterval, "progress-interval", DefaultProgressInterval,
 		"how often an Etcd whose membership changes is observed again while a step waits (a learner starting, catching up or settling): the longest such a wait's end goes unseen")
 	fs.IntVar(&o.MaxLearners, "max-learners", 1,

@@ -69,6 +69,11 @@ type Options struct {
 	// before it is promoted (default 5 s: etcd's strict reconfiguration
 	// check counts a member after 5 s connected).
 	MinLearnerHealthy time.Duration
+	// DownVoterGrace is how long a departing voter that is down is waited
+	// for when removing it would leave fewer voters than the target and no
+	// learner can be promoted first (default planner.DefaultDownVoterGrace):
+	// its pod may be recreated.
+	DownVoterGrace time.Duration
 	// MaxLearners is how many learners the planner lets catch up at once
 	// (default 1). Set it to the etcd members' --max-learners (etcd's
 	// default is 1): above 1, a move adds the members it still needs side
@@ -123,6 +128,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.MinLearnerHealthy <= 0 {
 		o.MinLearnerHealthy = 5 * time.Second
+	}
+	if o.DownVoterGrace <= 0 {
+		o.DownVoterGrace = planner.DefaultDownVoterGrace
 	}
 	if o.MaxLearners <= 0 {
 		o.MaxLearners = 1
@@ -372,6 +380,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 	pending := pendingStep(s.st.LastStep, &t)
 	plan := r.cluster.Plan(obs, t, progress, pending, planner.Policy{
 		MinHealthyFor:          r.opts.MinLearnerHealthy,
+		DownVoterGrace:         r.opts.DownVoterGrace,
 		LearnerProgressTimeout: r.opts.LearnerProgressTimeout,
 		MaxLearners:            r.maxLearners(key),
 	})
@@ -430,6 +439,13 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 			// progress interval, not with the failure backoff, and do not
 			// call the Etcd degraded meanwhile.
 			s.reconfiguring(word, plan.Step.Reason)
+			return ctrl.Result{RequeueAfter: r.pollAfter(plan.Step)}, nil
+		}
+		if word == v1alpha1.ReasonWaitingForDownVoter {
+			// It ends by itself, when the voter's pod is back or the grace
+			// runs out: poll for it, and call the Etcd degraded meanwhile,
+			// since one of its voters is down.
+			s.blocked(word, plan.Step.Reason)
 			return ctrl.Result{RequeueAfter: r.pollAfter(plan.Step)}, nil
 		}
 		if plan.Step.Rule == planner.RuleQuorum && plan.Step.ReadyIn > 0 {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/druid-stretch/druid-stretch/internal/planner"
 	"github.com/druid-stretch/druid-stretch/internal/rebalance"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
@@ -98,6 +99,7 @@ peerURLs, group}], groups {group: [members]}.`,
 	f.BoolVar(&cfg.DryRun, "dry-run", false, "print the next step only; change nothing")
 	f.DurationVar(&cfg.Policy.LearnerProgressTimeout, "learner-progress-timeout", 5*time.Minute, "remove a learner again that made no progress (was not started) for this long")
 	f.DurationVar(&cfg.Policy.MinHealthyFor, "min-learner-healthy", 5*time.Second, "how long a learner must be connected (to the raft transport of the voter whose sidecar answers) or healthy before it is promoted")
+	f.DurationVar(&cfg.Policy.DownVoterGrace, "down-voter-grace", planner.DefaultDownVoterGrace, "how long a departing voter that is down is waited for before it is removed, when its removal would leave fewer voters than the target and no learner can be promoted first")
 	f.DurationVar(&cfg.Interval, "interval", time.Second, "pause between observations while waiting")
 	return cmd
 }

@@ -176,7 +176,13 @@ type Cluster struct {
 	// drained are the members (by ID) whose client gates this Cluster
 	// closed for their removal, and when.
 	drained map[string]time.Time
+	// down is, for each member (by ID) seen unhealthy in its latest
+	// observation, when the break began and when it was last seen (Input).
+	down map[string]downBreak
 }
+
+// downBreak is a member's time without a healthy poll.
+type downBreak struct{ since, seen time.Time }
 
 // New returns a Cluster for the given configuration.
 func New(cfg Config) (*Cluster, error) {
@@ -200,7 +206,7 @@ func New(cfg Config) (*Cluster, error) {
 	// The start time first: a newer process's token sorts after an older
 	// one's, and only a newer process takes its holder's lock over.
 	token := fmt.Sprintf("%016x%s", time.Now().UnixNano(), hex.EncodeToString(random))
-	return &Cluster{cfg: cfg, token: token, clients: map[string]cachedClient{}, failed: map[string]failure{}, drained: map[string]time.Time{}}, nil
+	return &Cluster{cfg: cfg, token: token, clients: map[string]cachedClient{}, failed: map[string]failure{}, drained: map[string]time.Time{}, down: map[string]downBreak{}}, nil
 }
 
 // Holder is the name this Cluster uses in the lock and retirement records.

@@ -194,10 +194,41 @@ func (c *Cluster) Input(obs *Observation, t Target, progress *Progress) planner.
 		if m.IsLearner {
 			pm.NoProgressFor = progress.NoProgressFor(m.ID, obs.At)
 		}
+		pm.DownFor = c.downFor(m.ID, pm.Healthy, obs.At)
 		in.Members = append(in.Members, pm)
 	}
 	return in
 }
+
+// downFor is how long member id has been unhealthy without a break, as
+// this Cluster's observations saw it: 0 at the first sight of a break, so
+// a restarted controller waits a whole grace again rather than less.
+func (c *Cluster) downFor(id string, healthy bool, at time.Time) time.Duration {
+	id = strings.ToLower(id)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, b := range c.down {
+		if at.Sub(b.seen) > downMemory {
+			delete(c.down, k) // a member not observed for long: removed
+		}
+	}
+	if healthy || id == "" {
+		delete(c.down, id)
+		return 0
+	}
+	b, ok := c.down[id]
+	if !ok || b.since.After(at) {
+		b.since = at
+	}
+	b.seen = at
+	c.down[id] = b
+	return at.Sub(b.since)
+}
+
+// downMemory is how long a break of a member no longer observed is
+// remembered: an observation that misses a member (an answer from
+// another sidecar) does not end its break.
+const downMemory = time.Hour
 
 // Tie reports whether the voters are split so that no side holds a
 // majority: a cut between the sides would stop every write. A single side

@@ -197,3 +197,33 @@ func TestInputTrustsOnlyAVotersTransport(t *testing.T) {
 		g.Expect(in.Members[0].Unstarted).To(BeFalse(), tc.name)
 	}
 }
+
+// TestInputTimesAVotersBreak: DownFor runs from the first observation
+// that saw the member unhealthy, survives an observation that lists it
+// not at all, and starts again after a healthy poll; the planner weighs it
+// against its down-voter grace.
+func TestInputTimesAVotersBreak(t *testing.T) {
+	g := NewWithT(t)
+	c, err := membership.New(membership.Config{Holder: "input"})
+	g.Expect(err).NotTo(HaveOccurred())
+	target := membership.Target{Keep: []string{"a-0", "a-1"}}
+	a0, up := voter("a0", "a-0", true), voter("a1", "a-1", false)
+	down := up
+	down.Healthy, down.HealthyForSeconds, down.Error, down.Unanswered = false, 0, "connection refused", true
+	downFor := func(at time.Time, ms ...sidecar.Member) time.Duration {
+		in := c.Input(observation(at, ms...), target, membership.NewProgress(nil))
+		for _, m := range in.Members {
+			if m.ID == "a1" {
+				return m.DownFor
+			}
+		}
+		return -1
+	}
+	g.Expect(downFor(t0, a0, up)).To(BeZero(), "healthy")
+	g.Expect(downFor(t0.Add(time.Second), a0, down)).To(BeZero(), "the break's first sight")
+	g.Expect(downFor(t0.Add(11*time.Second), a0, down)).To(Equal(10 * time.Second))
+	g.Expect(downFor(t0.Add(20*time.Second), a0)).To(Equal(time.Duration(-1)), "an observation without it")
+	g.Expect(downFor(t0.Add(31*time.Second), a0, down)).To(Equal(30*time.Second), "still the same break")
+	g.Expect(downFor(t0.Add(32*time.Second), a0, up)).To(BeZero(), "back")
+	g.Expect(downFor(t0.Add(33*time.Second), a0, down)).To(BeZero(), "a new break")
+}

@@ -58,6 +58,11 @@ type Member struct {
 	// NoProgressFor is, for a learner, how long its raft index has not advanced
 	// (for an unstarted learner: how long ago it was added); 0 while advancing.
 	NoProgressFor time.Duration
+	// DownFor is how long the caller has seen the member unhealthy without a
+	// break; compared with Policy.DownVoterGrace. 0 when it answered the
+	// latest poll, or when the caller does not know since when (a restarted
+	// controller): the grace then runs from the caller's first sight.
+	DownFor time.Duration
 }
 
 // Observed is the membership as etcd reports it, with health per member.
@@ -111,13 +116,24 @@ type Policy struct {
 	LearnerProgressTimeout time.Duration
 	// MaxLearners is etcd's limit on learners (--max-learners).
 	MaxLearners int
+	// DownVoterGrace is how long a departing voter that is down is waited
+	// for when its removal would leave fewer voters than the target and no
+	// learner can be promoted first: a pod being recreated comes back within
+	// it, and its removal would run the cluster on fewer voters until the
+	// next promotion. A member down for longer is taken for gone and removed.
+	DownVoterGrace time.Duration
 }
 
 // DefaultPolicy returns etcd's own figures: strict reconfiguration counts a
 // member after 5 s connected, and etcd allows one learner.
 func DefaultPolicy() Policy {
-	return Policy{MinHealthyFor: 5 * time.Second, LearnerProgressTimeout: 5 * time.Minute, MaxLearners: 1}
+	return Policy{MinHealthyFor: 5 * time.Second, LearnerProgressTimeout: 5 * time.Minute, MaxLearners: 1, DownVoterGrace: DefaultDownVoterGrace}
 }
+
+// DefaultDownVoterGrace covers a pod's recreation on a busy node: etcd's
+// preStop wait and stop, the new pod's scheduling, backup-restore's check
+// of the data directory, and etcd's start.
+const DefaultDownVoterGrace = time.Minute
 
 func (p Policy) withDefaults() Policy {
 	d := DefaultPolicy()
@@ -129,6 +145,9 @@ func (p Policy) withDefaults() Policy {
 	}
 	if p.MaxLearners <= 0 {
 		p.MaxLearners = d.MaxLearners
+	}
+	if p.DownVoterGrace <= 0 {
+		p.DownVoterGrace = d.DownVoterGrace
 	}
 	return p
 }
@@ -363,7 +382,16 @@ func (v *view) healthGate(p Policy) (Step, bool) {
 			return s, true
 		}
 	}
-	return v.removeVoter(down, p, RuleHealthyCluster, fmt.Sprintf("departing voter %s is down; removing it heals the cluster", down.label())), true
+	s := v.removeVoter(down, p, RuleHealthyCluster, fmt.Sprintf("departing voter %s is down; removing it heals the cluster", down.label()))
+	if s.Kind == Remove && len(v.voters)-1 < v.size && down.DownFor < p.DownVoterGrace {
+		// Nothing can be promoted first: a pod being recreated comes back
+		// as the voter it was, and the cluster keeps the votes the target
+		// counts on; one that stays down is removed once the grace ran out.
+		s = waitStep(RuleHealthyCluster, "WaitingForDownVoter: departing voter %s has been down for %s of %s; removing it now would leave %d voters, fewer than the target's %d, and no learner of ours is ready to be promoted first (its pod may be starting again)",
+			down.label(), down.DownFor, p.DownVoterGrace, len(v.voters)-1, v.size)
+		s.ReadyIn = p.DownVoterGrace - down.DownFor
+	}
+	return s, true
 }
 
 // promoteBeforeHeal is the promotion of a ready learner of ours, when one

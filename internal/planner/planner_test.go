@@ -32,9 +32,12 @@ func connected(m Member, d time.Duration) Member { m.ConnectedFor = d; return m 
 
 func promoted(m Member) Member { m.Learner, m.NoProgressFor = false, 0; return m }
 
-func lead(m Member) Member  { m.Leader = true; return m }
-func down(m Member) Member  { m.Healthy, m.HealthyFor = false, 0; return m }
-func fresh(m Member) Member { m.HealthyFor = 2 * time.Second; return m }
+func lead(m Member) Member { m.Leader = true; return m }
+func down(m Member) Member { m.Healthy, m.HealthyFor = false, 0; return m }
+
+// downFor is m down without a break for d, as the caller saw it.
+func downFor(m Member, d time.Duration) Member { m = down(m); m.DownFor = d; return m }
+func fresh(m Member) Member                    { m.HealthyFor = 2 * time.Second; return m }
 
 // slowPoll is m as a poll that timed out saw it: not healthy, while its
 // raft may still be connected.
@@ -68,6 +71,8 @@ type expect struct {
 	member string
 	rule   string
 	reason string // a substring of the reason
+	// readyIn, when set, is the wait's known end.
+	readyIn time.Duration
 }
 
 func (e expect) check(g *WithT, got Step) {
@@ -80,6 +85,9 @@ func (e expect) check(g *WithT, got Step) {
 	}
 	if e.reason != "" {
 		g.Expect(got.Reason).To(ContainSubstring(e.reason), "step %s", got)
+	}
+	if e.readyIn != 0 {
+		g.Expect(got.ReadyIn).To(Equal(e.readyIn), "step %s", got)
 	}
 	if got.Kind == Wait || got.Kind == Done {
 		g.Expect(got.Member).To(BeEmpty(), "a %s step acts on nobody", got.Kind)
@@ -121,7 +129,10 @@ func TestRule1HealthyClusterFirst(t *testing.T) {
 		{name: "an unmanaged voter is down", obs: obs(lead(voter("a-0", "a")), voter("a-1", "a"), down(voter("x-0", "a"))),
 			want:   Desired{Add: []Want{want("b-0", "b")}, Keep: []string{"a-0", "a-1"}},
 			expect: expect{kind: Wait, rule: RuleHealthyCluster, reason: "voter x-0 is not answering (unmanaged)"}},
-		{name: "a departing voter that is down is removed", obs: obs(lead(voter("a-0", "a")), down(voter("a-1", "a")), voter("a-2", "a")), want: moveAB,
+		{name: "a departing voter down for less than the grace is waited for while its removal would leave fewer voters than the target",
+			obs: obs(lead(voter("a-0", "a")), downFor(voter("a-1", "a"), 20*time.Second), voter("a-2", "a")), want: moveAB,
+			expect: expect{kind: Wait, rule: RuleHealthyCluster, reason: "WaitingForDownVoter: departing voter a-1 has been down for 20s of 1m0s; removing it now would leave 2 voters, fewer than the target's 3", readyIn: 40 * time.Second}},
+		{name: "a departing voter down for the grace is removed", obs: obs(lead(voter("a-0", "a")), downFor(voter("a-1", "a"), DefaultDownVoterGrace), voter("a-2", "a")), want: moveAB,
 			expect: expect{kind: Remove, member: "a-1", rule: RuleHealthyCluster}},
 		{name: "a ready learner is promoted before a departing voter that is down goes, when the removal would leave fewer voters than the target",
 			obs:    obs(lead(voter("b-0", "b")), down(voter("a-2", "a")), voter("b-1", "b"), learner("b-2", "b")),
@@ -131,8 +142,12 @@ func TestRule1HealthyClusterFirst(t *testing.T) {
 			obs:    obs(lead(voter("b-0", "b")), down(voter("a-2", "a")), voter("b-1", "b"), voter("b-2", "b")),
 			want:   moveAB,
 			expect: expect{kind: Remove, member: "a-2", rule: RuleHealthyCluster}},
-		{name: "a learner still catching up does not hold the removal of a departing voter that is down",
+		{name: "with no learner ready, a departing voter that just went down is waited for (its pod may be recreated)",
 			obs:    obs(lead(voter("b-0", "b")), down(voter("a-2", "a")), voter("b-1", "b"), func() Member { l := learner("b-2", "b"); l.CaughtUp = false; return l }()),
+			want:   moveAB,
+			expect: expect{kind: Wait, rule: RuleHealthyCluster, reason: "WaitingForDownVoter: departing voter a-2 has been down for 0s of 1m0s"}},
+		{name: "a learner still catching up does not hold the removal of a departing voter down for the grace",
+			obs:    obs(lead(voter("b-0", "b")), downFor(voter("a-2", "a"), DefaultDownVoterGrace+time.Second), voter("b-1", "b"), func() Member { l := learner("b-2", "b"); l.CaughtUp = false; return l }()),
 			want:   moveAB,
 			expect: expect{kind: Remove, member: "a-2", rule: RuleHealthyCluster}},
 		{name: "a departing voter that missed a poll while the leader's transport has it connected is not removed as down",

@@ -18,7 +18,7 @@ var (
 // simPolicy is the policy the model runs with; one simulated second passes
 // per step. Each scenario draws its own MaxLearners (etcd's --max-learners)
 // from 1 to 3.
-var simPolicy = Policy{MinHealthyFor: 5 * time.Second, LearnerProgressTimeout: 20 * time.Second, MaxLearners: 1}
+var simPolicy = Policy{MinHealthyFor: 5 * time.Second, LearnerProgressTimeout: 20 * time.Second, MaxLearners: 1, DownVoterGrace: 8 * time.Second}
 
 // simMember is a model etcd member with the faults the model plays.
 type simMember struct {
@@ -307,6 +307,9 @@ func (s *sim) apply(st Step) {
 	if downVoter && target.missedPoll {
 		s.fail("rule 1: removed %s as down, yet it only missed a poll and its raft is connected", target.name)
 	}
+	if downVoter && len(s.voters())-1 < len(s.want.Add)+len(s.want.Keep) && target.DownFor < s.policy.DownVoterGrace {
+		s.fail("rule 1: removed %s, down for %s of the %s grace, leaving fewer voters than the target", target.name, target.DownFor, s.policy.DownVoterGrace)
+	}
 	if st.Kind == AddLearner || st.Kind == Promote || (st.Kind == Remove && !downVoter) {
 		s.checkHealthy(st)
 	}
@@ -475,6 +478,9 @@ func (s *sim) tick() {
 		m.CaughtUp = m.Learner && m.Healthy && m.logReady
 		if m.Healthy {
 			m.HealthyFor += time.Second
+			m.DownFor = 0
+		} else {
+			m.DownFor += time.Second
 		}
 		if m.Learner && !m.CaughtUp && (m.stuck || !m.Healthy) {
 			m.NoProgressFor += time.Second

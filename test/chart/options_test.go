@@ -407,6 +407,7 @@ podAnnotations:
 controller:
   learnerProgressTimeout: 10m
   minLearnerHealthy: 7s
+  downVoterGrace: 90s
   progressInterval: 1s
 logLevel: debug
 `,
@@ -430,6 +431,7 @@ logLevel: debug
 			g.Expect(args).To(HaveKeyWithValue("--sidecar-image-pull-policy", "Always"), "and the pull policy")
 			g.Expect(args).To(HaveKeyWithValue("--learner-progress-timeout", "10m"))
 			g.Expect(args).To(HaveKeyWithValue("--min-learner-healthy", "7s"))
+			g.Expect(args).To(HaveKeyWithValue("--down-voter-grace", "90s"))
 			g.Expect(args).To(HaveKeyWithValue("--progress-interval", "1s"))
 			g.Expect(args).To(HaveKeyWithValue("--zap-log-level", "debug"))
 		},
