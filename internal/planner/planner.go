@@ -244,7 +244,7 @@ func Next(obs Observed, want Desired, p Policy) Step {
 	if bad {
 		return s
 	}
-	if v.reached(p) {
+	if v.reached(p) && !v.leaderAwayFromGoal() {
 		return Step{Kind: Done, Rule: RuleTargetReached, Reason: "target reached: " + Describe(obs.Members) + v.unmanagedNote() + v.slotNote(p)}
 	}
 	gate, blocked := v.healthGate(p)
@@ -915,6 +915,18 @@ func (v *view) leaderToMajority() (Step, bool) {
 		return Step{}, false
 	}
 	return to.step(MoveLeader, RuleInterleave, fmt.Sprintf("side %s holds the majority; leadership goes to %s there from %s", v.goal, to.label(), v.leader.label())), true
+}
+
+// leaderAwayFromGoal tells whether the members are the target's while the
+// leader sits on the side that lost the majority (a kept source member
+// that an election made leader): the move is not done until leadership
+// went over, or every commit keeps crossing the link.
+func (v *view) leaderAwayFromGoal() bool {
+	if v.leader == nil {
+		return false
+	}
+	_, move := v.leaderToMajority()
+	return move
 }
 
 // leaderBeforeTie moves leadership to the goal side before a change (the
