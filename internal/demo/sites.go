@@ -64,6 +64,18 @@ type SiteOptions struct {
 	Baseline bool
 }
 
+// removeLogs removes the demo's temporary folder after a run that kept
+// every guarantee, and keeps it, saying so, after one that failed or broke
+// one: its logs are what explains it.
+func removeLogs(out io.Writer, dir string, runErr error, rep report.Report) error {
+	if runErr != nil || len(rep.Broken()) > 0 {
+		_, _ = fmt.Fprintf(out, "the logs are kept for a look at what went wrong: %s (remove it when done)\n", dir)
+		return nil
+	}
+	_, _ = fmt.Fprintf(out, "removed the logs' folder %s (--keep or --dir keeps it)\n", dir)
+	return os.RemoveAll(dir)
+}
+
 // RunOnSites is the demo on real sites: two Kubernetes clusters of real
 // parts on this machine (the control plane, etcd-druid, etcd-backup-
 // restore in druid's pods, druid-stretch installed from its chart, a node
@@ -91,12 +103,13 @@ func RunOnSites(ctx context.Context, o SiteOptions) (rep report.Report, err erro
 	if err := testbin.Ensure(ctx, out); err != nil {
 		return rep, err
 	}
-	if o.Dir == "" {
+	dirGiven := o.Dir != ""
+	if !dirGiven {
 		if o.Dir, err = os.MkdirTemp("", "druid-stretch-demo-"); err != nil {
 			return rep, err
 		}
 		if !o.KeepDir {
-			defer func() { err = errors.Join(err, os.RemoveAll(o.Dir)) }()
+			defer func() { err = errors.Join(err, removeLogs(o.Out, o.Dir, err, rep)) }()
 		}
 	}
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
@@ -113,7 +126,11 @@ func RunOnSites(ctx context.Context, o SiteOptions) (rep report.Report, err erro
 	// client-go logs through klog; its shutdown chatter belongs in the log
 	// file, not between the figures.
 	klog.SetLogger(log.WithName("client-go"))
-	_, _ = fmt.Fprintf(out, "  RTT %s between the sites, %d keys of %d bytes preloaded; files and logs: %s\n", rtt, o.PreloadKeys, max(o.PreloadValueSize, 0), o.Dir)
+	kept := "kept"
+	if !o.KeepDir && !dirGiven {
+		kept = "removed at the end unless a guarantee broke; --keep keeps them"
+	}
+	_, _ = fmt.Fprintf(out, "  RTT %s between the sites, %d keys of %d bytes preloaded; files and logs (%s): %s\n", rtt, o.PreloadKeys, max(o.PreloadValueSize, 0), kept, o.Dir)
 
 	_, _ = fmt.Fprintln(out, "starting sites A and B (control plane, etcd-druid, druid-stretch, a node stand-in each) ...")
 	opts := site.MoveSiteOptions(o.Dir)

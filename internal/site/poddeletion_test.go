@@ -164,13 +164,15 @@ func liveMoveWithPodDeletions(t *testing.T, deletions []podDeletion) {
 	}
 	sites := startSites(t, opts...)
 	a, b := sites[0], sites[1]
-	cli := etcdClientVia(t, a, ClientURLs()...)
-	d.start(ctx, a, b, cli)
-	t.Cleanup(func() { d.stop() })
 
 	mv, err := NewLiveMove(ctx, a, b, LiveMoveOptions{RTT: DefaultMoveRTT, Out: testWriter{t}})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(mv.CreateSource(ctx)).To(Succeed())
+	// The source's creation installs the shoot's TLS, which the deleter's
+	// etcd client needs.
+	cli := etcdClientVia(t, a, ClientURLs()...)
+	d.start(ctx, a, b, cli)
+	t.Cleanup(func() { d.stop() })
 	d.arm()
 	run, err := mv.Run(ctx)
 	for _, line := range d.stop() {
