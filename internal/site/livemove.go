@@ -141,6 +141,13 @@ type LiveMoveOptions struct {
 	// move goes on; LiveMoveRun.Renewal says when the source's first
 	// member served the new server certificate.
 	RenewCertificatesAt move.Step
+	// AbortAfter, when set, aborts the move once that step is done
+	// (Mover.Abort), as gardenlet takes a move back: the clients that went
+	// to the destination's kube-apiserver switch back to the source's, the
+	// destination's kube-apiserver stops, and the abort takes the
+	// destination's members out. The run then ends with the source's
+	// members and checks the histories through the source.
+	AbortAfter move.Step
 	// OnEvent, when set, sees every event of the move as it happens.
 	OnEvent func(migration.Event)
 	// Out receives one line per stage (default: nothing). The logs of the
@@ -346,6 +353,9 @@ type LiveMoveRun struct {
 	// the whole move took.
 	MoveStarted time.Time
 	MoveTook    time.Duration
+	// Aborted says that the move was aborted (LiveMoveOptions.AbortAfter)
+	// and the cluster is the source's again.
+	Aborted bool
 	// Renewal is the certificate renewal of
 	// LiveMoveOptions.RenewCertificatesAt, nil without one.
 	Renewal *CertificateRenewal
@@ -545,6 +555,9 @@ func (m *LiveMove) run(ctx context.Context) (*LiveMoveRun, error) {
 	// The renewal's result, once RenewCertificatesAt's step started; it
 	// is read before Run returns.
 	var renewed chan *CertificateRenewal
+	// The move's context ends at AbortAfter's end, before the next step.
+	moveCtx, stopMove := context.WithCancelCause(ctx)
+	defer stopMove(nil)
 	mover, err := migration.New(migration.Options{
 		GEP39:  gep39,
 		Source: a.Client, Destination: b.Client,
@@ -590,6 +603,9 @@ func (m *LiveMove) run(ctx context.Context) (*LiveMoveRun, error) {
 				if e.Step == move.StepJoinDestination || e.Step == move.Step(move.StageDestinationEtcdPeersJoined) {
 					druidReady.Start()
 				}
+				if m.opts.AbortAfter != "" && e.Step == m.opts.AbortAfter {
+					stopMove(errAbortPoint)
+				}
 			}
 			if m.opts.OnEvent != nil {
 				m.opts.OnEvent(e)
@@ -603,7 +619,17 @@ func (m *LiveMove) run(ctx context.Context) (*LiveMoveRun, error) {
 	load.MarkPhase("during")
 	m.printf("moving %s/%s from %s to %s (times on the load's clock) ...", MoveNamespace, MoveEtcdName, a.opts.ClusterIdentity, b.opts.ClusterIdentity)
 	run.MoveStarted = time.Now()
-	err = mover.Move(ctx)
+	err = mover.Move(moveCtx)
+	if m.opts.AbortAfter != "" {
+		if !errors.Is(context.Cause(moveCtx), errAbortPoint) {
+			err = errors.Join(err, fmt.Errorf("the move ended without reaching %s, after which it was to be aborted", m.opts.AbortAfter))
+		} else {
+			cancelB()
+			<-startedB
+			err = m.abort(ctx, mover, load, shoots[b], startErrB == nil)
+			run.Aborted = true
+		}
+	}
 	run.MoveTook = time.Since(run.MoveStarted)
 	if renewed != nil {
 		run.Renewal = <-renewed
@@ -618,31 +644,38 @@ func (m *LiveMove) run(ctx context.Context) (*LiveMoveRun, error) {
 	if n, sum, under, err := tieHistogram(); err == nil {
 		run.Ties, run.TieSeconds, run.TiesUnderOneSecond = n-ties, sum-tieSum, under-tiesUnder
 	}
-	m.printf("moved in %s; waiting for B's members, pods and druid's Ready ...", run.MoveTook.Round(100*time.Millisecond))
+	// The cluster's home after the move: B's, or A's again after an abort.
+	home, homeEps := b, eps[MoveReplicas:]
+	if run.Aborted {
+		home, homeEps = a, eps[:MoveReplicas]
+	}
+	m.printf("moved in %s; waiting for %s's members, pods and druid's Ready ...", run.MoveTook.Round(100*time.Millisecond), home.opts.ClusterIdentity)
 
-	if err := b.WaitVoters(ctx, m.Key(), MoveReplicas, 3*time.Minute); err != nil {
+	if err := home.WaitVoters(ctx, m.Key(), MoveReplicas, 3*time.Minute); err != nil {
 		return run, err
 	}
 	// A member that joined by snapshot serves its first linearizable read
 	// (etcd-wrapper's readiness) some seconds after its promotion; B's
 	// StatefulSet rolls out whatever druid changed at the move's end.
-	if err := b.waitRolledOut(ctx, m.Key(), MoveReplicas, 3*time.Minute); err != nil {
+	if err := home.waitRolledOut(ctx, m.Key(), MoveReplicas, 3*time.Minute); err != nil {
 		return run, err
 	}
 	// druid reads its member leases by the ordinals 0..2; the member lease
 	// bridge fills them from the leases B's members renew.
-	if err := b.WaitEtcdReady(ctx, m.Key(), MoveReplicas, 5*time.Minute); err != nil {
+	if err := home.WaitEtcdReady(ctx, m.Key(), MoveReplicas, 5*time.Minute); err != nil {
 		return run, err
 	}
-	if run.FirstMemberRuns, err = b.PodRuns(MoveNamespace, fmt.Sprintf("%s-%d", MoveEtcdName, m.destinationFirst())); err != nil {
-		return run, err
+	if !run.Aborted {
+		if run.FirstMemberRuns, err = b.PodRuns(MoveNamespace, fmt.Sprintf("%s-%d", MoveEtcdName, m.destinationFirst())); err != nil {
+			return run, err
+		}
 	}
 	// The destination's clients write for a while after the move: the
 	// baseline after it.
 	if err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(context.Context) (bool, error) {
-		return time.Since(load.StartedAt()) >= afterMove+m.opts.After && wroteSince(load, b.opts.ClusterIdentity, afterMove), nil
+		return time.Since(load.StartedAt()) >= afterMove+m.opts.After && wroteSince(load, home.opts.ClusterIdentity, afterMove), nil
 	}); err != nil {
-		return run, fmt.Errorf("%s's kube-apiserver acknowledged no write after the move: %w", b.opts.ClusterIdentity, err)
+		return run, fmt.Errorf("%s's kube-apiserver acknowledged no write after the move: %w", home.opts.ClusterIdentity, err)
 	}
 
 	m.printf("checking the histories (lost writes, linearizability) ...")
@@ -651,7 +684,7 @@ func (m *LiveMove) run(ctx context.Context) (*LiveMoveRun, error) {
 	verifyCtx, cancelVerify := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancelVerify()
 	w.Stop()
-	if err := w.SetEndpoints(eps[MoveReplicas:]...); err != nil {
+	if err := w.SetEndpoints(homeEps...); err != nil {
 		return run, err
 	}
 	if run.Own, run.OwnLost, err = w.Verify(verifyCtx, workload.VerifyOptions{LinearizabilityTimeout: time.Minute}); err != nil {
@@ -671,6 +704,33 @@ func (m *LiveMove) run(ctx context.Context) (*LiveMoveRun, error) {
 		run.EtcdCrashes = append(run.EtcdCrashes, crashes...)
 	}
 	return run, nil
+}
+
+// errAbortPoint ends the move's context at LiveMoveOptions.AbortAfter.
+var errAbortPoint = errors.New("the move reached the step after which it is aborted")
+
+// abort takes the move back as gardenlet would: the clients through the
+// destination's kube-apiserver (if it started) go back to the source's,
+// which serves on the source's members throughout, the destination's
+// kube-apiserver stops, and Mover.Abort takes the destination's members
+// out.
+func (m *LiveMove) abort(ctx context.Context, mover *migration.Mover, load *apiload.Load, shootB *ShootAPIServer, bStarted bool) error {
+	a, b := m.A.opts.ClusterIdentity, m.B.opts.ClusterIdentity
+	m.printf("aborting the move after %s: %s's clients back to %s's kube-apiserver ...", m.opts.AbortAfter, b, a)
+	if err := load.Switch(ctx, b, a); err != nil {
+		return fmt.Errorf("switching %s's clients back to %s: %w", b, a, err)
+	}
+	if bStarted {
+		if err := shootB.Stop(ctx); err != nil {
+			return fmt.Errorf("stopping %s's kube-apiserver: %w", b, err)
+		}
+	}
+	load.Mark(string(move.StepAbort))
+	if err := mover.Abort(ctx); err != nil {
+		return fmt.Errorf("the abort: %w", err)
+	}
+	load.Mark(string(move.StepAbort) + StepDoneSuffix)
+	return nil
 }
 
 // waitRolledOut waits until the Etcd's StatefulSet has rolled out its
