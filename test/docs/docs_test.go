@@ -137,7 +137,7 @@ var foreignFlags = map[string][]string{
 	"kubectl":             {"--from-file", "--type", "--server-side", "--force-conflicts", "--namespace", "--context", "--kubeconfig"},
 	"curl":                {"--cacert", "--cert", "--key"},
 	"etcdctl":             {"--endpoints", "--cacert", "--cert", "--key"},
-	"etcd":                {"--initial-cluster-state", "--quota-backend-bytes", "--max-learners"},
+	"etcd":                {"--initial-cluster-state", "--quota-backend-bytes", "--max-learners", "--strict-reconfig-check"},
 	"kube-apiserver":      {"--etcd-servers", "--etcd-cafile", "--etcd-certfile", "--etcd-keyfile", "--authorization-mode", "--advertise-address", "--endpoint-reconciler-type"},
 	"kube-controller-mgr": {"--use-service-account-credentials", "--controllers"},
 	"etcd-druid":          {"--enable-etcd-spec-auto-reconcile", "--etcd-components-webhook-exempt-service-accounts", "--enable-member-lease-renewal"},
