@@ -725,11 +725,10 @@ func (m *LiveMove) abort(ctx context.Context, mover *migration.Mover, load *apil
 			return fmt.Errorf("stopping %s's kube-apiserver: %w", b, err)
 		}
 	}
-	load.Mark(string(move.StepAbort))
+	// The abort's step marks the loads' clocks through Progress.
 	if err := mover.Abort(ctx); err != nil {
 		return fmt.Errorf("the abort: %w", err)
 	}
-	load.Mark(string(move.StepAbort) + StepDoneSuffix)
 	return nil
 }
 
