@@ -3,6 +3,7 @@ package webhook_test
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -403,6 +404,28 @@ func TestWebhookRefusals(t *testing.T) {
 		}, nil)
 	refusedStatefulSetWrite("druid's StatefulSet with 5 replicas after spec.ordinalStart left the EtcdMembership of an Etcd without external members", lost,
 		fresh(func(e *v1alpha1.Etcd) { e.Spec.ExternalMembers = nil }), noOrdinalStart, func(sts *appsv1.StatefulSet) { sts.Spec.Replicas = ptr.To[int32](5) })
+
+	// Values that flow into a sidecar's flags: admitted exactly when the
+	// sidecar's own flag parsing accepts them (TestAdmittedValuesParseAsSidecarFlags).
+	for _, v := range []struct{ what, value string }{
+		{"a no-break space", "seed-b\u00a0controller"},
+		{"a zero-width space", "seed-b\u200bcontroller"},
+		{"a carriage return", "seed-b\rcontroller"},
+	} {
+		refusedStatefulSetCreate("druid's StatefulSet of a stretched Etcd whose allowed client has "+v.what+" inside ("+strconv.Quote(v.value)+")", v1alpha1.SidecarAllowedClientsAnnotation,
+			fresh(annotate(v1alpha1.SidecarAllowedClientsAnnotation, v.value)), nil)
+	}
+	druidPeerURL := func(u string) func() *v1alpha1.Etcd {
+		return fresh(func(e *v1alpha1.Etcd) {
+			e.Spec.OrdinalStart = ptr.To[int32](0)
+			member := druidv1alpha1.GetMemberName(e.Spec.MemberNamePrefix, e.Name+"-1")
+			e.Spec.Etcd.AdditionalAdvertisePeerURLs = []druidv1alpha1.MemberPeerURLs{{MemberName: member, URLs: []string{u}}}
+		})
+	}
+	for _, u := range []string{`https://seed-b".example:2380`, "https://a.seed-b.example:2380/etcd", "https://a.seed-b.example"} {
+		refusedStatefulSetCreate("druid's StatefulSet of an Etcd whose spec.etcd.additionalAdvertisePeerURLs (druid's field) has the peer URL "+strconv.Quote(u),
+			"spec.etcd.additionalAdvertisePeerURLs[0].urls[0]", druidPeerURL(u), nil)
+	}
 
 	if !t.Failed() {
 		refusaldoc.Check(t, table, "security-refusals-webhooks.md")

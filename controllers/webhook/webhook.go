@@ -10,7 +10,6 @@ package webhook
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
@@ -101,7 +100,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"image pull policy of the injected sidecar: Always, IfNotPresent or Never")
 	fs.StringVar(&o.SidecarClientCASecretName, "sidecar-client-ca-secret-name", o.SidecarClientCASecretName,
 		"Secret (key ca.crt) in each Etcd's namespace with the CA of the controller's client certificate; empty uses the Etcd's spec.backup.tls.tlsCASecretRef")
-	fs.StringSliceVar(&o.SidecarAllowedClients, "sidecar-allowed-clients", o.SidecarAllowedClients,
+	fs.Var((*v1alpha1.AllowedClients)(&o.SidecarAllowedClients), "sidecar-allowed-clients",
 		"client certificate identities (common name or SAN) that may change membership through the injected sidecars; an Etcd adds its own with the annotation "+v1alpha1.SidecarAllowedClientsAnnotation)
 	fs.Int32Var(&o.ClientGateBackendPort, "client-gate-backend-port", o.ClientGateBackendPort,
 		"when not 0, etcd listens on 127.0.0.1 at this port and the sidecar's client gate serves etcd's client port (with etcd's own certificate and client CA when its client URLs are TLS), so member removals and leader transfers fail no client call")
@@ -174,9 +173,11 @@ func (o *Options) validate() error {
 			errs = append(errs, fmt.Errorf("sidecar client CA Secret name %q (--sidecar-client-ca-secret-name): %s", n, msg))
 		}
 	}
+	// Each is passed on in the sidecars' --allowed-client, which parses it
+	// with the same function.
 	for _, c := range o.SidecarAllowedClients {
-		if c == "" || strings.ContainsAny(c, " ,") {
-			errs = append(errs, fmt.Errorf("sidecar allowed client %q (--sidecar-allowed-clients): want a certificate identity (common name or SAN) without blanks", c))
+		if ids, err := v1alpha1.ParseAllowedClients(c); err != nil || len(ids) != 1 {
+			errs = append(errs, fmt.Errorf("sidecar allowed client %q (--sidecar-allowed-clients): want one certificate identity (common name or SAN), without blanks or commas", c))
 		}
 	}
 	for name, list := range map[string]corev1.ResourceList{"requests": o.SidecarResources.Requests, "limits": o.SidecarResources.Limits} {
