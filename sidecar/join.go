@@ -55,6 +55,12 @@ const (
 // fork the cluster.
 const ReasonHasData = "HasData"
 
+// ReasonAdmittedToExisting refuses to admit a member to bootstrap a new
+// cluster once it was admitted to join an existing one: the existing
+// cluster counts it as a member, and a bootstrap would start a second
+// cluster beside it.
+const ReasonAdmittedToExisting = "AdmittedToExisting"
+
 // ReasonNotAdmitted answers /config for a member the controller has not
 // admitted and that has no data.
 const ReasonNotAdmitted = "NotAdmitted"
@@ -304,6 +310,20 @@ func (j *joiner) admit(a Admission) (*JoinStatus, *Error) {
 	if hasData {
 		return nil, &Error{StatusCode: http.StatusConflict, Reason: ReasonHasData,
 			Message: fmt.Sprintf("member %s already has etcd data in %s; it starts from its own log and needs no admission", j.self.Name, j.file.DataDir())}
+	}
+	// Sticky: a repeated admission (a second controller, a retried call, a
+	// pod recreated on the same volume) may renew a join of the existing
+	// cluster, never turn it into a bootstrap. An admission that cannot be
+	// read is no proof of either, so nothing is admitted over it.
+	held, err := j.admission()
+	if err != nil {
+		return nil, &Error{StatusCode: http.StatusInternalServerError, Reason: ReasonJoinStateUnreadable,
+			Message: fmt.Sprintf("%v; refusing to admit member %s over an admission that cannot be read (remove %s only if the member never started)", err, j.self.Name, j.cfg.AdmissionFile)}
+	}
+	if held != nil && held.State == etcdconfig.StateExisting && a.State != etcdconfig.StateExisting {
+		return nil, &Error{StatusCode: http.StatusConflict, Reason: ReasonAdmittedToExisting,
+			Message: fmt.Sprintf("member %s was admitted to join the existing cluster %q as learner %s; admitting it with state %q would bootstrap a second cluster beside that one: only a renewed admission with state %q is accepted",
+				j.self.Name, held.InitialCluster, held.MemberID, a.State, etcdconfig.StateExisting)}
 	}
 	b, err := json.Marshal(a)
 	if err != nil {

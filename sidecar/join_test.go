@@ -254,3 +254,64 @@ func TestAdmissionRefusals(t *testing.T) {
 		g.Expect(body).To(ContainSubstring("initial-cluster-state: existing"))
 	})
 }
+
+// A member admitted to join the existing cluster is never admitted to
+// bootstrap one afterwards: not by a repeated call, not by a second
+// controller, not after its pod is recreated on the same volume. Renewing
+// its join (the membership changed before it started) stays possible.
+func TestAdmissionToExistingIsSticky(t *testing.T) {
+	ctx := context.Background()
+	const (
+		own      = "etcd-main-3=http://etcd-main-3.etcd-main-peer.ns.svc:2380"
+		existing = "etcd-main-0=http://etcd-main-0.etcd-main-peer.ns.svc:2380," + own
+	)
+	admissionFile := filepath.Join(t.TempDir(), "druid-stretch-admission.json")
+	onVolume := func(j *sidecar.Joining) { j.AdmissionFile = admissionFile }
+	g := NewWithT(t)
+	url, _ := joiningSidecarWith(t, onVolume)
+	cl := sidecar.NewClient(url, nil)
+	joined := sidecar.Admission{State: "existing", InitialCluster: existing, MemberID: "8e9e05c52164694d"}
+	_, err := cl.Admit(ctx, joined)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	for _, tc := range []struct {
+		name string
+		url  func() string
+		a    sidecar.Admission
+	}{
+		{"the same call with state new", func() string { return url }, sidecar.Admission{State: "new", InitialCluster: existing}},
+		{"a bootstrap of the member alone", func() string { return url }, sidecar.Admission{State: "new", InitialCluster: own}},
+		{"a bootstrap after the pod was recreated", func() string { u, _ := joiningSidecarWith(t, onVolume); return u }, sidecar.Admission{State: "new", InitialCluster: own}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			cl := sidecar.NewClient(tc.url(), nil)
+			_, err := cl.Admit(ctx, tc.a)
+			g.Expect(sidecar.IsReason(err, sidecar.ReasonAdmittedToExisting)).To(BeTrue(), "%v", err)
+			st, err := cl.Join(ctx)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(st.Admission).To(Equal(&joined), "the admission is unchanged")
+		})
+	}
+
+	t.Run("a renewed join is admitted", func(t *testing.T) {
+		g := NewWithT(t)
+		renewed := sidecar.Admission{State: "existing", InitialCluster: existing + ",etcd-main-4=http://etcd-main-4.etcd-main-peer.ns.svc:2380", MemberID: joined.MemberID}
+		_, err := cl.Admit(ctx, renewed)
+		g.Expect(err).NotTo(HaveOccurred())
+		st, err := cl.Join(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(st.Admission).To(Equal(&renewed))
+		code, body := get(t, url+"/config")
+		g.Expect(code).To(Equal(http.StatusOK))
+		g.Expect(body).To(ContainSubstring("initial-cluster-state: existing"))
+	})
+
+	t.Run("an unreadable admission is not overwritten", func(t *testing.T) {
+		g := NewWithT(t)
+		g.Expect(os.WriteFile(admissionFile, []byte(`{"state":`), 0o600)).To(Succeed())
+		_, err := cl.Admit(ctx, sidecar.Admission{State: "new", InitialCluster: own})
+		g.Expect(sidecar.IsReason(err, sidecar.ReasonJoinStateUnreadable)).To(BeTrue(), "%v", err)
+		g.Expect(os.ReadFile(admissionFile)).To(Equal([]byte(`{"state":`)))
+	})
+}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -426,6 +427,55 @@ func TestSecurityRefusals(t *testing.T) {
 			g.Expect(a.code).To(Equal(tc2.want), "%s", a)
 			g.Expect(tc.membership(g, via)).To(Equal(before))
 		})
+	}
+
+	// A member admitted to join the existing cluster is never admitted to
+	// bootstrap a new one (join.go). These rows go to a joining sidecar
+	// (etcd-wrapper's server for member etcd-main-3, no etcd behind it);
+	// their state is the member's admission, not etcd's member list.
+	{
+		const (
+			own      = "etcd-main-3=http://etcd-main-3.etcd-main-peer.ns.svc:2380"
+			existing = "etcd-main-0=http://etcd-main-0.etcd-main-peer.ns.svc:2380," + own
+		)
+		admissionFile := filepath.Join(t.TempDir(), "druid-stretch-admission.json")
+		onVolume := func(j *sidecar.Joining) { j.AdmissionFile = admissionFile }
+		joinURL, _ := joiningSidecarWith(t, onVolume)
+		joined := sidecar.Admission{State: "existing", InitialCluster: existing, MemberID: "8e9e05c52164694d"}
+		_, err := sidecar.NewClient(joinURL, nil).Admit(t.Context(), joined)
+		g.Expect(err).NotTo(HaveOccurred())
+		admitted := func(a *sidecar.Admission) string {
+			if a == nil {
+				return "not admitted"
+			}
+			return fmt.Sprintf("admitted: state %s, initial cluster %s", a.State, a.InitialCluster)
+		}
+		for _, row := range []struct {
+			input string
+			url   func() string
+			body  string
+		}{
+			{"the admission repeated with state new", func() string { return joinURL }, `{"state":"new","initialCluster":"` + existing + `"}`},
+			{"an admission to bootstrap the member alone", func() string { return joinURL }, `{"state":"new","initialCluster":"` + own + `"}`},
+			{"an admission to bootstrap, after the pod was recreated on the same volume", func() string { u, _ := joiningSidecarWith(t, onVolume); return u }, `{"state":"new","initialCluster":"` + own + `"}`},
+		} {
+			t.Run(row.input, func(t *testing.T) {
+				g := NewWithT(t)
+				url := row.url()
+				cl := sidecar.NewClient(url, nil)
+				before, err := cl.Join(t.Context())
+				g.Expect(err).NotTo(HaveOccurred())
+				req, err := http.NewRequest(http.MethodPut, url+"/v1/join", strings.NewReader(row.body))
+				g.Expect(err).NotTo(HaveOccurred())
+				a := send(http.DefaultClient, req)
+				refused(409, sidecar.ReasonAdmittedToExisting)(g, a)
+				after, err := cl.Join(t.Context())
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(after.Admission).To(Equal(before.Admission), "the admission changed")
+				table.Add(refusaldoc.Row{Input: "member admitted to join the existing cluster: " + row.input + " " + row.body, Target: "PUT /v1/join",
+					Answer: normalize(a.String()), Before: admitted(before.Admission), After: "unchanged"})
+			})
+		}
 	}
 
 	// Last but one: the answer frees the only slot just after it is sent.

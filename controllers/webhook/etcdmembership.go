@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,18 +34,30 @@ import (
 // move creates the pair, so that druid's first StatefulSet already gets the
 // ordinal range) is judged by its CRD's rules alone; the StatefulSet
 // webhook and the controller judge the pair once the Etcd exists.
+//
+// Those transitions read status.membership (Retire to Keep once Converged,
+// dropping an external member once it no longer votes), so a status a user
+// wrote would unlock them: status.membership is the controller's alone. A
+// write of the status subresource that changes it is admitted only from
+// StatusWriters, the identity the webhook's own process runs as (the
+// controller's) and the ones configured (--membership-status-writers).
 type EtcdMembershipValidator struct {
 	// Reader reads the Etcd of the EtcdMembership's name (the manager's
 	// API reader: a cached Etcd could be older than the write judged).
 	Reader client.Reader
 	// Decoder decodes the admitted EtcdMembership.
 	Decoder admission.Decoder
+	// StatusWriters are the user names that may change status.membership.
+	StatusWriters []string
 }
 
 // Handle admits one EtcdMembership create or update.
 func (v *EtcdMembershipValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return admission.Allowed("only creates and updates are validated")
+	}
+	if req.SubResource == "status" {
+		return v.judgeStatus(req)
 	}
 	m := &stretchv1alpha1.EtcdMembership{}
 	if err := v.Decoder.Decode(req, m); err != nil {
@@ -99,4 +114,27 @@ func (v *EtcdMembershipValidator) Handle(ctx context.Context, req admission.Requ
 	}
 	status := apierrors.NewInvalid(stretchv1alpha1.GroupVersion.WithKind("EtcdMembership").GroupKind(), req.Name, errs).ErrStatus
 	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &status}}
+}
+
+// judgeStatus admits a write of the status subresource: any that leaves
+// status.membership as it is (conditions, observed generation), and one
+// that changes it only from StatusWriters.
+func (v *EtcdMembershipValidator) judgeStatus(req admission.Request) admission.Response {
+	m, old := &stretchv1alpha1.EtcdMembership{}, &stretchv1alpha1.EtcdMembership{}
+	if err := v.Decoder.Decode(req, m); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the EtcdMembership: %w", err))
+	}
+	if err := v.Decoder.DecodeRaw(req.OldObject, old); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the stored EtcdMembership: %w", err))
+	}
+	if equality.Semantic.DeepEqual(m.Status.Membership, old.Status.Membership) {
+		return admission.Allowed("status.membership is unchanged")
+	}
+	if slices.Contains(v.StatusWriters, req.UserInfo.Username) {
+		return admission.Allowed("")
+	}
+	return admission.Denied(fmt.Sprintf("status.membership of EtcdMembership %s/%s is written by druid-stretch's controller only (%s), not by %q: "+
+		"the webhooks let spec changes through by it (externalMembersPolicy Retire to Keep once Converged, dropping an external member once it no longer votes). "+
+		"To let another identity write it, list it in the controller's --membership-status-writers (chart value webhook.membershipStatusWriters)",
+		req.Namespace, req.Name, strings.Join(v.StatusWriters, ", "), req.UserInfo.Username))
 }

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -47,6 +48,9 @@ var (
 	// of druid's: for the Etcds that carry druid-stretch's fields inline,
 	// and the rules only the Etcd validator applies to them.
 	extended lazyServer
+	// k8sConfig is k8s's configuration: the identity the webhook's own
+	// manager runs as, the controller's.
+	k8sConfig *rest.Config
 	// injected is what the tests' webhook injects.
 	injected = webhook.Options{
 		ManagedNamespaces:      mustOptIn(managedNamespaceLabel + "=true"),
@@ -73,6 +77,7 @@ func run(m *testing.M) int {
 		level = zapcore.DebugLevel
 	}
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(level)))
+	injected.MembershipStatusWriters = []string{statusWriter}
 	srv, err := startServer()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -80,7 +85,7 @@ func run(m *testing.M) int {
 	}
 	defer srv.stop()
 	defer extended.stop()
-	k8s = srv.client
+	k8s, k8sConfig = srv.client, srv.cfg
 	return m.Run()
 }
 
@@ -89,6 +94,7 @@ func run(m *testing.M) int {
 // for it.
 type server struct {
 	client client.Client
+	cfg    *rest.Config
 	stop   func()
 }
 
@@ -158,7 +164,7 @@ func startServer(opts ...testbin.EnvironmentOption) (_ *server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the client: %w", err)
 	}
-	return &server{client: c, stop: stop}, nil
+	return &server{client: c, cfg: cfg, stop: stop}, nil
 }
 
 // lazyServer is a server with the extended Etcd CRD, started once, when a

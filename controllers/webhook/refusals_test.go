@@ -3,6 +3,8 @@ package webhook_test
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -403,6 +405,65 @@ func TestWebhookRefusals(t *testing.T) {
 		}, nil)
 	refusedStatefulSetWrite("druid's StatefulSet with 5 replicas after spec.ordinalStart left the EtcdMembership of an Etcd without external members", lost,
 		fresh(func(e *v1alpha1.Etcd) { e.Spec.ExternalMembers = nil }), noOrdinalStart, func(sts *appsv1.StatefulSet) { sts.Spec.Replicas = ptr.To[int32](5) })
+
+	// Values that flow into a sidecar's flags: admitted exactly when the
+	// sidecar's own flag parsing accepts them (TestAdmittedValuesParseAsSidecarFlags).
+	for _, v := range []struct{ what, value string }{
+		{"a no-break space", "seed-b\u00a0controller"},
+		{"a zero-width space", "seed-b\u200bcontroller"},
+		{"a carriage return", "seed-b\rcontroller"},
+	} {
+		refusedStatefulSetCreate("druid's StatefulSet of a stretched Etcd whose allowed client has "+v.what+" inside ("+strconv.Quote(v.value)+")", v1alpha1.SidecarAllowedClientsAnnotation,
+			fresh(annotate(v1alpha1.SidecarAllowedClientsAnnotation, v.value)), nil)
+	}
+	druidPeerURL := func(u string) func() *v1alpha1.Etcd {
+		return fresh(func(e *v1alpha1.Etcd) {
+			e.Spec.OrdinalStart = ptr.To[int32](0)
+			member := druidv1alpha1.GetMemberName(e.Spec.MemberNamePrefix, e.Name+"-1")
+			e.Spec.Etcd.AdditionalAdvertisePeerURLs = []druidv1alpha1.MemberPeerURLs{{MemberName: member, URLs: []string{u}}}
+		})
+	}
+	for _, u := range []string{`https://seed-b".example:2380`, "https://a.seed-b.example:2380/etcd", "https://a.seed-b.example"} {
+		refusedStatefulSetCreate("druid's StatefulSet of an Etcd whose spec.etcd.additionalAdvertisePeerURLs (druid's field) has the peer URL "+strconv.Quote(u),
+			"spec.etcd.additionalAdvertisePeerURLs[0].urls[0]", druidPeerURL(u), nil)
+	}
+
+	// status.membership, which unlocks spec transitions, is the
+	// controller's: another identity's change of it is refused
+	// (TestMembershipStatusIsTheControllers).
+	refusedStatusWrite := func(input string, build func() *v1alpha1.Etcd, status func(*v1alpha1.Etcd) *v1alpha1.MembershipStatus, forged func(*v1alpha1.MembershipStatus) *v1alpha1.MembershipStatus) {
+		t.Helper()
+		t.Run(input, func(t *testing.T) {
+			g := NewWithT(t)
+			e := createEtcd(t, build())
+			setMembershipStatus(t, e, status(e))
+			before, version := storedMembershipStatus(t, e)
+			err := writeMembershipStatus(t, clientAs(t, "alice"), e, forged(before.DeepCopy()))
+			g.Expect(err).To(HaveOccurred(), "the status write was admitted")
+			g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a webhook denial: %v", err)
+			g.Expect(err.Error()).To(ContainSubstring("status.membership"))
+			after, afterVersion := storedMembershipStatus(t, e)
+			g.Expect(afterVersion).To(Equal(version), "the EtcdMembership was not written")
+			g.Expect(equality.Semantic.DeepEqual(after, before)).To(BeTrue())
+			table.Add(refusaldoc.Row{Input: input, Target: "update EtcdMembership/status", Answer: answer(err),
+				Before: fmt.Sprintf("status.membership phase %s, %d members", before.Phase, len(before.Members)), After: "unchanged"})
+		})
+	}
+	refusedStatusWrite("user alice (system:masters) writes status.membership.phase Converged while Reconfiguring, to unlock Retire to Keep", retiring,
+		func(e *v1alpha1.Etcd) *v1alpha1.MembershipStatus { return midMove(e) },
+		func(st *v1alpha1.MembershipStatus) *v1alpha1.MembershipStatus {
+			st.Phase = v1alpha1.MembershipPhaseConverged
+			return st
+		})
+	refusedStatusWrite("user alice (system:masters) drops status.membership, to unlock dropping a voting external member", fresh(nil),
+		func(e *v1alpha1.Etcd) *v1alpha1.MembershipStatus { return midMove(e) },
+		func(*v1alpha1.MembershipStatus) *v1alpha1.MembershipStatus { return nil })
+	refusedStatusWrite("user alice (system:masters) writes status.membership without the external members that vote", fresh(nil),
+		func(e *v1alpha1.Etcd) *v1alpha1.MembershipStatus { return midMove(e) },
+		func(st *v1alpha1.MembershipStatus) *v1alpha1.MembershipStatus {
+			st.Members = slices.DeleteFunc(st.Members, func(m v1alpha1.ObservedMember) bool { return m.Origin == v1alpha1.MemberOriginExternal })
+			return st
+		})
 
 	if !t.Failed() {
 		refusaldoc.Check(t, table, "security-refusals-webhooks.md")

@@ -8,15 +8,20 @@
 package webhook
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -87,6 +92,12 @@ type Options struct {
 	// written their EtcdMembership. The controller command sets it from
 	// its own --manage-etcds-in-namespaces.
 	ManagedNamespaces etcdview.NamespaceOptIn
+	// MembershipStatusWriters are user names (e.g.
+	// system:serviceaccount:<namespace>:<name>) that may change
+	// status.membership of an EtcdMembership besides the identity the
+	// webhook's own process runs as, which is the controller's (see
+	// EtcdMembershipValidator).
+	MembershipStatusWriters []string
 }
 
 // AddFlags registers the webhook's flags on fs. --sidecar-port is not among
@@ -101,10 +112,12 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"image pull policy of the injected sidecar: Always, IfNotPresent or Never")
 	fs.StringVar(&o.SidecarClientCASecretName, "sidecar-client-ca-secret-name", o.SidecarClientCASecretName,
 		"Secret (key ca.crt) in each Etcd's namespace with the CA of the controller's client certificate; empty uses the Etcd's spec.backup.tls.tlsCASecretRef")
-	fs.StringSliceVar(&o.SidecarAllowedClients, "sidecar-allowed-clients", o.SidecarAllowedClients,
+	fs.Var((*v1alpha1.AllowedClients)(&o.SidecarAllowedClients), "sidecar-allowed-clients",
 		"client certificate identities (common name or SAN) that may change membership through the injected sidecars; an Etcd adds its own with the annotation "+v1alpha1.SidecarAllowedClientsAnnotation)
 	fs.Int32Var(&o.ClientGateBackendPort, "client-gate-backend-port", o.ClientGateBackendPort,
 		"when not 0, etcd listens on 127.0.0.1 at this port and the sidecar's client gate serves etcd's client port (with etcd's own certificate and client CA when its client URLs are TLS), so member removals and leader transfers fail no client call")
+	fs.StringSliceVar(&o.MembershipStatusWriters, "membership-status-writers", o.MembershipStatusWriters,
+		"user names that may change status.membership of an EtcdMembership besides this process's own identity (the controller's); the EtcdMembership webhook refuses everyone else's, since spec transitions are judged by it")
 	if o.SidecarResources.Requests == nil {
 		o.SidecarResources.Requests = corev1.ResourceList{}
 	}
@@ -174,9 +187,16 @@ func (o *Options) validate() error {
 			errs = append(errs, fmt.Errorf("sidecar client CA Secret name %q (--sidecar-client-ca-secret-name): %s", n, msg))
 		}
 	}
+	// Each is passed on in the sidecars' --allowed-client, which parses it
+	// with the same function.
 	for _, c := range o.SidecarAllowedClients {
-		if c == "" || strings.ContainsAny(c, " ,") {
-			errs = append(errs, fmt.Errorf("sidecar allowed client %q (--sidecar-allowed-clients): want a certificate identity (common name or SAN) without blanks", c))
+		if ids, err := v1alpha1.ParseAllowedClients(c); err != nil || len(ids) != 1 {
+			errs = append(errs, fmt.Errorf("sidecar allowed client %q (--sidecar-allowed-clients): want one certificate identity (common name or SAN), without blanks or commas", c))
+		}
+	}
+	for _, w := range o.MembershipStatusWriters {
+		if w == "" {
+			errs = append(errs, errors.New("an empty user name in --membership-status-writers: want user names such as system:serviceaccount:<namespace>:<name>"))
 		}
 	}
 	for name, list := range map[string]corev1.ResourceList{"requests": o.SidecarResources.Requests, "limits": o.SidecarResources.Limits} {
@@ -214,11 +234,38 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		Options: opts,
 	}})
 	srv.Register(EtcdValidatorPath, &admission.Webhook{Handler: &EtcdValidator{Decoder: decoder}})
-	srv.Register(EtcdMembershipValidatorPath, &admission.Webhook{Handler: &EtcdMembershipValidator{Reader: mgr.GetAPIReader(), Decoder: decoder}})
+	self, err := UserName(mgr.GetConfig())
+	if err != nil {
+		// Fail closed: without it the webhook cannot tell the controller's
+		// status writes from anyone else's.
+		return fmt.Errorf("admission webhooks: %w", err)
+	}
+	writers := append([]string{self}, opts.MembershipStatusWriters...)
+	srv.Register(EtcdMembershipValidatorPath, &admission.Webhook{Handler: &EtcdMembershipValidator{Reader: mgr.GetAPIReader(), Decoder: decoder, StatusWriters: writers}})
 	// The kube-apiserver calls the webhooks as soon as a Service endpoint is
 	// ready: not ready until the server answers TLS handshakes.
 	if err := mgr.AddReadyzCheck("webhook-server", srv.StartedChecker()); err != nil {
 		return fmt.Errorf("admission webhooks: adding the readiness check: %w", err)
 	}
 	return nil
+}
+
+// UserName is the user name the API server knows cfg's credentials by
+// (a SelfSubjectReview): for the manager's, in the chart, the controller's
+// service account.
+func UserName(cfg *rest.Config) (string, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return "", fmt.Errorf("a client to learn its own user name: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("learning its own user name (SelfSubjectReview); the controller's alone may write status.membership: %w", err)
+	}
+	if r.Status.UserInfo.Username == "" {
+		return "", errors.New("the API server's SelfSubjectReview names no user for these credentials")
+	}
+	return r.Status.UserInfo.Username, nil
 }

@@ -17,6 +17,8 @@ import (
 	"k8s.io/klog/v2"
 	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1/peerurls"
 	"github.com/druid-stretch/druid-stretch/internal/clientgate"
 	"github.com/druid-stretch/druid-stretch/internal/etcdconfig"
 	"github.com/druid-stretch/druid-stretch/internal/tlsfiles"
@@ -33,7 +35,7 @@ func newSidecarCommand() *cobra.Command {
 		serverCert, serverKey, clientCA       string
 		listenAddress                         string
 		insecureHTTP                          bool
-		allowedClients                        []string
+		allowedClients                        v1alpha1.AllowedClients
 		minLearnerHealthy                     time.Duration
 		etcdConfig, admissionFile             string
 		etcdMaxLearners                       int
@@ -91,11 +93,6 @@ membership change one whose identity --allowed-client lists. Plain HTTP
 				}
 				if len(allowedClients) == 0 {
 					return errors.New("--allowed-client is required: name the client certificate identities (common name or SAN) that may change membership")
-				}
-				for _, c := range allowedClients {
-					if c == "" || strings.ContainsAny(c, " ,") {
-						return fmt.Errorf("--allowed-client %q: want one certificate identity (common name or SAN), without spaces or commas", c)
-					}
 				}
 				var err error
 				if serverTLS, err = sidecar.ServerTLSConfig(cmd.Context(), serverCert, serverKey, clientCA); err != nil {
@@ -188,7 +185,9 @@ membership change one whose identity --allowed-client lists. Plain HTTP
 	f.StringVar(&serverKey, "server-key", "", "the sidecar's HTTPS key")
 	f.StringVar(&clientCA, "client-ca", "", "CA that signs the client certificates allowed to change membership")
 	f.StringVar(&listenAddress, "listen-address", ":8080", "address the sidecar serves on")
-	f.StringSliceVar(&allowedClients, "allowed-client", nil, "a client certificate identity (common name, DNS/URI/email SAN) allowed to change membership; repeat or comma-separate")
+	// The webhook admits exactly the identities this flag parses
+	// (v1alpha1.ParseAllowedClients).
+	f.Var(&allowedClients, "allowed-client", "a client certificate identity (common name, DNS/URI/email SAN) allowed to change membership; repeat or comma-separate")
 	f.BoolVar(&insecureHTTP, "insecure-http", false, "INSECURE, for tests on one machine only: serve plain HTTP and accept every call without a client certificate")
 	f.DurationVar(&minLearnerHealthy, "min-learner-healthy", 5*time.Second, "how long a learner must be connected to this member's raft transport, or healthy, without interruption before it is promoted")
 	f.StringVar(&etcdConfig, "etcd-config", "", "druid's etcd.conf.yaml: also serve etcd-wrapper's /initialization and /config for the local member, which starts once druid-stretch admits it")
@@ -204,14 +203,14 @@ membership change one whose identity --allowed-client lists. Plain HTTP
 type memberFlags struct {
 	name                 string
 	peerURLs, clientURLs []string
-	additional           []string
+	additional           peerURLEntries
 }
 
 func (m *memberFlags) add(f *pflag.FlagSet) {
 	f.StringVar(&m.name, "member-name", "", "the local etcd member's name (druid: [<memberNamePrefix>-]<pod>)")
 	f.StringSliceVar(&m.peerURLs, "member-peer-urls", nil, "its peer URLs, used when druid's etcd.conf.yaml has no entry for it")
 	f.StringSliceVar(&m.clientURLs, "member-client-urls", nil, "its client URLs, likewise")
-	f.StringSliceVar(&m.additional, "additional-peer-urls", nil, "spec.etcd.additionalAdvertisePeerURLs as member=url entries; the local member's are advertised after druid's")
+	f.Var(&m.additional, "additional-peer-urls", "spec.etcd.additionalAdvertisePeerURLs as member=url entries; the local member's are advertised after druid's")
 }
 
 func (m *memberFlags) member() etcdconfig.Member {
@@ -222,9 +221,9 @@ func (m *memberFlags) member() etcdconfig.Member {
 func (m *memberFlags) additionalPeerURLs() ([]string, error) {
 	var out []string
 	for _, entry := range m.additional {
-		name, url, ok := strings.Cut(entry, "=")
-		if !ok || name == "" || url == "" {
-			return nil, fmt.Errorf("--additional-peer-urls entry %q is not member=url", entry)
+		name, url, err := peerurls.ParseFlagEntry(entry)
+		if err != nil {
+			return nil, fmt.Errorf("--additional-peer-urls: %w", err)
 		}
 		if name == m.name {
 			out = append(out, url)
@@ -232,6 +231,25 @@ func (m *memberFlags) additionalPeerURLs() ([]string, error) {
 	}
 	return out, nil
 }
+
+// peerURLEntries is --additional-peer-urls: the comma-separated member=url
+// entries of every occurrence, each read with peerurls.ParseFlagEntry, the
+// function the webhooks judge the URLs they render into the flag with.
+type peerURLEntries []string
+
+func (p *peerURLEntries) Set(list string) error {
+	for _, entry := range strings.Split(list, ",") {
+		if _, _, err := peerurls.ParseFlagEntry(entry); err != nil {
+			return err
+		}
+		*p = append(*p, entry)
+	}
+	return nil
+}
+
+func (p *peerURLEntries) String() string { return strings.Join(*p, ",") }
+
+func (p *peerURLEntries) Type() string { return "member=url entries" }
 
 // newBackupRestoreConfigCommand writes the etcd configuration file that
 // backup-restore reads in a pod of an Etcd druid-stretch manages (the
@@ -377,4 +395,16 @@ func (g *gateFlags) start(backendTLS *tls.Config, log logr.Logger) (*clientgate.
 		<-done
 		stopFiles()
 	}, nil
+}
+
+// ParseArgs parses a container's args for the druid-stretch binary (a
+// subcommand and its flags) with that command's own flags, as the binary
+// does at its start, and runs nothing. The webhook's tests check with it
+// that every pod template the webhook admits starts its containers.
+func ParseArgs(args []string) error {
+	cmd, rest, err := newRootCommand().Find(args)
+	if err != nil {
+		return err
+	}
+	return cmd.ParseFlags(rest)
 }

@@ -118,6 +118,14 @@ func (s *Site) startDruidStretch(ctx context.Context) error {
 	wo.SidecarImage = SidecarImage
 	wo.SidecarPort, wo.EtcdMaxLearners = sidecarPort, mo.Reconciler.MaxLearners
 	wo.ManagedNamespaces = mo.Reconciler.ManagedNamespaces
+	// The site's own client stands in for a lost status (statuswipe_test
+	// drops status.membership), which the EtcdMembership webhook admits
+	// from the controller and the writers listed only.
+	admin, err := webhook.UserName(s.Config)
+	if err != nil {
+		return err
+	}
+	wo.MembershipStatusWriters = append(wo.MembershipStatusWriters, admin)
 	// The identity the chart's sidecar.allowedClients lets change
 	// membership.
 	clientPair, err := s.stretchCA.Issue("druid-stretch-controller")

@@ -65,6 +65,7 @@ var chartOptions = []chartOption{
 			g.Expect(pod.ServiceAccountName).To(Equal(saName))
 
 			g.Expect(controllerFlags(g, r)).NotTo(HaveKey("--manage-etcds-in-namespaces"), "only Etcds with an EtcdMembership are managed")
+			g.Expect(controllerFlags(g, r)).NotTo(HaveKey("--membership-status-writers"), "the controller alone writes status.membership")
 			for _, rule := range clusterRoleRules(g, r) {
 				g.Expect(rule.Resources).NotTo(ContainElement("namespaces"), "no namespace is read without controller.manageEtcdsInNamespaces")
 				g.Expect(rule.Resources).NotTo(ContainElement("secrets"), "no Secret is read without sidecarClientTLS.caFromEtcd")
@@ -141,14 +142,14 @@ var chartOptions = []chartOption{
 			g.Expect(v.Rules[0].Resources).To(Equal([]string{"etcds"}), "never etcds/status: druid's status writes must not need druid-stretch")
 			g.Expect(v.MatchConditions).To(HaveLen(1))
 			// The EtcdMembership's validator: druid-stretch's own objects
-			// only, never their status, so that druid's and gardenlet's writes
-			// never wait for it.
+			// only, so that druid's and gardenlet's writes never wait for
+			// it; their status too, which only the controller may change.
 			g.Expect(*mv.ClientConfig.Service).To(Equal(admissionregistrationv1.ServiceReference{
 				Namespace: ns, Name: webhookSvc.Name, Path: ptr.To("/validate-druid-stretch-druid-gardener-cloud-v1alpha1-etcdmembership"), Port: ptr.To[int32](443)}))
 			g.Expect(*mv.FailurePolicy).To(Equal(admissionregistrationv1.Fail))
 			g.Expect(mv.Rules).To(HaveLen(1))
 			g.Expect(mv.Rules[0].APIGroups).To(Equal([]string{"druid-stretch.druid.gardener.cloud"}))
-			g.Expect(mv.Rules[0].Resources).To(Equal([]string{"etcdmemberships"}))
+			g.Expect(mv.Rules[0].Resources).To(Equal([]string{"etcdmemberships", "etcdmemberships/status"}))
 
 			// The self-signed certificate serves the Service's DNS names and
 			// chains to the caBundle of both configurations.
@@ -302,6 +303,17 @@ sidecar:
 			g.Expect(args).To(HaveKeyWithValue("--sidecar-resources-limits-cpu", "1"))
 			g.Expect(args).To(HaveKeyWithValue("--sidecar-resources-limits-memory", "256Mi"))
 			g.Expect(controllerContainer(g, deployment(g, r)).Image).To(Equal("registry.example.com/druid-stretch:0.1.0"), "the controller keeps its image")
+		},
+	},
+	{
+		name: "other writers of status.membership",
+		values: `
+webhook:
+  membershipStatusWriters: [system:serviceaccount:garden:operator, alice]
+`,
+		kinds: baseKinds(map[string]int{"Secret": 1, "PodDisruptionBudget": 1}),
+		check: func(g *WithT, r *Rendered) {
+			g.Expect(controllerFlags(g, r)).To(HaveKeyWithValue("--membership-status-writers", "system:serviceaccount:garden:operator,alice"))
 		},
 	},
 	{

@@ -235,6 +235,9 @@ func convert(e *v1alpha1.Etcd, entries []entry, replaces bool) (Advertised, fiel
 			if !strings.HasPrefix(u, wantScheme) {
 				bad = append(bad, field.Invalid(en.urlsPath.Index(j), u, fmt.Sprintf(
 					"must use %s because spec.etcd.peerUrlTls %s: every member of one etcd cluster speaks the same peer protocol", wantScheme, tlsState)))
+			} else if _, _, err := ParseFlagEntry(FlagEntry(en.name, u)); err != nil && en.name != "" {
+				// The sidecar parses its --additional-peer-urls so.
+				bad = append(bad, field.Invalid(en.urlsPath.Index(j), u, err.Error()))
 			}
 		}
 		if len(bad) > 0 {

@@ -2,7 +2,6 @@ package validation
 
 import (
 	"fmt"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -35,19 +34,15 @@ func ValidateSidecarAccess(e *v1alpha1.Etcd) field.ErrorList {
 			v1alpha1.InsecurePlainHTTPSidecarAnnotation)))
 	}
 	if raw, ok := e.Annotations[v1alpha1.SidecarAllowedClientsAnnotation]; ok {
+		// The sidecar parses its --allowed-client with the same function:
+		// what is admitted here starts every sidecar.
 		path := annotations.Key(v1alpha1.SidecarAllowedClientsAnnotation)
-		ids := strings.Split(raw, ",")
-		if len(ids) > MaxAllowedClients {
+		ids, err := v1alpha1.ParseAllowedClients(raw)
+		switch {
+		case err != nil:
+			errs = append(errs, field.Invalid(path, raw, err.Error()))
+		case len(ids) > MaxAllowedClients:
 			errs = append(errs, field.TooMany(path, len(ids), MaxAllowedClients))
-		}
-		for i, id := range ids {
-			id = strings.TrimSpace(id)
-			switch {
-			case id == "":
-				errs = append(errs, field.Invalid(path, raw, fmt.Sprintf("entry %d is empty: want comma-separated certificate identities (common name or SAN)", i)))
-			case len(id) > MaxMemberNameLen || strings.ContainsAny(id, " \t\n"):
-				errs = append(errs, field.Invalid(path, raw, fmt.Sprintf("entry %d %q: a certificate identity has no blanks and at most %d characters", i, id, MaxMemberNameLen)))
-			}
 		}
 	}
 	return errs
