@@ -27,6 +27,9 @@ import (
 // never sees druid-stretch's fields, so this is where a bad change of them
 // is refused before anything is planned.
 //
+// Its deletion is judged as the Etcd's would be (EtcdDeletionValidator):
+// it drops the Etcd's fields and status.
+//
 // An EtcdMembership written before its Etcd exists (the order in which a
 // move creates the pair, so that druid's first StatefulSet already gets the
 // ordinal range) is judged by its CRD's rules alone; the StatefulSet
@@ -39,10 +42,13 @@ type EtcdMembershipValidator struct {
 	Decoder admission.Decoder
 }
 
-// Handle admits one EtcdMembership create or update.
+// Handle admits one EtcdMembership create, update or deletion.
 func (v *EtcdMembershipValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if req.Operation == admissionv1.Delete {
+		return v.handleDelete(ctx, req)
+	}
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
-		return admission.Allowed("only creates and updates are validated")
+		return admission.Allowed("only creates, updates and deletions are validated")
 	}
 	m := &stretchv1alpha1.EtcdMembership{}
 	if err := v.Decoder.Decode(req, m); err != nil {

@@ -16,6 +16,7 @@ import (
 
 	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/controllers/webhook"
 	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 	"github.com/druid-stretch/druid-stretch/internal/refusaldoc"
 )
@@ -403,6 +404,47 @@ func TestWebhookRefusals(t *testing.T) {
 		}, nil)
 	refusedStatefulSetWrite("druid's StatefulSet with 5 replicas after spec.ordinalStart left the EtcdMembership of an Etcd without external members", lost,
 		fresh(func(e *v1alpha1.Etcd) { e.Spec.ExternalMembers = nil }), noOrdinalStart, func(sts *appsv1.StatefulSet) { sts.Spec.Replicas = ptr.To[int32](5) })
+
+	// Deletions of one side of a stretched cluster (the Etcd deletion
+	// validator, and the EtcdMembership validator for the EtcdMembership
+	// that carries its fields). The pair is compared before and after.
+	refusedDelete := func(input, want, target string, build func() *v1alpha1.Etcd, status func(*v1alpha1.Etcd) *v1alpha1.MembershipStatus) {
+		t.Helper()
+		t.Run(input, func(t *testing.T) {
+			g := NewWithT(t)
+			e := createEtcd(t, build())
+			setMembershipStatus(t, e, status(e))
+			before, err := etcdview.Get(t.Context(), k8s, client.ObjectKeyFromObject(e))
+			g.Expect(err).NotTo(HaveOccurred())
+			var obj client.Object = before.Etcd.DeepCopy()
+			generation := before.Etcd.Generation
+			if target == "EtcdMembership" {
+				obj, generation = before.Membership.DeepCopy(), before.Membership.Generation
+			}
+			err = k8s.Delete(t.Context(), obj)
+			g.Expect(err).To(HaveOccurred(), "the deletion was admitted")
+			g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a webhook denial: %v", err)
+			g.Expect(err.Error()).To(ContainSubstring(want))
+			after, getErr := etcdview.Get(t.Context(), k8s, client.ObjectKeyFromObject(e))
+			g.Expect(getErr).NotTo(HaveOccurred(), "the Etcd is still stored")
+			g.Expect(after.Membership).NotTo(BeNil(), "the EtcdMembership is still stored")
+			g.Expect(after.Etcd.ResourceVersion).To(Equal(before.Etcd.ResourceVersion), "the Etcd was not written")
+			g.Expect(after.Membership.ResourceVersion).To(Equal(before.Membership.ResourceVersion), "the EtcdMembership was not written")
+			g.Expect(after.Etcd.DeletionTimestamp).To(BeNil())
+			g.Expect(after.Membership.DeletionTimestamp).To(BeNil())
+			table.Add(refusaldoc.Row{Input: input, Target: "delete " + target, Answer: answer(err),
+				Before: fmt.Sprintf("stored, generation %d", generation), After: "unchanged"})
+		})
+	}
+	halfMoved := func(e *v1alpha1.Etcd) *v1alpha1.MembershipStatus { return votersBeside(e, 3, 2) }
+	refusedDelete("an Etcd whose 3 members vote beside 2 of the other side's (a move half done)", webhook.DeleteStretchedAnnotation, "Etcd", fresh(nil), halfMoved)
+	refusedDelete("the EtcdMembership of an Etcd whose 3 members vote beside 2 of the other side's", webhook.DeleteStretchedAnnotation, "EtcdMembership", fresh(nil), halfMoved)
+	refusedDelete("an Etcd scaled to 0 whose 3 members still vote beside 2 of the other side's", "lose their quorum", "Etcd",
+		fresh(func(e *v1alpha1.Etcd) { e.Spec.Replicas = 0 }), halfMoved)
+	refusedDelete("an Etcd whose 1 member votes beside 3 of the other side's", "dead voter(s)", "Etcd",
+		fresh(func(e *v1alpha1.Etcd) { e.Spec.Replicas = 1 }), func(e *v1alpha1.Etcd) *v1alpha1.MembershipStatus { return votersBeside(e, 1, 3) })
+	refusedDelete("a stretched Etcd whose "+webhook.DeleteStretchedAnnotation+" is \"yes\"", webhook.DeleteStretchedAnnotation, "Etcd",
+		fresh(annotate(webhook.DeleteStretchedAnnotation, "yes")), halfMoved)
 
 	if !t.Failed() {
 		refusaldoc.Check(t, table, "security-refusals-webhooks.md")
