@@ -446,6 +446,36 @@ func TestWebhookRefusals(t *testing.T) {
 	refusedDelete("a stretched Etcd whose "+webhook.DeleteStretchedAnnotation+" is \"yes\"", webhook.DeleteStretchedAnnotation, "Etcd",
 		fresh(annotate(webhook.DeleteStretchedAnnotation, "yes")), halfMoved)
 
+	// The scale subresource (kubectl scale etcd/x), judged with the pair
+	// as a change of spec.replicas; the stored Etcd is compared before and
+	// after.
+	refusedScale := func(input, field string, build func() *v1alpha1.Etcd, replicas int32) {
+		t.Helper()
+		t.Run(input, func(t *testing.T) {
+			g := NewWithT(t)
+			e := createEtcd(t, build())
+			before := &v1alpha1.Etcd{}
+			g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(e), before)).To(Succeed())
+			err := scaleEtcd(t, e, replicas)
+			g.Expect(err).To(HaveOccurred(), "the scale was admitted")
+			g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+			g.Expect(err.Error()).To(ContainSubstring(field))
+			after := &v1alpha1.Etcd{}
+			g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(e), after)).To(Succeed())
+			g.Expect(after.ResourceVersion).To(Equal(before.ResourceVersion), "nothing was written")
+			g.Expect(after.Spec.Replicas).To(Equal(before.Spec.Replicas))
+			table.Add(refusaldoc.Row{Input: input, Target: "update Etcd scale", Answer: answer(err),
+				Before: fmt.Sprintf("stored, %d replicas, generation %d", before.Spec.Replicas, before.Generation),
+				After:  fmt.Sprintf("unchanged, %d replicas", after.Spec.Replicas)})
+		})
+	}
+	refusedScale("kubectl scale to 10 replicas of a stretched Etcd", "spec.replicas", fresh(nil), 10)
+	refusedScale("kubectl scale to 6 replicas of an Etcd at spec.ordinalStart 995 (ordinals up to 1000)", "spec.ordinalStart",
+		fresh(func(e *v1alpha1.Etcd) { e.Spec.OrdinalStart = ptr.To[int32](995) }), 6)
+	refusedScale("kubectl scale to 0 replicas of a destination retiring the source (externalMembersPolicy Retire)", "spec.externalMembersPolicy", retiring, 0)
+	refusedScale("kubectl scale to 0 replicas of a destination with spec.learnerReplicas 2", "spec.learnerReplicas",
+		fresh(func(e *v1alpha1.Etcd) { e.Spec.LearnerReplicas = ptr.To[int32](2) }), 0)
+
 	if !t.Failed() {
 		refusaldoc.Check(t, table, "security-refusals-webhooks.md")
 	}

@@ -38,6 +38,9 @@ const (
 	// EtcdDeletionValidatorPath serves the validating webhook on Etcd
 	// deletions.
 	EtcdDeletionValidatorPath = "/validate-druid-gardener-cloud-v1alpha1-etcd-delete"
+	// EtcdScaleValidatorPath serves the validating webhook on the scale
+	// subresource of Etcds.
+	EtcdScaleValidatorPath = "/validate-druid-gardener-cloud-v1alpha1-etcd-scale"
 )
 
 // DefaultSidecarPort is the port the injected sidecar serves on: clear of
@@ -219,6 +222,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	srv.Register(EtcdValidatorPath, &admission.Webhook{Handler: &EtcdValidator{Decoder: decoder}})
 	srv.Register(EtcdMembershipValidatorPath, &admission.Webhook{Handler: &EtcdMembershipValidator{Reader: mgr.GetAPIReader(), Decoder: decoder}})
 	srv.Register(EtcdDeletionValidatorPath, &admission.Webhook{Handler: &EtcdDeletionValidator{Reader: mgr.GetAPIReader(), Decoder: decoder}})
+	srv.Register(EtcdScaleValidatorPath, &admission.Webhook{Handler: &EtcdScaleValidator{Reader: mgr.GetAPIReader()}})
 	// The kube-apiserver calls the webhooks as soon as a Service endpoint is
 	// ready: not ready until the server answers TLS handshakes.
 	if err := mgr.AddReadyzCheck("webhook-server", srv.StartedChecker()); err != nil {

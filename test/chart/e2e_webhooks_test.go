@@ -16,6 +16,7 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -148,7 +149,7 @@ func startChartWebhooks(t *testing.T, f *rbacFixture) *webhookServer {
 	}
 	n, err := PointWebhooksAt(hooks, "https://127.0.0.1:"+strconv.Itoa(port), ca.CertPEM())
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(n).To(Equal(4), "the StatefulSet mutator, the Etcd and EtcdMembership validators and the Etcd deletion validator")
+	g.Expect(n).To(Equal(5), "the StatefulSet mutator, the Etcd and EtcdMembership validators, and the Etcd deletion and scale validators")
 	t.Cleanup(func() {
 		if err := Delete(context.Background(), admin, hooks); err != nil {
 			t.Errorf("removing webhook configurations: %v", err)
@@ -297,6 +298,16 @@ sidecar:
 		ContainSubstring(webhook.DeleteStretchedAnnotation))))
 	g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(e), &v1alpha1.Etcd{})).To(Succeed(), "still stored")
 	g.Expect(admin.Delete(ctx, plain)).To(Succeed())
+
+	// kubectl scale of the opted-in Etcd past the bounds is refused by the
+	// scale validator, and the Etcd keeps its replicas.
+	err = admin.SubResource("scale").Update(ctx, &v1alpha1.Etcd{ObjectMeta: e.ObjectMeta},
+		client.WithSubResourceBody(&autoscalingv1.Scale{Spec: autoscalingv1.ScaleSpec{Replicas: 10}}))
+	g.Expect(err).To(MatchError(And(ContainSubstring(`admission webhook "etcdscales.druid-stretch.druid.gardener.cloud" denied`),
+		ContainSubstring("spec.replicas"))))
+	scaled := &v1alpha1.Etcd{}
+	g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(e), scaled)).To(Succeed())
+	g.Expect(scaled.Spec.Replicas).To(Equal(e.Spec.Replicas))
 
 	// A cluster not yet upgraded from the extended Etcd CRD: an Etcd that
 	// carries the fields inline goes through the validator, a plain one

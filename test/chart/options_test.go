@@ -125,8 +125,8 @@ var chartOptions = []chartOption{
 
 			mut, val := webhookConfigs(g, r)
 			g.Expect(mut.Webhooks).To(HaveLen(1))
-			g.Expect(val.Webhooks).To(HaveLen(3))
-			m, v, mv, dv := mut.Webhooks[0], val.Webhooks[0], val.Webhooks[1], val.Webhooks[2]
+			g.Expect(val.Webhooks).To(HaveLen(4))
+			m, v, mv, dv, sv := mut.Webhooks[0], val.Webhooks[0], val.Webhooks[1], val.Webhooks[2], val.Webhooks[3]
 			g.Expect(*m.ClientConfig.Service).To(Equal(admissionregistrationv1.ServiceReference{
 				Namespace: ns, Name: webhookSvc.Name, Path: ptr.To("/mutate-apps-v1-statefulset"), Port: ptr.To[int32](443)}))
 			g.Expect(*v.ClientConfig.Service).To(Equal(admissionregistrationv1.ServiceReference{
@@ -162,6 +162,14 @@ var chartOptions = []chartOption{
 			g.Expect(dv.Rules[0].Resources).To(Equal([]string{"etcds"}))
 			g.Expect(dv.Rules[0].Operations).To(Equal([]admissionregistrationv1.OperationType{admissionregistrationv1.Delete}))
 			g.Expect(dv.ClientConfig.CABundle).To(Equal(m.ClientConfig.CABundle))
+			// The scale validator: updates of the scale subresource only.
+			g.Expect(*sv.ClientConfig.Service).To(Equal(admissionregistrationv1.ServiceReference{
+				Namespace: ns, Name: webhookSvc.Name, Path: ptr.To("/validate-druid-gardener-cloud-v1alpha1-etcd-scale"), Port: ptr.To[int32](443)}))
+			g.Expect(*sv.FailurePolicy).To(Equal(admissionregistrationv1.Fail))
+			g.Expect(sv.Rules).To(HaveLen(1))
+			g.Expect(sv.Rules[0].Resources).To(Equal([]string{"etcds/scale"}))
+			g.Expect(sv.Rules[0].Operations).To(Equal([]admissionregistrationv1.OperationType{admissionregistrationv1.Update}))
+			g.Expect(sv.ClientConfig.CABundle).To(Equal(m.ClientConfig.CABundle))
 
 			// The self-signed certificate serves the Service's DNS names and
 			// chains to the caBundle of both configurations.

@@ -114,7 +114,7 @@ func installWebhooks(t *testing.T, release string, vals map[string]any, baseURL 
 	}
 	n, err := PointWebhooksAt(hooks, baseURL, caBundle)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(n).To(Equal(4), "the StatefulSet mutator, the Etcd and EtcdMembership validators and the Etcd deletion validator")
+	g.Expect(n).To(Equal(5), "the StatefulSet mutator, the Etcd and EtcdMembership validators, and the Etcd deletion and scale validators")
 	ctx := context.Background()
 	t.Cleanup(func() {
 		if err := Delete(ctx, admin, hooks); err != nil {

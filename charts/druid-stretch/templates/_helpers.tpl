@@ -101,6 +101,8 @@ leaderElectionID is controller.leaderElectionID, else <fullname>-membership
 
 {{- define "druid-stretch.etcdDeletionValidatorPath" -}}/validate-druid-gardener-cloud-v1alpha1-etcd-delete{{- end -}}
 
+{{- define "druid-stretch.etcdScaleValidatorPath" -}}/validate-druid-gardener-cloud-v1alpha1-etcd-scale{{- end -}}
+
 {{/*
 webhookNamespaceSelector joins webhook.namespaceSelector and one webhook's
 own (list root own): label sets merged, expressions appended, and the
