@@ -68,7 +68,8 @@ func (v *EtcdDeletionValidator) Handle(ctx context.Context, req admission.Reques
 
 // handleDelete judges the deletion of an EtcdMembership: it drops
 // druid-stretch's fields and status from its Etcd, so it is refused where
-// deleting the Etcd would be (stretchedDeletion). Once
+// deleting the Etcd would be (stretchedDeletion), and where the Etcd's
+// pods depend on the fields (lostFields). Once
 // the Etcd is gone or going (the garbage collector deleting its
 // dependents), nothing is judged: the Etcd's own deletion was.
 func (v *EtcdMembershipValidator) handleDelete(ctx context.Context, req admission.Request) admission.Response {
@@ -93,6 +94,13 @@ func (v *EtcdMembershipValidator) handleDelete(ctx context.Context, req admissio
 	before := etcdview.Of(e, m).View
 	var reasons []string
 	if msg := stretchedDeletion("EtcdMembership", before); msg != "" {
+		reasons = append(reasons, msg)
+	}
+	msg, err := judgeLostFields(ctx, v.Reader, "deleting the EtcdMembership "+key.String(), e, before, etcdview.Of(e, nil).View)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	if msg != "" {
 		reasons = append(reasons, msg)
 	}
 	if len(reasons) > 0 {

@@ -219,7 +219,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		Decoder: decoder,
 		Options: opts,
 	}})
-	srv.Register(EtcdValidatorPath, &admission.Webhook{Handler: &EtcdValidator{Decoder: decoder}})
+	srv.Register(EtcdValidatorPath, &admission.Webhook{Handler: &EtcdValidator{Reader: mgr.GetAPIReader(), Decoder: decoder}})
 	srv.Register(EtcdMembershipValidatorPath, &admission.Webhook{Handler: &EtcdMembershipValidator{Reader: mgr.GetAPIReader(), Decoder: decoder}})
 	srv.Register(EtcdDeletionValidatorPath, &admission.Webhook{Handler: &EtcdDeletionValidator{Reader: mgr.GetAPIReader(), Decoder: decoder}})
 	srv.Register(EtcdScaleValidatorPath, &admission.Webhook{Handler: &EtcdScaleValidator{Reader: mgr.GetAPIReader()}})
