@@ -69,9 +69,9 @@ func (v *EtcdDeletionValidator) Handle(ctx context.Context, req admission.Reques
 // handleDelete judges the deletion of an EtcdMembership: it drops
 // druid-stretch's fields and status from its Etcd, so it is refused where
 // deleting the Etcd would be (stretchedDeletion), and where the Etcd's
-// pods depend on the fields (lostFields). Once
-// the Etcd is gone or going (the garbage collector deleting its
-// dependents), nothing is judged: the Etcd's own deletion was.
+// pods depend on the fields (lostFields). Once the Etcd is gone or going
+// (the garbage collector deleting its dependents), nothing is judged: the
+// Etcd's own deletion was.
 func (v *EtcdMembershipValidator) handleDelete(ctx context.Context, req admission.Request) admission.Response {
 	m := &stretchv1alpha1.EtcdMembership{}
 	if err := v.Decoder.DecodeRaw(req.OldObject, m); err != nil {
