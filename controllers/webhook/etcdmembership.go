@@ -17,6 +17,7 @@ import (
 	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/validation"
+	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 )
 
 // EtcdMembershipValidator is the validating webhook on EtcdMemberships. It
@@ -29,6 +30,11 @@ import (
 // and ValidateSidecarAccess. Under druid's own Etcd CRD the Etcd validator
 // never sees druid-stretch's fields, so this is where a bad change of them
 // is refused before anything is planned.
+//
+// Its deletion is judged as the Etcd's would be (EtcdDeletionValidator):
+// it drops the Etcd's fields and status. Neither its deletion nor an update
+// may leave a live Etcd without druid-stretch's fields while its pods run
+// on a pod window only those fields explain, or mid-move (lostFields).
 //
 // An EtcdMembership written before its Etcd exists (the order in which a
 // move creates the pair, so that druid's first StatefulSet already gets the
@@ -51,10 +57,13 @@ type EtcdMembershipValidator struct {
 	StatusWriters []string
 }
 
-// Handle admits one EtcdMembership create or update.
+// Handle admits one EtcdMembership create, update or deletion.
 func (v *EtcdMembershipValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if req.Operation == admissionv1.Delete {
+		return v.handleDelete(ctx, req)
+	}
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
-		return admission.Allowed("only creates and updates are validated")
+		return admission.Allowed("only creates, updates and deletions are validated")
 	}
 	if req.SubResource == "status" {
 		return v.judgeStatus(req)
@@ -72,13 +81,20 @@ func (v *EtcdMembershipValidator) Handle(ctx context.Context, req admission.Requ
 		// the rules refuse.
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("reading the Etcd %s/%s to judge its EtcdMembership with: %w", req.Namespace, req.Name, err))
 	}
+	stored := e.DeepCopy()
 	// The EtcdMembership's fields are judged, not an inline copy on an Etcd
 	// of an earlier release (which the controller copies over them).
 	e.Spec.MembershipSpec = v1alpha1.MembershipSpec{}
 	old := &stretchv1alpha1.EtcdMembership{}
+	var lost string
 	if req.Operation == admissionv1.Update {
 		if err := v.Decoder.DecodeRaw(req.OldObject, old); err != nil {
 			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the stored EtcdMembership: %w", err))
+		}
+		var err error
+		lost, err = judgeLostFields(ctx, v.Reader, "this write of the EtcdMembership", stored, etcdview.Of(stored, old).View, etcdview.Of(stored, m).View)
+		if err != nil {
+			return admission.Errored(http.StatusInternalServerError, err)
 		}
 	}
 	oldView, _ := stretchv1alpha1.View(e, old)
@@ -106,6 +122,9 @@ func (v *EtcdMembershipValidator) Handle(ctx context.Context, req admission.Requ
 	// GEP-39's own fields on the Etcd and druid-stretch's here must say
 	// the same of the source's members.
 	errs = append(errs, stretchv1alpha1.Conflicts(paired, &m.Spec.MembershipSpec)...)
+	if lost != "" {
+		errs = append(errs, field.Forbidden(field.NewPath("spec"), lost))
+	}
 	if len(errs) == 0 {
 		return admission.Allowed("")
 	}

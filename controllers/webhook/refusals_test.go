@@ -18,6 +18,7 @@ import (
 
 	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/controllers/webhook"
 	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 	"github.com/druid-stretch/druid-stretch/internal/refusaldoc"
 )
@@ -387,24 +388,138 @@ func TestWebhookRefusals(t *testing.T) {
 	// EtcdMembership lost them, or went). The stored StatefulSet is
 	// compared before and after.
 	const lost = "nor an EtcdMembership of its name carries druid-stretch's fields"
-	noOrdinalStart := func(t *testing.T, e *v1alpha1.Etcd) *v1alpha1.Etcd {
-		v := changeEtcd(t, e, func(v *v1alpha1.Etcd) { v.Spec.OrdinalStart = nil })
-		NewWithT(t).Expect(v.UsesExtension()).To(BeFalse())
-		return v
-	}
-	refusedStatefulSetWrite("druid's StatefulSet after spec.ordinalStart left the EtcdMembership of an Etcd without external members", lost,
-		fresh(func(e *v1alpha1.Etcd) { e.Spec.ExternalMembers = nil }), noOrdinalStart, nil)
-	refusedStatefulSetWrite("druid's StatefulSet after the EtcdMembership of a stretched Etcd was deleted", lost, fresh(nil),
-		func(t *testing.T, e *v1alpha1.Etcd) *v1alpha1.Etcd {
+	refusedStatefulSetWrite("druid's StatefulSet after the EtcdMembership of an Etcd without external members was deleted on purpose ("+webhook.DeleteStretchedAnnotation+")", lost,
+		fresh(func(e *v1alpha1.Etcd) { e.Spec.ExternalMembers = nil }), dropFieldsOnPurpose, nil)
+	refusedStatefulSetWrite("druid's StatefulSet after the EtcdMembership of a stretched Etcd was deleted on purpose", lost, fresh(nil), dropFieldsOnPurpose, nil)
+	refusedStatefulSetWrite("druid's StatefulSet with 5 replicas after the EtcdMembership of an Etcd without external members was deleted on purpose", lost,
+		fresh(func(e *v1alpha1.Etcd) { e.Spec.ExternalMembers = nil }), dropFieldsOnPurpose, func(sts *appsv1.StatefulSet) { sts.Spec.Replicas = ptr.To[int32](5) })
+
+	// Deletions of one side of a stretched cluster (the Etcd deletion
+	// validator, and the EtcdMembership validator for the EtcdMembership
+	// that carries its fields). The pair is compared before and after.
+	refusedDelete := func(input, want, target string, build func() *v1alpha1.Etcd, status func(*v1alpha1.Etcd) *v1alpha1.MembershipStatus) {
+		t.Helper()
+		t.Run(input, func(t *testing.T) {
 			g := NewWithT(t)
-			g.Expect(k8s.Delete(t.Context(), stretchv1alpha1.For(e, v1alpha1.MembershipSpec{}))).To(Succeed())
-			p, err := etcdview.Get(t.Context(), k8s, client.ObjectKeyFromObject(e))
+			e := createEtcd(t, build())
+			setMembershipStatus(t, e, status(e))
+			before, err := etcdview.Get(t.Context(), k8s, client.ObjectKeyFromObject(e))
 			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(p.View.UsesExtension()).To(BeFalse())
-			return p.View
-		}, nil)
-	refusedStatefulSetWrite("druid's StatefulSet with 5 replicas after spec.ordinalStart left the EtcdMembership of an Etcd without external members", lost,
-		fresh(func(e *v1alpha1.Etcd) { e.Spec.ExternalMembers = nil }), noOrdinalStart, func(sts *appsv1.StatefulSet) { sts.Spec.Replicas = ptr.To[int32](5) })
+			var obj client.Object = before.Etcd.DeepCopy()
+			generation := before.Etcd.Generation
+			if target == "EtcdMembership" {
+				obj, generation = before.Membership.DeepCopy(), before.Membership.Generation
+			}
+			err = k8s.Delete(t.Context(), obj)
+			g.Expect(err).To(HaveOccurred(), "the deletion was admitted")
+			g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a webhook denial: %v", err)
+			g.Expect(err.Error()).To(ContainSubstring(want))
+			after, getErr := etcdview.Get(t.Context(), k8s, client.ObjectKeyFromObject(e))
+			g.Expect(getErr).NotTo(HaveOccurred(), "the Etcd is still stored")
+			g.Expect(after.Membership).NotTo(BeNil(), "the EtcdMembership is still stored")
+			g.Expect(after.Etcd.ResourceVersion).To(Equal(before.Etcd.ResourceVersion), "the Etcd was not written")
+			g.Expect(after.Membership.ResourceVersion).To(Equal(before.Membership.ResourceVersion), "the EtcdMembership was not written")
+			g.Expect(after.Etcd.DeletionTimestamp).To(BeNil())
+			g.Expect(after.Membership.DeletionTimestamp).To(BeNil())
+			table.Add(refusaldoc.Row{Input: input, Target: "delete " + target, Answer: answer(err),
+				Before: fmt.Sprintf("stored, generation %d", generation), After: "unchanged"})
+		})
+	}
+	halfMoved := func(e *v1alpha1.Etcd) *v1alpha1.MembershipStatus { return votersBeside(e, 3, 2) }
+	refusedDelete("an Etcd whose 3 members vote beside 2 of the other side's (a move half done)", webhook.DeleteStretchedAnnotation, "Etcd", fresh(nil), halfMoved)
+	refusedDelete("the EtcdMembership of an Etcd whose 3 members vote beside 2 of the other side's", webhook.DeleteStretchedAnnotation, "EtcdMembership", fresh(nil), halfMoved)
+	refusedDelete("an Etcd scaled to 0 whose 3 members still vote beside 2 of the other side's", "lose their quorum", "Etcd",
+		fresh(func(e *v1alpha1.Etcd) { e.Spec.Replicas = 0 }), halfMoved)
+	refusedDelete("an Etcd whose 1 member votes beside 3 of the other side's", "dead voter(s)", "Etcd",
+		fresh(func(e *v1alpha1.Etcd) { e.Spec.Replicas = 1 }), func(e *v1alpha1.Etcd) *v1alpha1.MembershipStatus { return votersBeside(e, 1, 3) })
+	refusedDelete("a stretched Etcd whose "+webhook.DeleteStretchedAnnotation+" is \"yes\"", webhook.DeleteStretchedAnnotation, "Etcd",
+		fresh(annotate(webhook.DeleteStretchedAnnotation, "yes")), halfMoved)
+
+	// The scale subresource (kubectl scale etcd/x), judged with the pair
+	// as a change of spec.replicas; the stored Etcd is compared before and
+	// after.
+	refusedScale := func(input, field string, build func() *v1alpha1.Etcd, replicas int32) {
+		t.Helper()
+		t.Run(input, func(t *testing.T) {
+			g := NewWithT(t)
+			e := createEtcd(t, build())
+			before := &v1alpha1.Etcd{}
+			g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(e), before)).To(Succeed())
+			err := scaleEtcd(t, e, replicas)
+			g.Expect(err).To(HaveOccurred(), "the scale was admitted")
+			g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+			g.Expect(err.Error()).To(ContainSubstring(field))
+			after := &v1alpha1.Etcd{}
+			g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(e), after)).To(Succeed())
+			g.Expect(after.ResourceVersion).To(Equal(before.ResourceVersion), "nothing was written")
+			g.Expect(after.Spec.Replicas).To(Equal(before.Spec.Replicas))
+			table.Add(refusaldoc.Row{Input: input, Target: "update Etcd scale", Answer: answer(err),
+				Before: fmt.Sprintf("stored, %d replicas, generation %d", before.Spec.Replicas, before.Generation),
+				After:  fmt.Sprintf("unchanged, %d replicas", after.Spec.Replicas)})
+		})
+	}
+	refusedScale("kubectl scale to 10 replicas of a stretched Etcd", "spec.replicas", fresh(nil), 10)
+	refusedScale("kubectl scale to 6 replicas of an Etcd at spec.ordinalStart 995 (ordinals up to 1000)", "spec.ordinalStart",
+		fresh(func(e *v1alpha1.Etcd) { e.Spec.OrdinalStart = ptr.To[int32](995) }), 6)
+	refusedScale("kubectl scale to 0 replicas of a destination retiring the source (externalMembersPolicy Retire)", "spec.externalMembersPolicy", retiring, 0)
+	refusedScale("kubectl scale to 0 replicas of a destination with spec.learnerReplicas 2", "spec.learnerReplicas",
+		fresh(func(e *v1alpha1.Etcd) { e.Spec.LearnerReplicas = ptr.To[int32](2) }), 0)
+
+	// Writes that would leave a live Etcd without druid-stretch's fields
+	// while its pods run on druid-stretch's pod window or a move is under
+	// way. The pair and its StatefulSet are compared before and after.
+	const dropped = "without druid-stretch's fields"
+	refusedFieldDrop := func(input, want, target string, build func() *v1alpha1.Etcd, drop func(*testing.T, *etcdview.Pair) error) {
+		t.Helper()
+		t.Run(input, func(t *testing.T) {
+			g := NewWithT(t)
+			e := createEtcd(t, build())
+			sts := withStatefulSet(t, k8s, e)
+			before, err := etcdview.Get(t.Context(), k8s, client.ObjectKeyFromObject(e))
+			g.Expect(err).NotTo(HaveOccurred())
+			err = drop(t, before)
+			g.Expect(err).To(HaveOccurred(), "the fields were dropped")
+			g.Expect(err.Error()).To(And(ContainSubstring(want), ContainSubstring(dropped)))
+			expectPairKept(t, before, sts)
+			table.Add(refusaldoc.Row{Input: input, Target: target, Answer: answer(err),
+				Before: fmt.Sprintf("stored, generation %d; StatefulSet on %s", before.Membership.Generation, sts.Annotations[webhook.PodWindowAnnotation]),
+				After:  "unchanged"})
+		})
+	}
+	deleteMembership := func(t *testing.T, p *etcdview.Pair) error { return k8s.Delete(t.Context(), p.Membership.DeepCopy()) }
+	emptyMembership := func(t *testing.T, p *etcdview.Pair) error {
+		m := p.Membership.DeepCopy()
+		m.Spec = stretchv1alpha1.EtcdMembershipSpec{}
+		return k8s.Update(t.Context(), m)
+	}
+	ownRange := fresh(func(e *v1alpha1.Etcd) { e.Spec.ExternalMembers = nil })
+	refusedFieldDrop("the EtcdMembership of an Etcd at spec.ordinalStart 3, its StatefulSet on [3, 6)", "pod window [3, 6)", "delete EtcdMembership", ownRange, deleteMembership)
+	refusedFieldDrop("spec.ordinalStart (its only field) dropped from the EtcdMembership, its StatefulSet on [3, 6)", "pod window [3, 6)", "update EtcdMembership", ownRange, emptyMembership)
+	refusedFieldDrop("the EtcdMembership of a hibernated Etcd at spec.ordinalStart 3 (0 replicas)", "pod window [] from ordinal 3", "delete EtcdMembership",
+		fresh(func(e *v1alpha1.Etcd) { e.Spec.ExternalMembers, e.Spec.Replicas = nil, 0 }), deleteMembership)
+	refusedFieldDrop("every field dropped from the EtcdMembership of an Etcd on druid's ordinals that lists 3 external members", "3 external member(s)", "update EtcdMembership",
+		fresh(func(e *v1alpha1.Etcd) { e.Spec.OrdinalStart = ptr.To[int32](0) }), emptyMembership)
+	t.Run("the inline fields removed from an Etcd whose StatefulSet runs on [3, 6), no EtcdMembership carrying them", func(t *testing.T) {
+		g := NewWithT(t)
+		e := fresh(func(e *v1alpha1.Etcd) { e.Spec.ExternalMembers = nil })()
+		e.Namespace = extNS
+		g.Expect(ext.Create(t.Context(), e)).To(Succeed())
+		sts := withStatefulSet(t, ext, e)
+		before := &v1alpha1.Etcd{}
+		g.Expect(ext.Get(t.Context(), client.ObjectKeyFromObject(e), before)).To(Succeed())
+		pruned := before.DeepCopy()
+		pruned.Spec.MembershipSpec = v1alpha1.MembershipSpec{}
+		err := ext.Update(t.Context(), pruned)
+		g.Expect(err).To(MatchError(And(ContainSubstring("pod window [3, 6)"), ContainSubstring(dropped))))
+		after := &v1alpha1.Etcd{}
+		g.Expect(ext.Get(t.Context(), client.ObjectKeyFromObject(e), after)).To(Succeed())
+		g.Expect(after.ResourceVersion).To(Equal(before.ResourceVersion), "nothing was written")
+		stored := &appsv1.StatefulSet{}
+		g.Expect(ext.Get(t.Context(), client.ObjectKeyFromObject(sts), stored)).To(Succeed())
+		g.Expect(stored.ResourceVersion).To(Equal(sts.ResourceVersion))
+		table.Add(refusaldoc.Row{Input: "the inline fields removed from an Etcd whose StatefulSet runs on [3, 6), no EtcdMembership carrying them", Target: "update Etcd (extended CRD)",
+			Answer: answer(err), Before: fmt.Sprintf("stored, generation %d; StatefulSet on %s", before.Generation, sts.Annotations[webhook.PodWindowAnnotation]), After: "unchanged"})
+	})
 
 	// Values that flow into a sidecar's flags: admitted exactly when the
 	// sidecar's own flag parsing accepts them (TestAdmittedValuesParseAsSidecarFlags).

@@ -565,8 +565,9 @@ func TestDroppedStatusStopsNoPod(t *testing.T) {
 
 // TestLostExtensionFieldsKeepTheStatefulSet: druid-stretch's fields are
 // gone from an Etcd whose pods run its sidecar on its pod window (its
-// EtcdMembership lost them or was deleted; under the extended Etcd CRD,
-// druid's own CRD coming back pruned them). druid's next write of the
+// EtcdMembership was deleted on purpose, which admission otherwise
+// refuses; under the extended Etcd CRD, druid's own CRD coming back pruned
+// them). druid's next write of the
 // StatefulSet is refused with a message that names the cause, and the
 // stored StatefulSet is unchanged: no pod restarts without its sidecar, no
 // pod outside druid's ordinals stops.
@@ -614,8 +615,7 @@ func TestLostExtensionFieldsKeepTheStatefulSet(t *testing.T) {
 			before := &appsv1.StatefulSet{}
 			g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(e), before)).To(Succeed())
 
-			e = changeEtcd(t, e, func(v *v1alpha1.Etcd) { v.Spec.OrdinalStart = nil })
-			g.Expect(e.UsesExtension()).To(BeFalse())
+			e = dropFieldsOnPurpose(t, e)
 			again := druidStatefulSet(e)
 			again.ResourceVersion = before.ResourceVersion
 			err := k8s.Update(t.Context(), again)

@@ -40,6 +40,12 @@ const (
 	// EtcdMembershipValidatorPath serves the validating webhook on
 	// EtcdMemberships.
 	EtcdMembershipValidatorPath = "/validate-druid-stretch-druid-gardener-cloud-v1alpha1-etcdmembership"
+	// EtcdDeletionValidatorPath serves the validating webhook on Etcd
+	// deletions.
+	EtcdDeletionValidatorPath = "/validate-druid-gardener-cloud-v1alpha1-etcd-delete"
+	// EtcdScaleValidatorPath serves the validating webhook on the scale
+	// subresource of Etcds.
+	EtcdScaleValidatorPath = "/validate-druid-gardener-cloud-v1alpha1-etcd-scale"
 )
 
 // DefaultSidecarPort is the port the injected sidecar serves on: clear of
@@ -209,7 +215,7 @@ func (o *Options) validate() error {
 	return errors.Join(errs...)
 }
 
-// SetupWithManager registers both webhooks on the manager's webhook server.
+// SetupWithManager registers the webhooks on the manager's webhook server.
 // The StatefulSet webhook reads the owner Etcd through the manager's API
 // reader, not its cache: the pod window depends on status.membership, which
 // the controller has just written when a removal frees a pod.
@@ -233,7 +239,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		Decoder: decoder,
 		Options: opts,
 	}})
-	srv.Register(EtcdValidatorPath, &admission.Webhook{Handler: &EtcdValidator{Decoder: decoder}})
+	srv.Register(EtcdValidatorPath, &admission.Webhook{Handler: &EtcdValidator{Reader: mgr.GetAPIReader(), Decoder: decoder}})
 	self, err := UserName(mgr.GetConfig())
 	if err != nil {
 		// Fail closed: without it the webhook cannot tell the controller's
@@ -242,6 +248,8 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	}
 	writers := append([]string{self}, opts.MembershipStatusWriters...)
 	srv.Register(EtcdMembershipValidatorPath, &admission.Webhook{Handler: &EtcdMembershipValidator{Reader: mgr.GetAPIReader(), Decoder: decoder, StatusWriters: writers}})
+	srv.Register(EtcdDeletionValidatorPath, &admission.Webhook{Handler: &EtcdDeletionValidator{Reader: mgr.GetAPIReader(), Decoder: decoder}})
+	srv.Register(EtcdScaleValidatorPath, &admission.Webhook{Handler: &EtcdScaleValidator{Reader: mgr.GetAPIReader()}})
 	// The kube-apiserver calls the webhooks as soon as a Service endpoint is
 	// ready: not ready until the server answers TLS handshakes.
 	if err := mgr.AddReadyzCheck("webhook-server", srv.StartedChecker()); err != nil {

@@ -16,6 +16,7 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -148,7 +149,7 @@ func startChartWebhooks(t *testing.T, f *rbacFixture) *webhookServer {
 	}
 	n, err := PointWebhooksAt(hooks, "https://127.0.0.1:"+strconv.Itoa(port), ca.CertPEM())
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(n).To(Equal(3), "the StatefulSet mutator and the Etcd and EtcdMembership validators")
+	g.Expect(n).To(Equal(5), "the StatefulSet mutator, the Etcd and EtcdMembership validators, and the Etcd deletion and scale validators")
 	t.Cleanup(func() {
 		if err := Delete(context.Background(), admin, hooks); err != nil {
 			t.Errorf("removing webhook configurations: %v", err)
@@ -276,6 +277,38 @@ sidecar:
 	g.Expect(stored.Spec.Template.Spec.Containers).To(HaveLen(2), "druid's two containers, no sidecar")
 	g.Expect(stored.Spec.Template.Spec.InitContainers).To(BeEmpty())
 
+	// Deletions: one side of a stretched cluster (its members vote beside
+	// another side's, as its EtcdMembership's status says) is refused by
+	// the Etcd deletion validator, which every Etcd deletion reaches; a
+	// plain Etcd is deleted.
+	m := &stretchv1alpha1.EtcdMembership{}
+	g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(e), m)).To(Succeed())
+	m.Status.Membership = &v1alpha1.MembershipStatus{Phase: v1alpha1.MembershipPhaseConverged}
+	for i, name := range []string{"etcd-moved-3", "etcd-moved-4", "seed-a-etcd-moved-0"} {
+		origin := v1alpha1.MemberOriginLocal
+		if i == 2 {
+			origin = v1alpha1.MemberOriginExternal
+		}
+		m.Status.Membership.Members = append(m.Status.Membership.Members, v1alpha1.ObservedMember{
+			ID: strconv.Itoa(i + 1), Name: name, Role: v1alpha1.MemberRoleVoter, Origin: origin, Healthy: true})
+	}
+	g.Expect(admin.Status().Update(ctx, m)).To(Succeed())
+	err := admin.Delete(ctx, e)
+	g.Expect(err).To(MatchError(And(ContainSubstring(`admission webhook "etcddeletions.druid-stretch.druid.gardener.cloud" denied`),
+		ContainSubstring(webhook.DeleteStretchedAnnotation))))
+	g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(e), &v1alpha1.Etcd{})).To(Succeed(), "still stored")
+	g.Expect(admin.Delete(ctx, plain)).To(Succeed())
+
+	// kubectl scale of the opted-in Etcd past the bounds is refused by the
+	// scale validator, and the Etcd keeps its replicas.
+	err = admin.SubResource("scale").Update(ctx, &v1alpha1.Etcd{ObjectMeta: e.ObjectMeta},
+		client.WithSubResourceBody(&autoscalingv1.Scale{Spec: autoscalingv1.ScaleSpec{Replicas: 10}}))
+	g.Expect(err).To(MatchError(And(ContainSubstring(`admission webhook "etcdscales.druid-stretch.druid.gardener.cloud" denied`),
+		ContainSubstring("spec.replicas"))))
+	scaled := &v1alpha1.Etcd{}
+	g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(e), scaled)).To(Succeed())
+	g.Expect(scaled.Spec.Replicas).To(Equal(e.Spec.Replicas))
+
 	// A cluster not yet upgraded from the extended Etcd CRD: an Etcd that
 	// carries the fields inline goes through the validator, a plain one
 	// does not.
@@ -289,7 +322,7 @@ sidecar:
 
 	// An update that breaks the running cluster is refused (by the CRD's
 	// rule or, behind it, the webhook) and changes nothing.
-	err := patchEtcd(ctx, f.etcdNS, inline.Name, `{"spec":{"externalMembers":[{"name":"etcd-inline-4","peerURLs":["https://etcd-inline-4.seed-a.example:2380"]}]}}`)
+	err = patchEtcd(ctx, f.etcdNS, inline.Name, `{"spec":{"externalMembers":[{"name":"etcd-inline-4","peerURLs":["https://etcd-inline-4.seed-a.example:2380"]}]}}`)
 	g.Expect(err).To(HaveOccurred())
 	g.Expect(err.Error()).To(ContainSubstring("spec.externalMembers"))
 	after := &v1alpha1.Etcd{}

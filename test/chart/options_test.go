@@ -126,8 +126,8 @@ var chartOptions = []chartOption{
 
 			mut, val := webhookConfigs(g, r)
 			g.Expect(mut.Webhooks).To(HaveLen(1))
-			g.Expect(val.Webhooks).To(HaveLen(2))
-			m, v, mv := mut.Webhooks[0], val.Webhooks[0], val.Webhooks[1]
+			g.Expect(val.Webhooks).To(HaveLen(4))
+			m, v, mv, dv, sv := mut.Webhooks[0], val.Webhooks[0], val.Webhooks[1], val.Webhooks[2], val.Webhooks[3]
 			g.Expect(*m.ClientConfig.Service).To(Equal(admissionregistrationv1.ServiceReference{
 				Namespace: ns, Name: webhookSvc.Name, Path: ptr.To("/mutate-apps-v1-statefulset"), Port: ptr.To[int32](443)}))
 			g.Expect(*v.ClientConfig.Service).To(Equal(admissionregistrationv1.ServiceReference{
@@ -150,6 +150,27 @@ var chartOptions = []chartOption{
 			g.Expect(mv.Rules).To(HaveLen(1))
 			g.Expect(mv.Rules[0].APIGroups).To(Equal([]string{"druid-stretch.druid.gardener.cloud"}))
 			g.Expect(mv.Rules[0].Resources).To(Equal([]string{"etcdmemberships", "etcdmemberships/status"}))
+			g.Expect(mv.Rules[0].Operations).To(ConsistOf(admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete))
+			// The Etcd deletion validator: every Etcd deletion (a stored
+			// Etcd carries no field of druid-stretch's to match on), and
+			// nothing else of an Etcd's.
+			g.Expect(*dv.ClientConfig.Service).To(Equal(admissionregistrationv1.ServiceReference{
+				Namespace: ns, Name: webhookSvc.Name, Path: ptr.To("/validate-druid-gardener-cloud-v1alpha1-etcd-delete"), Port: ptr.To[int32](443)}))
+			g.Expect(*dv.FailurePolicy).To(Equal(admissionregistrationv1.Fail))
+			g.Expect(dv.MatchConditions).To(BeEmpty())
+			g.Expect(dv.Rules).To(HaveLen(1))
+			g.Expect(dv.Rules[0].APIGroups).To(Equal([]string{"druid.gardener.cloud"}))
+			g.Expect(dv.Rules[0].Resources).To(Equal([]string{"etcds"}))
+			g.Expect(dv.Rules[0].Operations).To(Equal([]admissionregistrationv1.OperationType{admissionregistrationv1.Delete}))
+			g.Expect(dv.ClientConfig.CABundle).To(Equal(m.ClientConfig.CABundle))
+			// The scale validator: updates of the scale subresource only.
+			g.Expect(*sv.ClientConfig.Service).To(Equal(admissionregistrationv1.ServiceReference{
+				Namespace: ns, Name: webhookSvc.Name, Path: ptr.To("/validate-druid-gardener-cloud-v1alpha1-etcd-scale"), Port: ptr.To[int32](443)}))
+			g.Expect(*sv.FailurePolicy).To(Equal(admissionregistrationv1.Fail))
+			g.Expect(sv.Rules).To(HaveLen(1))
+			g.Expect(sv.Rules[0].Resources).To(Equal([]string{"etcds/scale"}))
+			g.Expect(sv.Rules[0].Operations).To(Equal([]admissionregistrationv1.OperationType{admissionregistrationv1.Update}))
+			g.Expect(sv.ClientConfig.CABundle).To(Equal(m.ClientConfig.CABundle))
 
 			// The self-signed certificate serves the Service's DNS names and
 			// chains to the caBundle of both configurations.
@@ -365,6 +386,8 @@ webhook:
     objectSelector:
       matchLabels:
         druid-stretch.io/enabled: "true"
+  etcdDeletionValidator:
+    failurePolicy: Ignore
 `,
 		kinds: baseKinds(map[string]int{"Secret": 1, "PodDisruptionBudget": 1}),
 		check: func(g *WithT, r *Rendered) {
@@ -374,6 +397,8 @@ webhook:
 			g.Expect(*v.FailurePolicy).To(Equal(admissionregistrationv1.Ignore))
 			g.Expect(*m.TimeoutSeconds).To(Equal(int32(5)))
 			g.Expect(*v.TimeoutSeconds).To(Equal(int32(5)))
+			g.Expect(*val.Webhooks[2].FailurePolicy).To(Equal(admissionregistrationv1.Ignore), "Etcd deletions never wait for druid-stretch")
+			g.Expect(*val.Webhooks[1].FailurePolicy).To(Equal(admissionregistrationv1.Fail))
 			// webhook.namespaceSelector applies to both, each webhook's own
 			// narrows, and the system namespaces are always left out.
 			for _, sel := range []*metav1.LabelSelector{m.NamespaceSelector, v.NamespaceSelector} {

@@ -101,7 +101,7 @@ func (rec *admissionRecorder) callsFor(namespace, name string) []admissionCall {
 	return out
 }
 
-// installWebhooks renders the chart with vals, points its two webhook
+// installWebhooks renders the chart with vals, points its webhook
 // configurations at baseURL and creates them, removed again when the test
 // ends.
 func installWebhooks(t *testing.T, release string, vals map[string]any, baseURL string, caBundle []byte) {
@@ -114,7 +114,7 @@ func installWebhooks(t *testing.T, release string, vals map[string]any, baseURL 
 	}
 	n, err := PointWebhooksAt(hooks, baseURL, caBundle)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(n).To(Equal(3), "the StatefulSet mutator and the Etcd and EtcdMembership validators")
+	g.Expect(n).To(Equal(5), "the StatefulSet mutator, the Etcd and EtcdMembership validators, and the Etcd deletion and scale validators")
 	ctx := context.Background()
 	t.Cleanup(func() {
 		if err := Delete(ctx, admin, hooks); err != nil {

@@ -93,11 +93,15 @@ leaderElectionID is controller.leaderElectionID, else <fullname>-membership
 {{- required "image.repository is required: the druid-stretch image, e.g. --set image.repository=registry.example.com/druid-stretch" .Values.image.repository -}}
 {{- end -}}
 
-{{/* webhookPath names the two admission endpoints the controller serves. */}}
+{{/* webhookPath names the admission endpoints the controller serves. */}}
 {{- define "druid-stretch.statefulSetMutatorPath" -}}/mutate-apps-v1-statefulset{{- end -}}
 {{- define "druid-stretch.etcdValidatorPath" -}}/validate-druid-gardener-cloud-v1alpha1-etcd{{- end -}}
 
 {{- define "druid-stretch.etcdMembershipValidatorPath" -}}/validate-druid-stretch-druid-gardener-cloud-v1alpha1-etcdmembership{{- end -}}
+
+{{- define "druid-stretch.etcdDeletionValidatorPath" -}}/validate-druid-gardener-cloud-v1alpha1-etcd-delete{{- end -}}
+
+{{- define "druid-stretch.etcdScaleValidatorPath" -}}/validate-druid-gardener-cloud-v1alpha1-etcd-scale{{- end -}}
 
 {{/*
 webhookNamespaceSelector joins webhook.namespaceSelector and one webhook's

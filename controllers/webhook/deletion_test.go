@@ -1,0 +1,156 @@
+package webhook_test
+
+import (
+	"fmt"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
+	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
+	"github.com/druid-stretch/druid-stretch/controllers/webhook"
+	"github.com/druid-stretch/druid-stretch/internal/etcdview"
+)
+
+// votersBeside is a status.membership that observed local voters of e (the
+// first ordinals of its range, or of ordinalStart when it has no
+// replicas) beside external voters (the first of its external members).
+func votersBeside(e *v1alpha1.Etcd, local, external int) *v1alpha1.MembershipStatus {
+	st := &v1alpha1.MembershipStatus{Phase: v1alpha1.MembershipPhaseConverged}
+	start := int64(e.Spec.GetOrdinalStart())
+	for i := range local {
+		st.Members = append(st.Members, v1alpha1.ObservedMember{ID: fmt.Sprintf("a%d", i), Name: members.MemberName(e, start+int64(i)),
+			Role: v1alpha1.MemberRoleVoter, Origin: v1alpha1.MemberOriginLocal, Healthy: true, CaughtUp: true})
+	}
+	for i := range external {
+		st.Members = append(st.Members, v1alpha1.ObservedMember{ID: fmt.Sprintf("b%d", i), Name: e.Spec.ExternalMembers[i].Name,
+			Role: v1alpha1.MemberRoleVoter, Origin: v1alpha1.MemberOriginExternal, Healthy: true, CaughtUp: true})
+	}
+	return st
+}
+
+// expectDeleteRefused deletes obj and expects the webhook's denial naming
+// want, with obj still stored as it was.
+func expectDeleteRefused(t *testing.T, obj client.Object, want ...string) {
+	t.Helper()
+	g := NewWithT(t)
+	before := obj.DeepCopyObject().(client.Object)
+	g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(obj), before)).To(Succeed())
+	err := k8s.Delete(t.Context(), obj)
+	g.Expect(err).To(HaveOccurred(), "the deletion was admitted")
+	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a webhook denial: %v", err)
+	for _, w := range want {
+		g.Expect(err.Error()).To(ContainSubstring(w))
+	}
+	after := obj.DeepCopyObject().(client.Object)
+	g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(obj), after)).To(Succeed(), "still stored")
+	g.Expect(after.GetResourceVersion()).To(Equal(before.GetResourceVersion()), "unchanged")
+	g.Expect(after.GetDeletionTimestamp()).To(BeNil(), "not being deleted")
+}
+
+// expectDeleted deletes obj and expects it gone.
+func expectDeleted(t *testing.T, obj client.Object) {
+	t.Helper()
+	g := NewWithT(t)
+	g.Expect(k8s.Delete(t.Context(), obj)).To(Succeed())
+	err := k8s.Get(t.Context(), client.ObjectKeyFromObject(obj), obj.DeepCopyObject().(client.Object))
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "deleted: %v", err)
+}
+
+// One side of a stretched cluster (a move half done: 3 local voters, 2 of
+// the other side's) is neither deleted nor loses its EtcdMembership, and
+// the refusal names the voters and the way out.
+func TestStretchedEtcdIsNotDeleted(t *testing.T) {
+	g := NewWithT(t)
+	e := createEtcd(t, stretchedEtcd(newNamespace(t)))
+	setMembershipStatus(t, e, votersBeside(e, 3, 2))
+	before := webhookRequests(t, webhook.EtcdDeletionValidatorPath)
+
+	expectDeleteRefused(t, &v1alpha1.Etcd{ObjectMeta: e.ObjectMeta}, "seed-b-etcd-main-3, seed-b-etcd-main-4, seed-b-etcd-main-5",
+		"seed-a-etcd-main-0, seed-a-etcd-main-1", "lose their quorum", webhook.DeleteStretchedAnnotation)
+	g.Expect(webhookRequests(t, webhook.EtcdDeletionValidatorPath)).To(Equal(before+1), "judged by the deletion validator")
+	expectDeleteRefused(t, stretchv1alpha1.For(e, v1alpha1.MembershipSpec{}), "EtcdMembership", "seed-b-etcd-main-3", webhook.DeleteStretchedAnnotation)
+
+	p, err := etcdview.Get(t.Context(), k8s, client.ObjectKeyFromObject(e))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(p.View.UsesExtension()).To(BeTrue(), "the pair is as it was")
+	g.Expect(p.View.Status.Membership.Voters()).To(HaveLen(5))
+}
+
+// What stays admitted: an Etcd that is not stretched, one scaled to zero
+// whose members left, a finished move's source whose last observation
+// predates its last member's removal, a deletion on purpose, and the
+// EtcdMembership of an Etcd that is gone or going.
+func TestEtcdDeletionsStillAdmitted(t *testing.T) {
+	t.Run("not stretched", func(t *testing.T) {
+		e := etcdWithTLS(newNamespace(t))
+		e.Spec.OrdinalStart = ptr.To[int32](0)
+		e = createEtcd(t, e)
+		setMembershipStatus(t, e, votersBeside(e, 3, 0))
+		expectDeleted(t, &v1alpha1.Etcd{ObjectMeta: e.ObjectMeta})
+		expectDeleted(t, stretchv1alpha1.For(e, v1alpha1.MembershipSpec{}))
+	})
+	t.Run("druid's alone", func(t *testing.T) {
+		e := createEtcd(t, etcdWithTLS(newNamespace(t)))
+		expectDeleted(t, &v1alpha1.Etcd{ObjectMeta: e.ObjectMeta})
+	})
+	t.Run("scaled to zero, its members removed", func(t *testing.T) {
+		e := stretchedEtcd(newNamespace(t))
+		e.Spec.Replicas = 0
+		e = createEtcd(t, e)
+		setMembershipStatus(t, e, votersBeside(e, 0, 3))
+		expectDeleted(t, &v1alpha1.Etcd{ObjectMeta: e.ObjectMeta})
+	})
+	t.Run("a finished move's source, last observed with one member left", func(t *testing.T) {
+		// GEP-39's SourceSeedCleanup: the source scaled to zero, its
+		// controller's last observation from before the destination
+		// removed its last member.
+		e := etcdWithTLS(newNamespace(t))
+		e.Spec.OrdinalStart, e.Spec.Replicas = ptr.To[int32](0), 0
+		e = createEtcd(t, e)
+		st := votersBeside(e, 1, 0)
+		for i := range 3 {
+			st.Members = append(st.Members, v1alpha1.ObservedMember{ID: fmt.Sprintf("c%d", i), Name: fmt.Sprintf("seed-c-etcd-main-%d", i),
+				Role: v1alpha1.MemberRoleVoter, Origin: v1alpha1.MemberOriginUnmanaged, Healthy: true})
+		}
+		setMembershipStatus(t, e, st)
+		expectDeleted(t, &v1alpha1.Etcd{ObjectMeta: e.ObjectMeta})
+	})
+	t.Run("on purpose", func(t *testing.T) {
+		g := NewWithT(t)
+		e := createEtcd(t, stretchedEtcd(newNamespace(t)))
+		setMembershipStatus(t, e, votersBeside(e, 3, 2))
+		e = changeEtcd(t, e, func(v *v1alpha1.Etcd) {
+			v.Annotations = map[string]string{webhook.DeleteStretchedAnnotation: "true"}
+		})
+		// A finalizer holds the Etcd while it is being deleted, as druid's
+		// does: its EtcdMembership goes meanwhile, as the garbage
+		// collector deletes it in the foreground.
+		stored := &v1alpha1.Etcd{}
+		g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(e), stored)).To(Succeed())
+		stored.Finalizers = []string{"druid.gardener.cloud/etcd-druid"}
+		g.Expect(k8s.Update(t.Context(), stored)).To(Succeed())
+		g.Expect(k8s.Delete(t.Context(), stored)).To(Succeed())
+		g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(e), stored)).To(Succeed())
+		g.Expect(stored.DeletionTimestamp).NotTo(BeNil())
+		expectDeleted(t, stretchv1alpha1.For(e, v1alpha1.MembershipSpec{}))
+		stored.Finalizers = nil
+		g.Expect(k8s.Update(t.Context(), stored)).To(Succeed())
+		err := k8s.Get(t.Context(), client.ObjectKeyFromObject(e), stored)
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "deleted: %v", err)
+	})
+	t.Run("the EtcdMembership of a stretched Etcd on purpose", func(t *testing.T) {
+		g := NewWithT(t)
+		e := createEtcd(t, stretchedEtcd(newNamespace(t)))
+		setMembershipStatus(t, e, votersBeside(e, 3, 2))
+		m, err := etcdview.GetMembership(t.Context(), k8s, client.ObjectKeyFromObject(e))
+		g.Expect(err).NotTo(HaveOccurred())
+		m.Annotations = map[string]string{webhook.DeleteStretchedAnnotation: "true"}
+		g.Expect(k8s.Update(t.Context(), m)).To(Succeed())
+		expectDeleted(t, m)
+	})
+}
