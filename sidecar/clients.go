@@ -211,6 +211,9 @@ func (s *Server) checkDrainCaller(ctx context.Context, r *http.Request) *Error {
 	if e := validateName(HeaderLockHolder, caller.Holder); e != nil {
 		return e
 	}
+	if _, e := lockTokenStart(HeaderLockToken, caller.Token, time.Now()); e != nil {
+		return e
+	}
 	s.mu.Lock()
 	c := s.peers
 	s.mu.Unlock()

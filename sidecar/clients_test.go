@@ -358,7 +358,8 @@ func TestUndrainClients(t *testing.T) {
 	sc, gate, gateURL := gatedSidecar(t, c, follower)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	const holder, token = "controller-a", "1-a"
+	const holder = "controller-a"
+	token := lockToken(time.Minute)
 	_, err := sc.AcquireLock(ctx, holder, token, 30*time.Second)
 	g.Expect(err).NotTo(HaveOccurred())
 	mine := sidecar.CallOptions{LockHolder: holder, LockToken: token}
@@ -368,7 +369,7 @@ func TestUndrainClients(t *testing.T) {
 	g.Expect(gate.Ready()).To(BeFalse())
 	for name, o := range map[string]sidecar.CallOptions{
 		"another holder":                {LockHolder: "controller-b"},
-		"a stale process of the holder": {LockHolder: holder, LockToken: "0-old"},
+		"a stale process of the holder": {LockHolder: holder, LockToken: lockToken(time.Hour)},
 	} {
 		_, err := sc.UndrainClients(ctx, o)
 		g.Expect(sidecar.IsReason(err, sidecar.ReasonLockHeld) || sidecar.IsReason(err, sidecar.ReasonStaleToken)).To(BeTrue(), "%s may not undo the drain: %v", name, err)

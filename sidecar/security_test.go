@@ -173,7 +173,12 @@ func TestSecurityRefusals(t *testing.T) {
 	g.Expect(leader).NotTo(BeEmpty())
 
 	// The doc shows no run's ports, member IDs or leader: they differ per run.
+	var tokenNames map[string]string // this run's lock tokens and what the doc calls them
 	normalize := func(s string) string {
+		for token, name := range tokenNames {
+			s = strings.ReplaceAll(s, token, name)
+		}
+		s = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`).ReplaceAllString(s, "{time}")
 		s = strings.ReplaceAll(s, sc.addr, "{sidecar}")
 		s = regexp.MustCompile(`127\.0\.0\.1:\d+`).ReplaceAllString(s, "127.0.0.1:{port}")
 		s = regexp.MustCompile(`\b[0-9a-f]{12,16}\b`).ReplaceAllString(s, "{member-id}")
@@ -189,21 +194,36 @@ func TestSecurityRefusals(t *testing.T) {
 			"(mutual TLS with the client CA, `--allowed-client=" + controllerIdentity + "`, the request limits; for the test a 1 s header timeout, " +
 			"a 3 s read timeout and one call in flight) in front of a real three-member etcd cluster. " +
 			"\"state\" is etcd's member list read directly from etcd, not through the sidecar; the test compares member IDs, names, learner flags and peer URLs " +
-			"before and after every row and fails if anything changed. `{leader}`, `{follower}`, `{member-id}`, `{sidecar}` and `{port}` stand for what differs per run.",
+			"before and after every row and fails if anything changed. The rows on the membership lock also show the lock key's value read directly from etcd, " +
+			"compared before and after the same way. `{leader}`, `{follower}`, `{member-id}`, `{sidecar}`, `{port}`, `{time}` and the `{token…}` " +
+			"(a real process's lock token; `{token-1h}` of a process started an hour before, `{token+10m}` of one that claims to start in 10 minutes) stand for what differs per run.",
 	}
-	// try sends one input, checks the answer and that etcd's membership is
-	// unchanged, and adds the row.
+	// extraState, when set, is more state a group of rows must leave
+	// unchanged (the lock, the client gate), read directly, shown beside
+	// the member list.
+	var extraState func(Gomega) string
+	// try sends one input, checks the answer and that etcd's membership
+	// (and extraState) is unchanged, and adds the row.
 	try := func(input, target string, do func() answer, check func(Gomega, answer)) {
 		t.Helper()
 		t.Run(input, func(t *testing.T) {
 			g := NewWithT(t)
 			before := tc.membership(g, via)
+			var extraBefore string
+			if extraState != nil {
+				extraBefore = extraState(g)
+			}
 			a := do()
 			check(g, a)
 			after := tc.membership(g, via)
 			g.Expect(after).To(Equal(before), "the membership changed")
+			state := summary(before)
+			if extraState != nil {
+				g.Expect(extraState(g)).To(Equal(extraBefore), "the state beside the membership changed")
+				state += "; " + normalize(extraBefore)
+			}
 			table.Add(refusaldoc.Row{Input: input, Target: normalize(target), Answer: normalize(a.String()),
-				Before: summary(before), After: "unchanged"})
+				Before: state, After: "unchanged"})
 		})
 	}
 	refused := func(code int, reason string) func(Gomega, answer) {
@@ -396,6 +416,34 @@ func TestSecurityRefusals(t *testing.T) {
 	try("leadership to an unknown member name", "POST /v1/leader", call(controller, "POST", "/v1/leader", `{"name":"nobody"}`, nil), refused(404, sidecar.ReasonMemberNotFound))
 	try("remove the leader", "DELETE /v1/members/"+leader, call(controller, "DELETE", "/v1/members/"+leader, "", nil), refused(409, sidecar.ReasonIsLeader))
 	try("a stale membership fingerprint", "DELETE /v1/members/"+follower, call(controller, "DELETE", "/v1/members/"+follower, "", map[string]string{sidecar.HeaderMembership: "0123456789abcdef"}), refused(409, sidecar.ReasonMembershipChanged))
+
+	// Lock tokens: only the form the controller makes, with a start time
+	// no later than the sidecar's clock allows, and compared as times. A
+	// real process of seed-b holds the lock during these rows.
+	heldToken, olderToken, aheadToken := lockToken(time.Minute), lockToken(time.Hour), lockToken(-10*time.Minute)
+	tokenNames = map[string]string{heldToken: "{token}", olderToken: "{token-1h}", aheadToken: "{token+10m}"}
+	g.Expect(sidecar.NewClient(sc.url, controllerTLS).AcquireLock(t.Context(), "seed-b", heldToken, time.Minute)).Error().NotTo(HaveOccurred())
+	extraState = func(g Gomega) string { return "lock " + tc.lockValue(g, via) }
+	lockBody := func(token string) string {
+		return fmt.Sprintf(`{"holder":"seed-b","token":%q,"ttlSeconds":60}`, token)
+	}
+	for _, bad := range []struct{ what, token string }{
+		{"a token that sorts after every real one (zzzz)", "zzzz"},
+		{"a token of the right length that is not hex", strings.Repeat("z", sidecar.LockTokenLength)},
+		{"a token of 32 nines", strings.Repeat("9", 32)},
+		{"a token whose start time is the largest there is (year 2262)", "7fffffffffffffff00000000"},
+		{"a token whose start time has the sign bit set", "ffffffffffffffff00000000"},
+		{"a token of a process started 10 minutes from now", aheadToken},
+	} {
+		try("lock takeover with "+bad.what, "POST /v1/lock", call(controller, "POST", "/v1/lock", lockBody(bad.token), nil), refused(400, sidecar.ReasonInvalidToken))
+	}
+	try("lock takeover with the token of a process older than the holder's", "POST /v1/lock", call(controller, "POST", "/v1/lock", lockBody(olderToken), nil), refused(409, sidecar.ReasonStaleToken))
+	try("a membership change whose lock-token header is zzzz", "DELETE /v1/members/"+follower, call(controller, "DELETE", "/v1/members/"+follower, "",
+		map[string]string{sidecar.HeaderLockHolder: "seed-b", sidecar.HeaderLockToken: "zzzz"}), refused(400, sidecar.ReasonInvalidToken))
+	try("a lock release whose token names a process started 10 minutes from now", "DELETE /v1/lock", call(controller, "DELETE", "/v1/lock", "",
+		map[string]string{sidecar.HeaderLockHolder: "seed-b", sidecar.HeaderLockToken: aheadToken}), refused(400, sidecar.ReasonInvalidToken))
+	g.Expect(sidecar.NewClient(sc.url, controllerTLS).ReleaseLock(t.Context(), "seed-b", heldToken)).To(Succeed())
+	extraState = nil
 
 	// The allow-list lets its identities through, by common name or SAN,
 	// and a read needs no listed identity. (A no-op removal changes
