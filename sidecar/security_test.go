@@ -180,7 +180,7 @@ func TestSecurityRefusals(t *testing.T) {
 		}
 		s = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`).ReplaceAllString(s, "{time}")
 		s = strings.ReplaceAll(s, sc.addr, "{sidecar}")
-		s = regexp.MustCompile(`127\.0\.0\.1:\d+`).ReplaceAllString(s, "127.0.0.1:{port}")
+		s = regexp.MustCompile(`(?i)(127\.0\.0\.1|localhost\.?|\[::1\]|\[::ffff:127\.0\.0\.1\]):(0?)\d{2,5}\b`).ReplaceAllString(s, "$1:${2}{port}")
 		s = regexp.MustCompile(`\b[0-9a-f]{12,16}\b`).ReplaceAllString(s, "{member-id}")
 		s = strings.ReplaceAll(s, leader, "{leader}")
 		return strings.ReplaceAll(s, follower, "{follower}")
@@ -404,6 +404,38 @@ func TestSecurityRefusals(t *testing.T) {
 			g.Expect(a.message).NotTo(BeEmpty())
 		})
 	}
+	// Peer URLs are compared by peer, not by spelling: another spelling of
+	// the follower's peer URL is refused (it would be a second member
+	// claiming one peer), as are non-canonical spellings and lists that
+	// name one peer twice or carry more URLs than a member has.
+	followerPeer := memberByName(list, follower).PeerURLs[0]
+	g.Expect(followerPeer).To(HavePrefix("https://127.0.0.1:"), "the spellings below assume a loopback peer URL")
+	peerPort := strings.TrimPrefix(followerPeer, "https://127.0.0.1:")
+	for _, m := range []struct{ what, peer string }{
+		{"the follower's peer URL with a leading-zero port", "https://127.0.0.1:0" + peerPort},
+		{"the follower's peer URL with an upper-case scheme", "HTTPS://127.0.0.1:" + peerPort},
+		{"the follower's peer URL on LOCALHOST with a trailing dot", "https://LOCALHOST.:" + peerPort},
+		{"the follower's peer URL as an IPv4-mapped IPv6 address", "https://[::ffff:127.0.0.1]:" + peerPort},
+		{"a peer URL with a trailing slash", "https://127.0.0.1:1/"},
+	} {
+		try("peer URL: "+m.what, "POST /v1/members", call(controller, "POST", "/v1/members", add("x", m.peer), nil), refused(400, sidecar.ReasonInvalidURL))
+	}
+	for _, m := range []struct{ what, peer string }{
+		{"the follower's peer URL on localhost", "https://localhost:" + peerPort},
+		{"the follower's peer URL on the IPv6 loopback", "https://[::1]:" + peerPort},
+	} {
+		try("peer URL: "+m.what, "POST /v1/members", call(controller, "POST", "/v1/members", add("x", m.peer), nil), refused(409, sidecar.ReasonPeerURLConflict))
+	}
+	manyPeers := make([]string, 9)
+	for i := range manyPeers {
+		manyPeers[i] = fmt.Sprintf("https://127.0.0.1:%d", i+1)
+	}
+	peerList := func(urls ...string) string {
+		b, _ := json.Marshal(map[string]any{"name": "x", "peerURLs": urls, "learner": true})
+		return string(b)
+	}
+	try("peer URLs: one peer twice, as 127.0.0.1 and as localhost", "POST /v1/members", call(controller, "POST", "/v1/members", peerList(newPeer, "https://localhost:1"), nil), refused(400, sidecar.ReasonInvalidURL))
+	try("peer URLs: 9 URLs, more than a member has", "POST /v1/members", call(controller, "POST", "/v1/members", peerList(manyPeers...), nil), refused(400, sidecar.ReasonInvalidURL))
 	try("malformed: a lock TTL of 0", "POST /v1/lock", call(controller, "POST", "/v1/lock", `{"holder":"me","ttlSeconds":0}`, nil), refused(400, sidecar.ReasonInvalidArgument))
 	try("malformed: a lock holder with a space", "DELETE /v1/members/"+follower, call(controller, "DELETE", "/v1/members/"+follower, "", map[string]string{sidecar.HeaderLockHolder: "me you"}), refused(400, sidecar.ReasonInvalidName))
 	try("malformed: a name with a slash in the path", "DELETE /v1/members/bad%2Fname", call(controller, "DELETE", "/v1/members/bad%2Fname", "", nil), refused(400, sidecar.ReasonInvalidName))

@@ -20,6 +20,7 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
 	"github.com/druid-stretch/druid-stretch/internal/membership"
+	"github.com/druid-stretch/druid-stretch/internal/peerurl"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
@@ -424,14 +425,8 @@ func InitialCluster(list *sidecar.MemberList, name string, peerURLs []string) st
 	return members.FormatInitialCluster(peers)
 }
 
-func sharesURL(a, b []string) bool {
-	for _, u := range a {
-		if slices.Contains(b, u) {
-			return true
-		}
-	}
-	return false
-}
+// sharesURL tells whether a and b name a common peer (peerurl.Key).
+func sharesURL(a, b []string) bool { return peerurl.Shares(a, b) }
 
 func label(s planner.Step) string {
 	if s.Member != "" {
