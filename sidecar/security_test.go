@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/druid-stretch/druid-stretch/internal/clientgate"
 	"github.com/druid-stretch/druid-stretch/internal/localetcd"
 	"github.com/druid-stretch/druid-stretch/internal/pki"
 	"github.com/druid-stretch/druid-stretch/internal/refusaldoc"
@@ -37,6 +39,9 @@ const controllerIdentity = "druid-stretch-controller"
 type securedSidecar struct {
 	url, addr string
 	limits    sidecar.Limits
+	// gate is the client gate in front of via, which the sidecar drains
+	// and holds.
+	gate *clientgate.Gate
 }
 
 func startSecuredSidecar(t *testing.T, tc *testCluster, via *localetcd.Member, limits sidecar.Limits) *securedSidecar {
@@ -46,11 +51,23 @@ func startSecuredSidecar(t *testing.T, tc *testCluster, via *localetcd.Member, l
 	g.Expect(err).NotTo(HaveOccurred())
 	serverTLS, err := sidecar.ServerTLSConfig(t.Context(), b.CertFile, b.KeyFile, b.CAFile)
 	g.Expect(err).NotTo(HaveOccurred())
+	backend, err := url.Parse(via.LocalClientURL)
+	g.Expect(err).NotTo(HaveOccurred())
+	gateTLS, err := tls.LoadX509KeyPair(b.CertFile, b.KeyFile)
+	g.Expect(err).NotTo(HaveOccurred())
+	gate, err := clientgate.New(clientgate.Options{Backend: backend, BackendTLS: via.ClientTLSConfig(),
+		ServerTLS: &tls.Config{Certificates: []tls.Certificate{gateTLS}, MinVersion: tls.VersionTLS12}})
+	g.Expect(err).NotTo(HaveOccurred())
+	gl, err := net.Listen("tcp", "127.0.0.1:0")
+	g.Expect(err).NotTo(HaveOccurred())
+	gateServed := make(chan error, 1)
+	go func() { gateServed <- gate.Serve(gl) }()
 	srv, err := sidecar.New(sidecar.Config{
 		Endpoints:      localetcd.SidecarEndpoints(via, tc.Runtime.Members()),
 		EtcdTLS:        via.ClientTLSConfig(),
 		AllowedClients: []string{controllerIdentity},
 		Limits:         limits,
+		ClientGate:     gate,
 		Registry:       prometheus.NewRegistry(),
 		Logger:         testr.New(t),
 	})
@@ -68,8 +85,12 @@ func startSecuredSidecar(t *testing.T, tc *testCluster, via *localetcd.Member, l
 		if err := srv.Close(); err != nil {
 			t.Errorf("closing the sidecar: %v", err)
 		}
+		_ = gate.Close()
+		if err := <-gateServed; err != nil {
+			t.Errorf("the gate's Serve after Close: %v", err)
+		}
 	})
-	return &securedSidecar{url: "https://" + l.Addr().String(), addr: l.Addr().String(), limits: limits}
+	return &securedSidecar{url: "https://" + l.Addr().String(), addr: l.Addr().String(), limits: limits, gate: gate}
 }
 
 // answer is what one request got: a status and the sidecar's error body,
@@ -179,6 +200,9 @@ func TestSecurityRefusals(t *testing.T) {
 			s = strings.ReplaceAll(s, token, name)
 		}
 		s = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`).ReplaceAllString(s, "{time}")
+		// Remaining times of the lock's lease and of a hold.
+		s = regexp.MustCompile(`for \d+ more seconds`).ReplaceAllString(s, "for {n} more seconds")
+		s = regexp.MustCompile(`for [0-9.]+m?s more`).ReplaceAllString(s, "for {left} more")
 		s = strings.ReplaceAll(s, sc.addr, "{sidecar}")
 		s = regexp.MustCompile(`(?i)(127\.0\.0\.1|localhost\.?|\[::1\]|\[::ffff:127\.0\.0\.1\]):(0?)\d{2,5}\b`).ReplaceAllString(s, "$1:${2}{port}")
 		s = regexp.MustCompile(`\b[0-9a-f]{12,16}\b`).ReplaceAllString(s, "{member-id}")
@@ -194,8 +218,8 @@ func TestSecurityRefusals(t *testing.T) {
 			"(mutual TLS with the client CA, `--allowed-client=" + controllerIdentity + "`, the request limits; for the test a 1 s header timeout, " +
 			"a 3 s read timeout and one call in flight) in front of a real three-member etcd cluster. " +
 			"\"state\" is etcd's member list read directly from etcd, not through the sidecar; the test compares member IDs, names, learner flags and peer URLs " +
-			"before and after every row and fails if anything changed. The rows on the membership lock also show the lock key's value read directly from etcd, " +
-			"compared before and after the same way. `{leader}`, `{follower}`, `{member-id}`, `{sidecar}`, `{port}`, `{time}` and the `{token…}` " +
+			"before and after every row and fails if anything changed. The rows on the membership lock and the client gate also show the lock key's value read directly from etcd " +
+			"and the state of the client gate in front of the member (ready: not drained; held: new calls wait), compared before and after the same way. `{leader}`, `{follower}`, `{member-id}`, `{sidecar}`, `{port}`, `{time}`, `{n}`, `{left}` and the `{token…}` " +
 			"(a real process's lock token; `{token-1h}` of a process started an hour before, `{token+10m}` of one that claims to start in 10 minutes) stand for what differs per run.",
 	}
 	// extraState, when set, is more state a group of rows must leave
@@ -474,6 +498,52 @@ func TestSecurityRefusals(t *testing.T) {
 		map[string]string{sidecar.HeaderLockHolder: "seed-b", sidecar.HeaderLockToken: "zzzz"}), refused(400, sidecar.ReasonInvalidToken))
 	try("a lock release whose token names a process started 10 minutes from now", "DELETE /v1/lock", call(controller, "DELETE", "/v1/lock", "",
 		map[string]string{sidecar.HeaderLockHolder: "seed-b", sidecar.HeaderLockToken: aheadToken}), refused(400, sidecar.ReasonInvalidToken))
+
+	// The client gate: only the lock's holder drains or holds the member's
+	// clients, and the bodies are decoded strictly, each bound checked.
+	extraState = func(g Gomega) string {
+		return fmt.Sprintf("lock %s; gate ready=%t held=%t", tc.lockValue(g, via), sc.gate.Ready(), sc.gate.Held())
+	}
+	holder := map[string]string{sidecar.HeaderLockHolder: "seed-b", sidecar.HeaderLockToken: heldToken}
+	other := map[string]string{sidecar.HeaderLockHolder: "other-controller", sidecar.HeaderLockToken: lockToken(0)}
+	stale := map[string]string{sidecar.HeaderLockHolder: "seed-b", sidecar.HeaderLockToken: olderToken}
+	for _, m := range []struct {
+		what, method, path, body string
+		header                   map[string]string
+		code                     int
+		reason                   string
+	}{
+		{"a drain without the lock headers", "POST", "/v1/clients/drain", `{"seconds":5}`, nil, 400, sidecar.ReasonInvalidArgument},
+		{"a drain by another holder than the lock's", "POST", "/v1/clients/drain", `{"seconds":5}`, other, 409, sidecar.ReasonLockHeld},
+		{"a drain by an older process of the lock's holder", "POST", "/v1/clients/drain", `{"seconds":5}`, stale, 409, sidecar.ReasonStaleToken},
+		{"a drain undone without the lock headers", "DELETE", "/v1/clients/drain", ``, nil, 400, sidecar.ReasonInvalidArgument},
+		{"a drain undone by another holder than the lock's", "DELETE", "/v1/clients/drain", ``, other, 409, sidecar.ReasonLockHeld},
+		{"a hold without the lock headers", "POST", "/v1/clients/hold", `{"seconds":1}`, nil, 400, sidecar.ReasonInvalidArgument},
+		{"a hold by another holder than the lock's", "POST", "/v1/clients/hold", `{"seconds":1}`, other, 409, sidecar.ReasonLockHeld},
+		{"a hold by an older process of the lock's holder", "POST", "/v1/clients/hold", `{"seconds":1}`, stale, 409, sidecar.ReasonStaleToken},
+		{"a hold released without the lock headers", "DELETE", "/v1/clients/hold", ``, nil, 400, sidecar.ReasonInvalidArgument},
+		{"a drain with an unknown field, from the lock's holder", "POST", "/v1/clients/drain", `{"seconds":5,"forever":true}`, holder, 400, sidecar.ReasonMalformedRequest},
+		{"a drain with data after the JSON object, from the lock's holder", "POST", "/v1/clients/drain", `{"seconds":5}{"seconds":60}`, holder, 400, sidecar.ReasonMalformedRequest},
+		{"a drain whose seconds are a string, from the lock's holder", "POST", "/v1/clients/drain", `{"seconds":"5"}`, holder, 400, sidecar.ReasonMalformedRequest},
+		{"a drain of 61 s, longer than a drain's lease may be, from the lock's holder", "POST", "/v1/clients/drain", `{"seconds":61}`, holder, 400, sidecar.ReasonInvalidArgument},
+		{"a drain of 1e308 s, from the lock's holder", "POST", "/v1/clients/drain", `{"seconds":1e308}`, holder, 400, sidecar.ReasonInvalidArgument},
+		{"a drain of -1 s, from the lock's holder", "POST", "/v1/clients/drain", `{"seconds":-1}`, holder, 400, sidecar.ReasonInvalidArgument},
+		{"a drain undone with a body, from the lock's holder", "DELETE", "/v1/clients/drain", `{"seconds":5}`, holder, 400, sidecar.ReasonMalformedRequest},
+		{"a hold of 6 s, longer than a hold may be, from the lock's holder", "POST", "/v1/clients/hold", `{"seconds":6}`, holder, 400, sidecar.ReasonInvalidArgument},
+		{"a hold of 1e308 s, from the lock's holder", "POST", "/v1/clients/hold", `{"seconds":1e308}`, holder, 400, sidecar.ReasonInvalidArgument},
+		{"a hold without seconds, from the lock's holder", "POST", "/v1/clients/hold", `{}`, holder, 400, sidecar.ReasonInvalidArgument},
+		{"a hold with an unknown field, from the lock's holder", "POST", "/v1/clients/hold", `{"seconds":1,"renew":true}`, holder, 400, sidecar.ReasonMalformedRequest},
+		{"a hold with data after the JSON object, from the lock's holder", "POST", "/v1/clients/hold", `{"seconds":1} x`, holder, 400, sidecar.ReasonMalformedRequest},
+		{"a hold whose untilLeader is no member ID, from the lock's holder", "POST", "/v1/clients/hold", `{"seconds":1,"untilLeader":"xyz"}`, holder, 400, sidecar.ReasonInvalidArgument},
+	} {
+		try(m.what, m.method+" "+m.path, call(controller, m.method, m.path, m.body, m.header), refused(m.code, m.reason))
+	}
+	// A hold is not renewed: with one in force, another is refused.
+	g.Expect(call(controller, "POST", "/v1/clients/hold", `{"seconds":5}`, holder)().code).To(Equal(200))
+	try("a hold while the lock holder's hold is in force", "POST /v1/clients/hold", call(controller, "POST", "/v1/clients/hold", `{"seconds":5}`, holder), refused(409, sidecar.ReasonHoldInForce))
+	g.Expect(call(controller, "DELETE", "/v1/clients/hold", ``, holder)().code).To(Equal(200))
+	g.Expect(sc.gate.Held()).To(BeFalse(), "the holder's release ended the hold")
+
 	g.Expect(sidecar.NewClient(sc.url, controllerTLS).ReleaseLock(t.Context(), "seed-b", heldToken)).To(Succeed())
 	extraState = nil
 

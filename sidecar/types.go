@@ -91,6 +91,9 @@ const (
 	ReasonEtcdUnavailable = "EtcdUnavailable"
 	// ReasonNotReady: the local etcd member does not answer (readyz).
 	ReasonNotReady = "NotReady"
+	// ReasonHoldInForce: a hold of the member's clients is in force
+	// already; a hold is not renewed, so it must end first.
+	ReasonHoldInForce = "HoldInForce"
 	// ReasonNotDrained: a renewal of a drain the sidecar has ended (its
 	// lease ran out, or its member leads): the gate stays open.
 	ReasonNotDrained = "NotDrained"

@@ -98,6 +98,19 @@ func decodeOptionalJSON(r *http.Request, v any) *Error {
 	return decodeJSON(r, v)
 }
 
+// noBody refuses a request that carries a body where the endpoint takes
+// none, rather than ignoring what the caller meant to say.
+func noBody(r *http.Request) *Error {
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxBodyBytes))
+	if err != nil {
+		return bodyError(err)
+	}
+	if len(bytes.TrimSpace(body)) != 0 {
+		return badRequest(ReasonMalformedRequest, "%s %s takes no request body; got %d bytes", r.Method, r.URL.Path, len(body))
+	}
+	return nil
+}
+
 func badRequest(reason, format string, args ...any) *Error {
 	return &Error{StatusCode: http.StatusBadRequest, Reason: reason, Message: fmt.Sprintf(format, args...)}
 }
