@@ -1,9 +1,7 @@
 package sidecar
 
 import (
-	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -11,6 +9,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // ReasonNoClientGate: the sidecar runs no client gate (Config.ClientGate),
@@ -123,31 +122,29 @@ func (s *Server) drainClients(r *http.Request) (int, any, *Error) {
 	}
 	lease := DefaultClientDrain
 	if req.Seconds != 0 {
-		lease = time.Duration(req.Seconds * float64(time.Second))
-		if lease <= 0 || lease > MaxClientDrain {
-			return 0, nil, &Error{StatusCode: http.StatusBadRequest, Reason: ReasonInvalidArgument,
-				Message: fmt.Sprintf("seconds %v: a drain's lease lasts more than 0 and at most %s", req.Seconds, MaxClientDrain)}
+		// Checked as a number of seconds: a huge one would overflow the
+		// conversion to a duration.
+		if !(req.Seconds > 0 && req.Seconds <= MaxClientDrain.Seconds()) {
+			return 0, nil, badRequest(ReasonInvalidArgument, "seconds %v: a drain's lease lasts more than 0 and at most %s (renew it by draining again)", req.Seconds, MaxClientDrain)
 		}
+		lease = time.Duration(req.Seconds * float64(time.Second))
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 	defer cancel()
 	s.drainCalls.Lock()
 	defer s.drainCalls.Unlock()
+	// A drain keeps a member from its clients for up to its lease, and a
+	// renewal past it: only the lock's holder decides that, the one that
+	// removes the member next.
+	if e := s.checkGateCaller(ctx, r, false); e != nil {
+		return 0, nil, e
+	}
 	s.mu.Lock()
 	renewal := s.drain != nil
 	s.mu.Unlock()
 	if req.Renew && !renewal {
 		return 0, nil, &Error{StatusCode: http.StatusConflict, Reason: ReasonNotDrained,
 			Message: "no drain is in force to renew: the sidecar ended it (its lease ran out, or the local member leads)"}
-	}
-	if renewal {
-		// A renewal keeps a member from its clients past the lease its
-		// drain was given: only the lock's holder decides that. (The
-		// first drain is not checked: it comes right before the fenced
-		// removal, on the step's path, and ends by itself.)
-		if e := s.checkDrainCaller(ctx, r); e != nil {
-			return 0, nil, e
-		}
 	}
 	// The lease first: a drain that fails half-way leaves the gate
 	// drained, and the lease is what reopens it.
@@ -167,13 +164,16 @@ func (s *Server) undrainClients(r *http.Request) (int, any, *Error) {
 	if g == nil {
 		return 0, nil, s.noGate()
 	}
+	if e := noBody(r); e != nil {
+		return 0, nil, e
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 	defer cancel()
 	s.drainCalls.Lock()
 	defer s.drainCalls.Unlock()
 	// Sending the clients back to a member that another controller may be
 	// about to remove would fail their calls: only the lock's holder.
-	if e := s.checkDrainCaller(ctx, r); e != nil {
+	if e := s.checkGateCaller(ctx, r, false); e != nil {
 		return 0, nil, e
 	}
 	s.mu.Lock()
@@ -193,22 +193,33 @@ func (s *Server) undrainClients(r *http.Request) (int, any, *Error) {
 				Message: fmt.Sprintf("the removal of the local member %s is under way: its gate stays drained", formatID(local))}
 		}
 	}
-	s.endDrain(d, "undone by "+cmp.Or(callerLock(r).Holder, "a caller without the lock headers"))
+	s.endDrain(d, "undone by "+callerLock(r).Holder)
 	g.Undrain()
 	return http.StatusOK, s.gateStatus(), nil
 }
 
-// checkDrainCaller refuses a caller that names itself as lock holder but
-// does not hold the lock. Without the lock headers nothing is checked (an
-// operator with curl), as for membership changes. The lock is read from
-// the other voters when known: the local member may be applying its own
-// removal, and etcd 3.6 crashes on a request then (etcd issue 21966).
-func (s *Server) checkDrainCaller(ctx context.Context, r *http.Request) *Error {
+// checkGateCaller refuses a drain or hold call whose caller does not hold
+// the membership lock, under its own token: only the lock's holder keeps a
+// member's clients away or waiting. The lock headers are required (unlike
+// for membership changes, which the step record fences anyway).
+//
+// local reads the lock from the local member alone (a serializable read):
+// a hold is taken right before a leader transfer while the clients wait,
+// and a read across sites would add a round trip to that wait; a hold that
+// passes on a read a moment old still ends within MaxClientHold. Otherwise
+// the lock is read from the other voters when known: the local member may
+// be applying its own removal, and etcd 3.6 crashes on a request then (etcd
+// issue 21966).
+func (s *Server) checkGateCaller(ctx context.Context, r *http.Request, local bool) *Error {
 	caller := callerLock(r)
 	if caller.Holder == "" {
-		return nil
+		return badRequest(ReasonInvalidArgument, "the header %s is missing: only the membership lock's holder drains or holds a member's clients; take the lock (POST /v1/lock) and send %s and %s with the call",
+			HeaderLockHolder, HeaderLockHolder, HeaderLockToken)
 	}
 	if e := validateName(HeaderLockHolder, caller.Holder); e != nil {
+		return e
+	}
+	if _, e := lockTokenStart(HeaderLockToken, caller.Token, time.Now()); e != nil {
 		return e
 	}
 	s.mu.Lock()
@@ -218,9 +229,12 @@ func (s *Server) checkDrainCaller(ctx context.Context, r *http.Request) *Error {
 		kv  *mvccpb.KeyValue
 		err error
 	)
-	if c != nil {
+	switch {
+	case local:
+		kv, _, err = readLockAndStepWith(ctx, s.local, clientv3.WithSerializable())
+	case c != nil:
 		kv, _, err = readLockAndStepWith(ctx, c)
-	} else {
+	default:
 		kv, err = s.readLock(ctx)
 	}
 	if err != nil {
@@ -228,7 +242,7 @@ func (s *Server) checkDrainCaller(ctx context.Context, r *http.Request) *Error {
 	}
 	if kv == nil {
 		return &Error{StatusCode: http.StatusConflict, Reason: ReasonLockNotHeld,
-			Message: fmt.Sprintf("%q does not hold the membership lock (nobody does); a drain is renewed or undone only by the lock's holder", caller.Holder)}
+			Message: fmt.Sprintf("%q does not hold the membership lock (nobody does); only the lock's holder drains or holds a member's clients", caller.Holder)}
 	}
 	return s.lockRefusal(ctx, caller, kv)
 }
@@ -334,37 +348,83 @@ func (s *Server) gateStatus() ClientGateStatus {
 	return st
 }
 
+// apiHold is a hold of the client gate put in force through the API.
+type apiHold struct {
+	until time.Time
+	// release ends the gate's hold; nil until the gate's Hold returned.
+	release func()
+	// ended: the hold was ended before its release was known.
+	ended bool
+}
+
+// endHold ends the hold h and forgets it, if it is still the one in force.
+func (s *Server) endHold(h *apiHold) {
+	s.mu.Lock()
+	release := h.release
+	h.ended = true
+	if s.hold == h {
+		s.hold = nil
+	}
+	s.mu.Unlock()
+	if release != nil {
+		release()
+	}
+}
+
 // holdClients makes the local member's new reads and proposals wait (see
 // clientgate.Gate.Hold) and answers once the proposals forwarded before
-// have been answered. The hold ends at DELETE /v1/clients/hold or by itself.
+// have been answered. The hold ends at DELETE /v1/clients/hold or by itself
+// after its seconds; it is not renewed: a hold while one is in force is
+// refused, so no caller keeps the clients waiting past MaxClientHold.
 func (s *Server) holdClients(r *http.Request) (int, any, *Error) {
 	g := s.cfg.ClientGate
 	if g == nil {
 		return 0, nil, s.noGate()
 	}
 	var h ClientHold
-	if err := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<10)).Decode(&h); err != nil {
-		return 0, nil, &Error{StatusCode: http.StatusBadRequest, Reason: ReasonMalformedRequest, Message: "the body must be {\"seconds\": N, \"untilLeader\": \"<member ID>\"}: " + err.Error()}
+	if e := decodeJSON(r, &h); e != nil {
+		return 0, nil, e
+	}
+	// Checked as a number of seconds: a huge one would overflow the
+	// conversion to a duration.
+	if !(h.Seconds > 0 && h.Seconds <= MaxClientHold.Seconds()) {
+		return 0, nil, badRequest(ReasonInvalidArgument, "seconds %v: a hold lasts more than 0 and at most %s", h.Seconds, MaxClientHold)
 	}
 	d := time.Duration(h.Seconds * float64(time.Second))
-	if d <= 0 || d > MaxClientHold {
-		return 0, nil, &Error{StatusCode: http.StatusBadRequest, Reason: ReasonInvalidArgument,
-			Message: fmt.Sprintf("seconds %v: a hold lasts more than 0 and at most %s", h.Seconds, MaxClientHold)}
-	}
 	var leader uint64
 	if h.UntilLeader != "" {
 		var err error
 		if leader, err = strconv.ParseUint(h.UntilLeader, 16, 64); err != nil || leader == 0 {
-			return 0, nil, &Error{StatusCode: http.StatusBadRequest, Reason: ReasonInvalidArgument,
-				Message: fmt.Sprintf("untilLeader %q: want a member ID in hex, as the member list shows it", h.UntilLeader)}
+			return 0, nil, badRequest(ReasonInvalidArgument, "untilLeader %q: want a member ID in hex, as the member list shows it", h.UntilLeader)
 		}
 	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+	defer cancel()
+	if e := s.checkGateCaller(ctx, r, true); e != nil {
+		return 0, nil, e
+	}
+	s.mu.Lock()
+	if cur := s.hold; cur != nil && time.Now().Before(cur.until) {
+		s.mu.Unlock()
+		left := time.Until(cur.until)
+		return 0, nil, &Error{StatusCode: http.StatusConflict, Reason: ReasonHoldInForce, RetryAfter: max(left, time.Second),
+			Message: fmt.Sprintf("a hold of the local member's clients is in force for %s more; a hold is not renewed (release it first, DELETE /v1/clients/hold), so that clients wait at most %s", left.Round(time.Millisecond), MaxClientHold)}
+	}
+	held := &apiHold{until: time.Now().Add(d)}
+	s.hold = held
+	s.mu.Unlock()
 	release, err := g.Hold(r.Context(), d)
 	s.mu.Lock()
-	s.releaseHold = release
+	held.release = release
+	ended := held.ended
 	s.mu.Unlock()
+	if ended {
+		release() // released while the gate waited for the proposals in flight
+	}
+	// The hold ends by itself in the gate; forget it then too.
+	time.AfterFunc(time.Until(held.until), func() { s.endHold(held) })
 	if leader != 0 {
-		go s.releaseOnLeader(release, leader, d)
+		go s.releaseOnLeader(func() { s.endHold(held) }, leader, d)
 	}
 	if err != nil {
 		return 0, nil, &Error{StatusCode: http.StatusServiceUnavailable, Reason: ReasonEtcdUnavailable,
@@ -397,17 +457,24 @@ func (s *Server) releaseOnLeader(release func(), leader uint64, max time.Duratio
 }
 
 // releaseClients ends the hold early; without one it does nothing.
-func (s *Server) releaseClients(*http.Request) (int, any, *Error) {
+func (s *Server) releaseClients(r *http.Request) (int, any, *Error) {
 	g := s.cfg.ClientGate
 	if g == nil {
 		return 0, nil, s.noGate()
 	}
+	if e := noBody(r); e != nil {
+		return 0, nil, e
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+	defer cancel()
+	if e := s.checkGateCaller(ctx, r, true); e != nil {
+		return 0, nil, e
+	}
 	s.mu.Lock()
-	release := s.releaseHold
-	s.releaseHold = nil
+	h := s.hold
 	s.mu.Unlock()
-	if release != nil {
-		release()
+	if h != nil {
+		s.endHold(h)
 	}
 	return http.StatusOK, ClientGateStatus{Ready: g.Ready(), InFlight: g.InFlight()}, nil
 }

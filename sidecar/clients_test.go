@@ -101,13 +101,14 @@ func TestClientGateEndpoints(t *testing.T) {
 	sc, gate, gateURL := gatedSidecar(t, c, follower)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
+	o := gateLock(t, sc)
 	cli := etcdClientT(t, c, gateURL)
 	_, err := cli.Put(ctx, "/through/the/gate", "x")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(sc.Ready(ctx)).To(Succeed())
 
 	for _, bad := range []time.Duration{0, -time.Second, sidecar.MaxClientHold + time.Second} {
-		_, err := sc.HoldClients(ctx, sidecar.ClientHold{Seconds: bad.Seconds()}, sidecar.CallOptions{})
+		_, err := sc.HoldClients(ctx, sidecar.ClientHold{Seconds: bad.Seconds()}, o)
 		g.Expect(sidecar.IsReason(err, sidecar.ReasonInvalidArgument)).To(BeTrue(), "a hold of %s is refused: %v", bad, err)
 	}
 	put := func() time.Duration {
@@ -118,18 +119,24 @@ func TestClientGateEndpoints(t *testing.T) {
 	}
 	g.Expect(put()).To(BeNumerically("<", 300*time.Millisecond), "the refused holds held nothing")
 
-	st, err := sc.HoldClients(ctx, sidecar.ClientHold{Seconds: 2}, sidecar.CallOptions{})
+	_, err = sc.HoldClients(ctx, sidecar.ClientHold{Seconds: 2}, sidecar.CallOptions{})
+	g.Expect(sidecar.IsReason(err, sidecar.ReasonInvalidArgument)).To(BeTrue(), "a hold without the lock headers is refused: %v", err)
+	g.Expect(put()).To(BeNumerically("<", 300*time.Millisecond), "the refused hold held nothing")
+
+	st, err := sc.HoldClients(ctx, sidecar.ClientHold{Seconds: 2}, o)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(st.HeldSeconds).To(Equal(2.0))
 	g.Expect(st.InFlight).To(BeZero())
+	_, err = sc.HoldClients(ctx, sidecar.ClientHold{Seconds: 2}, o)
+	g.Expect(sidecar.IsReason(err, sidecar.ReasonHoldInForce)).To(BeTrue(), "a hold is not renewed while it is in force: %v", err)
 	released := make(chan error, 1)
-	time.AfterFunc(300*time.Millisecond, func() { released <- sc.ReleaseClients(ctx, sidecar.CallOptions{}) })
+	time.AfterFunc(300*time.Millisecond, func() { released <- sc.ReleaseClients(ctx, o) })
 	took := put()
 	g.Expect(<-released).To(Succeed())
 	g.Expect(took).To(And(BeNumerically(">=", 250*time.Millisecond), BeNumerically("<", 2*time.Second)),
 		"the write waited for the hold and went on at its release")
 
-	st, err = sc.DrainClients(ctx, sidecar.ClientDrain{}, sidecar.CallOptions{})
+	st, err = sc.DrainClients(ctx, sidecar.ClientDrain{}, o)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(st.Ready).To(BeFalse())
 	g.Expect(gate.Ready()).To(BeFalse())
@@ -165,12 +172,13 @@ func TestClientHoldEndsWhenTheLeaderMoved(t *testing.T) {
 	sc, _, gateURL := gatedSidecar(t, c, c.Members[0])
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
+	o := gateLock(t, sc)
 	cli := etcdClientT(t, c, gateURL)
 	_, err := cli.Put(ctx, "/held", "0")
 	g.Expect(err).NotTo(HaveOccurred())
 
 	for _, bad := range []string{"xyz", "0", "-1"} {
-		_, err := sc.HoldClients(ctx, sidecar.ClientHold{Seconds: 1, UntilLeader: bad}, sidecar.CallOptions{})
+		_, err := sc.HoldClients(ctx, sidecar.ClientHold{Seconds: 1, UntilLeader: bad}, o)
 		g.Expect(sidecar.IsReason(err, sidecar.ReasonInvalidArgument)).To(BeTrue(), "untilLeader %q is refused: %v", bad, err)
 		g.Expect(err).To(MatchError(ContainSubstring(bad)))
 	}
@@ -193,7 +201,7 @@ func TestClientHoldEndsWhenTheLeaderMoved(t *testing.T) {
 			transferee = m.ID
 		}
 	}
-	_, err = sc.HoldClients(ctx, sidecar.ClientHold{Seconds: sidecar.MaxClientHold.Seconds(), UntilLeader: fmt.Sprintf("%x", transferee)}, sidecar.CallOptions{})
+	_, err = sc.HoldClients(ctx, sidecar.ClientHold{Seconds: sidecar.MaxClientHold.Seconds(), UntilLeader: fmt.Sprintf("%x", transferee)}, o)
 	g.Expect(err).NotTo(HaveOccurred())
 	written := make(chan time.Time, 1)
 	go func() {
@@ -316,17 +324,18 @@ func TestDrainLeaseRunsOut(t *testing.T) {
 	sc, gate, gateURL := gatedSidecar(t, c, follower)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
+	o := gateLock(t, sc)
 	g.Expect(putThrough(t, c, gateURL)).To(Succeed())
 
 	for _, bad := range []float64{-1, (sidecar.MaxClientDrain + time.Second).Seconds()} {
-		_, err := sc.DrainClients(ctx, sidecar.ClientDrain{Seconds: bad}, sidecar.CallOptions{})
+		_, err := sc.DrainClients(ctx, sidecar.ClientDrain{Seconds: bad}, o)
 		g.Expect(sidecar.IsReason(err, sidecar.ReasonInvalidArgument)).To(BeTrue(), "a lease of %v s is refused: %v", bad, err)
 	}
 	g.Expect(gate.Ready()).To(BeTrue(), "the refused drains drained nothing")
 
 	const lease = 4 * time.Second
 	drained := time.Now()
-	st, err := sc.DrainClients(ctx, sidecar.ClientDrain{Seconds: lease.Seconds()}, sidecar.CallOptions{})
+	st, err := sc.DrainClients(ctx, sidecar.ClientDrain{Seconds: lease.Seconds()}, o)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(st.Ready).To(BeFalse())
 	g.Expect(st.DrainSeconds).To(BeNumerically("~", lease.Seconds(), 0.5))
@@ -334,7 +343,7 @@ func TestDrainLeaseRunsOut(t *testing.T) {
 	g.Expect(putThrough(t, c, gateURL)).NotTo(Succeed(), "a drained gate takes no call")
 	// Renewed before it ends: it lasts another lease from now.
 	time.Sleep(lease / 2)
-	_, err = sc.DrainClients(ctx, sidecar.ClientDrain{Seconds: lease.Seconds()}, sidecar.CallOptions{})
+	_, err = sc.DrainClients(ctx, sidecar.ClientDrain{Seconds: lease.Seconds()}, o)
 	g.Expect(err).NotTo(HaveOccurred())
 	renewed := time.Now()
 	g.Eventually(gate.Ready).WithTimeout(10*time.Second).WithPolling(20*time.Millisecond).Should(BeTrue(), "the gate reopens when the lease runs out")
@@ -342,7 +351,7 @@ func TestDrainLeaseRunsOut(t *testing.T) {
 	t.Logf("reopened %s after the drain, %s after its renewal", time.Since(drained), time.Since(renewed))
 	g.Eventually(func() error { return putThrough(t, c, gateURL) }).WithTimeout(10*time.Second).Should(Succeed(), "the reopened gate serves clients")
 	g.Expect(sc.Ready(ctx)).To(Succeed(), "the sidecar is ready again")
-	_, err = sc.DrainClients(ctx, sidecar.ClientDrain{Seconds: lease.Seconds(), Renew: true}, sidecar.CallOptions{})
+	_, err = sc.DrainClients(ctx, sidecar.ClientDrain{Seconds: lease.Seconds(), Renew: true}, o)
 	g.Expect(sidecar.IsReason(err, sidecar.ReasonNotDrained)).To(BeTrue(), "a drain the sidecar ended is not renewed: %v", err)
 	g.Expect(gate.Ready()).To(BeTrue())
 }
@@ -358,7 +367,8 @@ func TestUndrainClients(t *testing.T) {
 	sc, gate, gateURL := gatedSidecar(t, c, follower)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	const holder, token = "controller-a", "1-a"
+	const holder = "controller-a"
+	token := lockToken(time.Minute)
 	_, err := sc.AcquireLock(ctx, holder, token, 30*time.Second)
 	g.Expect(err).NotTo(HaveOccurred())
 	mine := sidecar.CallOptions{LockHolder: holder, LockToken: token}
@@ -368,7 +378,7 @@ func TestUndrainClients(t *testing.T) {
 	g.Expect(gate.Ready()).To(BeFalse())
 	for name, o := range map[string]sidecar.CallOptions{
 		"another holder":                {LockHolder: "controller-b"},
-		"a stale process of the holder": {LockHolder: holder, LockToken: "0-old"},
+		"a stale process of the holder": {LockHolder: holder, LockToken: lockToken(time.Hour)},
 	} {
 		_, err := sc.UndrainClients(ctx, o)
 		g.Expect(sidecar.IsReason(err, sidecar.ReasonLockHeld) || sidecar.IsReason(err, sidecar.ReasonStaleToken)).To(BeTrue(), "%s may not undo the drain: %v", name, err)
@@ -405,10 +415,11 @@ func TestDrainOfARemovedMemberStays(t *testing.T) {
 	sc, gate, _ := gatedSidecar(t, c, follower)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
+	o := gateLock(t, sc)
 	// The sidecar learns its member's ID from a poll.
 	g.Eventually(func() error { return sc.Ready(ctx) }).WithTimeout(10 * time.Second).Should(Succeed())
 	const lease = 2 * time.Second
-	_, err := sc.DrainClients(ctx, sidecar.ClientDrain{Seconds: lease.Seconds()}, sidecar.CallOptions{})
+	_, err := sc.DrainClients(ctx, sidecar.ClientDrain{Seconds: lease.Seconds()}, o)
 	g.Expect(err).NotTo(HaveOccurred())
 	via := etcdClientT(t, c, leader.ClientURL)
 	members, err := via.MemberList(ctx)
@@ -423,14 +434,26 @@ func TestDrainOfARemovedMemberStays(t *testing.T) {
 	// the drain is renewed meanwhile, as the controller renews it until
 	// it sends the removal.
 	g.Eventually(func() error {
-		if _, err := sc.DrainClients(ctx, sidecar.ClientDrain{Seconds: lease.Seconds()}, sidecar.CallOptions{}); err != nil {
+		if _, err := sc.DrainClients(ctx, sidecar.ClientDrain{Seconds: lease.Seconds()}, o); err != nil {
 			return err
 		}
 		_, err := via.MemberRemove(ctx, id)
 		return err
 	}).WithTimeout(15 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
 	g.Consistently(gate.Ready).WithTimeout(2*lease+2*time.Second).Should(BeFalse(), "the gate of a removed member stays drained")
-	_, err = sc.UndrainClients(ctx, sidecar.CallOptions{})
+	_, err = sc.UndrainClients(ctx, o)
 	g.Expect(sidecar.IsReason(err, sidecar.ReasonMemberNotFound)).To(BeTrue(), "%v", err)
 	g.Expect(gate.Ready()).To(BeFalse())
+}
+
+// gateLock takes the membership lock through sc for a process of the
+// holder controller-a and returns the lock headers its gate calls carry:
+// only the lock's holder drains or holds a member's clients.
+func gateLock(t *testing.T, sc *sidecar.Client) sidecar.CallOptions {
+	t.Helper()
+	o := sidecar.CallOptions{LockHolder: "controller-a", LockToken: lockToken(0)}
+	if _, err := sc.AcquireLock(t.Context(), o.LockHolder, o.LockToken, time.Minute); err != nil {
+		t.Fatalf("taking the membership lock: %v", err)
+	}
+	return o
 }

@@ -1,6 +1,7 @@
 package sidecar_test
 
 import (
+	"context"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/druid-stretch/druid-stretch/internal/localetcd"
 	"github.com/druid-stretch/druid-stretch/internal/localetcd/etcdtest"
@@ -66,6 +68,22 @@ func (tc *testCluster) httpClient(m *localetcd.Member, withCert bool) *http.Clie
 	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
 }
 
+// lockValue is the membership lock's key read directly from etcd through
+// via (not through a sidecar): its value, or "no lock".
+func (tc *testCluster) lockValue(g Gomega, via *localetcd.Member) string {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{via.LocalClientURL}, TLS: via.ClientTLSConfig(), DialTimeout: 5 * time.Second})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = cli.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, sidecar.LockKey)
+	g.Expect(err).NotTo(HaveOccurred())
+	if len(resp.Kvs) == 0 {
+		return "no lock"
+	}
+	return string(resp.Kvs[0].Value)
+}
+
 // membership is etcd's member list read directly (not through a sidecar):
 // one line per member with everything a reconfiguration changes.
 func (tc *testCluster) membership(g Gomega, via *localetcd.Member) []string {
@@ -114,4 +132,14 @@ func rawCall(hc *http.Client, method, url, body string, header map[string]string
 		return resp.StatusCode, "", fmt.Errorf("decoding the answer: %w", err)
 	}
 	return resp.StatusCode, answer.Reason, nil
+}
+
+// lockToken is a lock token of a process started age ago, as a controller
+// makes it.
+func lockToken(age time.Duration) string {
+	token, err := sidecar.NewLockToken(time.Now().Add(-age))
+	if err != nil {
+		panic(err)
+	}
+	return token
 }

@@ -31,3 +31,7 @@ func ParseTransport(text string, local uint64) (map[uint64]PeerState, error) {
 	}
 	return out, nil
 }
+
+// LockKey is the etcd key of the membership lock, for tests that read the
+// lock directly from etcd.
+const LockKey = lockKey

@@ -2,6 +2,7 @@ package sidecar_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -76,8 +77,10 @@ func TestTheLockIsAFence(t *testing.T) {
 	via, other := tc.Members[0], tc.Members[1]
 	c, oc := tc.client(via), tc.client(other)
 	const holder = "seed-b"
-	a := sidecar.CallOptions{LockHolder: holder, LockToken: "process-a"}
-	b := sidecar.CallOptions{LockHolder: holder, LockToken: "process-b"}
+	// Three processes of one holder, started one after the other.
+	a := sidecar.CallOptions{LockHolder: holder, LockToken: lockToken(3 * time.Minute)}
+	b := sidecar.CallOptions{LockHolder: holder, LockToken: lockToken(2 * time.Minute)}
+	processC := lockToken(time.Minute)
 
 	_, err := c.AcquireLock(ctx, holder, a.LockToken, time.Minute)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -121,10 +124,10 @@ func TestTheLockIsAFence(t *testing.T) {
 		sidecar.SetFenceHooks(servers[via.Name], nil, nil)
 		g.Expect(tookOver).To(BeTrue(), "the takeover ran inside A's call")
 		g.Expect(sidecar.IsReason(err, sidecar.ReasonStaleToken)).To(BeTrue(), "%v", err)
-		g.Expect(err.Error()).To(ContainSubstring(`"process-b"`), "the refusal names the token that holds the lock")
+		g.Expect(err.Error()).To(ContainSubstring(fmt.Sprintf("%q", b.LockToken)), "the refusal names the token that holds the lock")
 		g.Expect(tc.membership(g, via)).To(Equal(before), "nothing changed")
 		g.Expect(stepRecord(g, ctx, c)).To(Equal(recBefore), "nothing was recorded")
-		g.Expect(logs.containing("membership change fenced off", "process-a", "StaleToken")).NotTo(BeEmpty(), "the refusal is logged")
+		g.Expect(logs.containing("membership change fenced off", a.LockToken, "StaleToken")).NotTo(BeEmpty(), "the refusal is logged")
 	})
 
 	t.Run("the stale process is refused from then on, before anything is recorded", func(t *testing.T) {
@@ -171,7 +174,7 @@ func TestTheLockIsAFence(t *testing.T) {
 		g.Expect(sidecar.IsReason(err, sidecar.ReasonChangeInFlight)).To(BeTrue(), "%v", err)
 		g.Expect(err.Error()).To(ContainSubstring(learnerID), "the refusal names the change in flight")
 		// A third process of the holder may not take over mid-change.
-		_, err = oc.AcquireLock(ctx, holder, "process-c", time.Minute)
+		_, err = oc.AcquireLock(ctx, holder, processC, time.Minute)
 		g.Expect(sidecar.IsReason(err, sidecar.ReasonChangeInFlight)).To(BeTrue(), "%v", err)
 		g.Expect(tc.membership(g, other)).To(Equal(before), "nothing changed while B's change was held")
 
@@ -183,18 +186,19 @@ func TestTheLockIsAFence(t *testing.T) {
 			g.Expect(closed.Revision).To(Equal(open.Revision), "the same record, closed")
 		}).WithTimeout(10 * time.Second).Should(Succeed())
 		g.Expect(tc.membership(g, other)).To(HaveLen(3), "the learner is gone")
-		_, err = oc.AcquireLock(ctx, holder, "process-c", time.Minute)
+		_, err = oc.AcquireLock(ctx, holder, processC, time.Minute)
 		g.Expect(err).NotTo(HaveOccurred(), "with the change ended, the takeover passes")
 	})
 
 	t.Run("a lock shorter than a request, or one about to run out, is refused", func(t *testing.T) {
 		g := NewWithT(t)
-		g.Expect(oc.ReleaseLock(ctx, holder, "process-c")).To(Succeed())
-		_, err := c.AcquireLock(ctx, "short", "x", 5*time.Second)
+		g.Expect(oc.ReleaseLock(ctx, holder, processC)).To(Succeed())
+		short := lockToken(0)
+		_, err := c.AcquireLock(ctx, "short", short, 5*time.Second)
 		g.Expect(sidecar.IsReason(err, sidecar.ReasonInvalidArgument)).To(BeTrue(), "%v", err)
 		g.Expect(err.Error()).To(ContainSubstring("request timeout"), "the refusal says why the TTL is too short")
 
-		_, err = c.AcquireLock(ctx, "short", "x", 11*time.Second)
+		_, err = c.AcquireLock(ctx, "short", short, 11*time.Second)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Eventually(func(g Gomega) {
 			l, err := c.Members(ctx)
@@ -202,7 +206,7 @@ func TestTheLockIsAFence(t *testing.T) {
 			g.Expect(l.Lock.ExpiresInSeconds).To(BeNumerically("<", 10))
 		}).WithTimeout(10 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
 		before := tc.membership(g, via)
-		_, err = c.AddLearner(ctx, "etcd-other", []string{"https://127.0.0.1:1"}, sidecar.CallOptions{LockHolder: "short", LockToken: "x"})
+		_, err = c.AddLearner(ctx, "etcd-other", []string{"https://127.0.0.1:1"}, sidecar.CallOptions{LockHolder: "short", LockToken: short})
 		g.Expect(sidecar.IsReason(err, sidecar.ReasonLockExpiring)).To(BeTrue(), "%v", err)
 		g.Expect(tc.membership(g, via)).To(Equal(before))
 	})

@@ -82,8 +82,8 @@ func (s *Server) minLockTTL() int64 {
 
 // acquireLock answers POST /v1/lock: take the lock, renew it when the
 // caller's process holds it already, or take it over from an earlier
-// process of the same holder (a restarted controller: its token sorts
-// before the caller's) once no change of that process is in flight.
+// process of the same holder (a restarted controller: its token names an
+// earlier start than the caller's, see token.go) once no change of that process is in flight.
 func (s *Server) acquireLock(r *http.Request) (int, any, *Error) {
 	var req LockRequest
 	if e := decodeJSON(r, &req); e != nil {
@@ -92,10 +92,8 @@ func (s *Server) acquireLock(r *http.Request) (int, any, *Error) {
 	if e := validateName("holder", req.Holder); e != nil {
 		return 0, nil, e
 	}
-	if req.Token != "" {
-		if e := validateName("token", req.Token); e != nil {
-			return 0, nil, e
-		}
+	if _, e := lockTokenStart("token", req.Token, time.Now()); e != nil {
+		return 0, nil, e
 	}
 	setTarget(r, req.Holder)
 	if minTTL := s.minLockTTL(); req.TTLSeconds < minTTL || req.TTLSeconds > maxLockTTL {
@@ -115,8 +113,8 @@ func (s *Server) acquireLock(r *http.Request) (int, any, *Error) {
 			return 0, nil, s.lockHeldError(ctx, kv)
 		}
 		takeover := held != nil && held.Token != req.Token
-		if takeover && req.Token <= held.Token {
-			// Tokens begin with their process's start time: only a newer
+		if takeover && !newerToken(req.Token, held.Token, time.Now()) {
+			// Tokens name their process's start time: only a newer
 			// process takes the lock over, so an old one that lives on
 			// (a controller replaced but not yet gone) cannot take it back.
 			return 0, nil, staleToken(lockValue{Holder: req.Holder, Token: req.Token}, *held)
@@ -179,6 +177,9 @@ func (s *Server) releaseLock(r *http.Request) (int, any, *Error) {
 	if e := validateName(HeaderLockHolder, caller.Holder); e != nil {
 		return 0, nil, e
 	}
+	if _, e := lockTokenStart(HeaderLockToken, caller.Token, time.Now()); e != nil {
+		return 0, nil, e
+	}
 	setTarget(r, caller.Holder)
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 	defer cancel()
@@ -226,10 +227,8 @@ func (s *Server) checkLock(ctx context.Context, r *http.Request, v *view) *Error
 	if e := validateName(HeaderLockHolder, caller.Holder); e != nil {
 		return e
 	}
-	if caller.Token != "" {
-		if e := validateName(HeaderLockToken, caller.Token); e != nil {
-			return e
-		}
+	if _, e := lockTokenStart(HeaderLockToken, caller.Token, time.Now()); e != nil {
+		return e
 	}
 	if v.lock == nil {
 		return &Error{StatusCode: http.StatusConflict, Reason: ReasonLockNotHeld,

@@ -11,6 +11,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/druid-stretch/druid-stretch/internal/peerurl"
 )
 
 // etcdHealthInterval is etcd's HealthInterval: its strict reconfiguration
@@ -40,7 +42,9 @@ func (s *Server) addLearner(r *http.Request) (int, any, *Error) {
 	}
 	defer done()
 	for _, m := range v.members {
-		sameURLs := sameSet(m.pb.PeerURLs, req.PeerURLs)
+		// Peer URLs are compared by peerurl.Key, never as strings: another
+		// spelling of a member's URL names the same peer.
+		sameURLs := peerurl.SameSet(m.pb.PeerURLs, req.PeerURLs)
 		switch {
 		case sameURLs && (m.pb.Name == req.Name || m.pb.Name == ""):
 			// The same member, started or not (etcd names it only once
@@ -50,11 +54,12 @@ func (s *Server) addLearner(r *http.Request) (int, any, *Error) {
 			return 0, nil, &Error{StatusCode: http.StatusConflict, Reason: ReasonNameConflict,
 				Message: fmt.Sprintf("member %q (%s) exists with peer URLs %v, not %v", m.pb.Name, m.api.ID, m.pb.PeerURLs, req.PeerURLs)}
 		}
-		for _, u := range req.PeerURLs {
-			if slices.Contains(m.pb.PeerURLs, u) {
-				return 0, nil, &Error{StatusCode: http.StatusConflict, Reason: ReasonPeerURLConflict,
-					Message: fmt.Sprintf("peer URL %s belongs to member %q (%s)", u, m.pb.Name, m.api.ID)}
+		if u, theirs, ok := peerurl.Shared(req.PeerURLs, m.pb.PeerURLs); ok {
+			msg := fmt.Sprintf("peer URL %s belongs to member %q (%s)", u, m.pb.Name, m.api.ID)
+			if u != theirs {
+				msg = fmt.Sprintf("peer URL %s names the same peer as %s of member %q (%s)", u, theirs, m.pb.Name, m.api.ID)
 			}
+			return 0, nil, &Error{StatusCode: http.StatusConflict, Reason: ReasonPeerURLConflict, Message: msg}
 		}
 	}
 	if e := checkFingerprint(r, v); e != nil {
@@ -693,18 +698,6 @@ func countHealthy(ms []*memberView) int {
 		}
 	}
 	return n
-}
-
-func sameSet(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for _, x := range a {
-		if !slices.Contains(b, x) {
-			return false
-		}
-	}
-	return true
 }
 
 func containsID[M interface{ GetID() uint64 }](ms []M, id uint64) bool {

@@ -30,7 +30,8 @@ func TestNoSpaceAlarmIsNamed(t *testing.T) {
 
 	disarm := tc.NoSpaceAlarm(g, via)
 	before := tc.membership(g, via)
-	_, err := c.AcquireLock(ctx, "seed-b", "process-a", time.Minute)
+	token := lockToken(0)
+	_, err := c.AcquireLock(ctx, "seed-b", token, time.Minute)
 	var se *sidecar.Error
 	g.Expect(errors.As(err, &se)).To(BeTrue(), "got %v", err)
 	g.Expect(se.Reason).To(Equal(sidecar.ReasonNoSpace))
@@ -44,7 +45,7 @@ func TestNoSpaceAlarmIsNamed(t *testing.T) {
 	g.Expect(tc.membership(g, via)).To(Equal(before))
 
 	disarm()
-	lock, err := c.AcquireLock(ctx, "seed-b", "process-a", time.Minute)
+	lock, err := c.AcquireLock(ctx, "seed-b", token, time.Minute)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(lock.Holder).To(Equal("seed-b"))
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -21,6 +22,7 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/druid-stretch/druid-stretch/internal/clientgate"
 	"github.com/druid-stretch/druid-stretch/internal/localetcd"
 	"github.com/druid-stretch/druid-stretch/internal/pki"
 	"github.com/druid-stretch/druid-stretch/internal/refusaldoc"
@@ -38,6 +40,9 @@ const controllerIdentity = "druid-stretch-controller"
 type securedSidecar struct {
 	url, addr string
 	limits    sidecar.Limits
+	// gate is the client gate in front of via, which the sidecar drains
+	// and holds.
+	gate *clientgate.Gate
 }
 
 func startSecuredSidecar(t *testing.T, tc *testCluster, via *localetcd.Member, limits sidecar.Limits) *securedSidecar {
@@ -47,11 +52,23 @@ func startSecuredSidecar(t *testing.T, tc *testCluster, via *localetcd.Member, l
 	g.Expect(err).NotTo(HaveOccurred())
 	serverTLS, err := sidecar.ServerTLSConfig(t.Context(), b.CertFile, b.KeyFile, b.CAFile)
 	g.Expect(err).NotTo(HaveOccurred())
+	backend, err := url.Parse(via.LocalClientURL)
+	g.Expect(err).NotTo(HaveOccurred())
+	gateTLS, err := tls.LoadX509KeyPair(b.CertFile, b.KeyFile)
+	g.Expect(err).NotTo(HaveOccurred())
+	gate, err := clientgate.New(clientgate.Options{Backend: backend, BackendTLS: via.ClientTLSConfig(),
+		ServerTLS: &tls.Config{Certificates: []tls.Certificate{gateTLS}, MinVersion: tls.VersionTLS12}})
+	g.Expect(err).NotTo(HaveOccurred())
+	gl, err := net.Listen("tcp", "127.0.0.1:0")
+	g.Expect(err).NotTo(HaveOccurred())
+	gateServed := make(chan error, 1)
+	go func() { gateServed <- gate.Serve(gl) }()
 	srv, err := sidecar.New(sidecar.Config{
 		Endpoints:      localetcd.SidecarEndpoints(via, tc.Runtime.Members()),
 		EtcdTLS:        via.ClientTLSConfig(),
 		AllowedClients: []string{controllerIdentity},
 		Limits:         limits,
+		ClientGate:     gate,
 		Registry:       prometheus.NewRegistry(),
 		Logger:         testr.New(t),
 	})
@@ -69,8 +86,12 @@ func startSecuredSidecar(t *testing.T, tc *testCluster, via *localetcd.Member, l
 		if err := srv.Close(); err != nil {
 			t.Errorf("closing the sidecar: %v", err)
 		}
+		_ = gate.Close()
+		if err := <-gateServed; err != nil {
+			t.Errorf("the gate's Serve after Close: %v", err)
+		}
 	})
-	return &securedSidecar{url: "https://" + l.Addr().String(), addr: l.Addr().String(), limits: limits}
+	return &securedSidecar{url: "https://" + l.Addr().String(), addr: l.Addr().String(), limits: limits, gate: gate}
 }
 
 // answer is what one request got: a status and the sidecar's error body,
@@ -174,9 +195,17 @@ func TestSecurityRefusals(t *testing.T) {
 	g.Expect(leader).NotTo(BeEmpty())
 
 	// The doc shows no run's ports, member IDs or leader: they differ per run.
+	var tokenNames map[string]string // this run's lock tokens and what the doc calls them
 	normalize := func(s string) string {
+		for token, name := range tokenNames {
+			s = strings.ReplaceAll(s, token, name)
+		}
+		s = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`).ReplaceAllString(s, "{time}")
+		// Remaining times of the lock's lease and of a hold.
+		s = regexp.MustCompile(`for \d+ more seconds`).ReplaceAllString(s, "for {n} more seconds")
+		s = regexp.MustCompile(`for [0-9.]+m?s more`).ReplaceAllString(s, "for {left} more")
 		s = strings.ReplaceAll(s, sc.addr, "{sidecar}")
-		s = regexp.MustCompile(`127\.0\.0\.1:\d+`).ReplaceAllString(s, "127.0.0.1:{port}")
+		s = regexp.MustCompile(`(?i)(127\.0\.0\.1|localhost\.?|\[::1\]|\[::ffff:127\.0\.0\.1\]):(0?)\d{2,5}\b`).ReplaceAllString(s, "$1:${2}{port}")
 		s = regexp.MustCompile(`\b[0-9a-f]{12,16}\b`).ReplaceAllString(s, "{member-id}")
 		s = strings.ReplaceAll(s, leader, "{leader}")
 		return strings.ReplaceAll(s, follower, "{follower}")
@@ -190,21 +219,36 @@ func TestSecurityRefusals(t *testing.T) {
 			"(mutual TLS with the client CA, `--allowed-client=" + controllerIdentity + "`, the request limits; for the test a 1 s header timeout, " +
 			"a 3 s read timeout and one call in flight) in front of a real three-member etcd cluster. " +
 			"\"state\" is etcd's member list read directly from etcd, not through the sidecar; the test compares member IDs, names, learner flags and peer URLs " +
-			"before and after every row and fails if anything changed. `{leader}`, `{follower}`, `{member-id}`, `{sidecar}` and `{port}` stand for what differs per run.",
+			"before and after every row and fails if anything changed. The rows on the membership lock and the client gate also show the lock key's value read directly from etcd " +
+			"and the state of the client gate in front of the member (ready: not drained; held: new calls wait), compared before and after the same way. `{leader}`, `{follower}`, `{member-id}`, `{sidecar}`, `{port}`, `{time}`, `{n}`, `{left}` and the `{token…}` " +
+			"(a real process's lock token; `{token-1h}` of a process started an hour before, `{token+10m}` of one that claims to start in 10 minutes) stand for what differs per run.",
 	}
-	// try sends one input, checks the answer and that etcd's membership is
-	// unchanged, and adds the row.
+	// extraState, when set, is more state a group of rows must leave
+	// unchanged (the lock, the client gate), read directly, shown beside
+	// the member list.
+	var extraState func(Gomega) string
+	// try sends one input, checks the answer and that etcd's membership
+	// (and extraState) is unchanged, and adds the row.
 	try := func(input, target string, do func() answer, check func(Gomega, answer)) {
 		t.Helper()
 		t.Run(input, func(t *testing.T) {
 			g := NewWithT(t)
 			before := tc.membership(g, via)
+			var extraBefore string
+			if extraState != nil {
+				extraBefore = extraState(g)
+			}
 			a := do()
 			check(g, a)
 			after := tc.membership(g, via)
 			g.Expect(after).To(Equal(before), "the membership changed")
+			state := summary(before)
+			if extraState != nil {
+				g.Expect(extraState(g)).To(Equal(extraBefore), "the state beside the membership changed")
+				state += "; " + normalize(extraBefore)
+			}
 			table.Add(refusaldoc.Row{Input: input, Target: normalize(target), Answer: normalize(a.String()),
-				Before: summary(before), After: "unchanged"})
+				Before: state, After: "unchanged"})
 		})
 	}
 	refused := func(code int, reason string) func(Gomega, answer) {
@@ -385,6 +429,38 @@ func TestSecurityRefusals(t *testing.T) {
 			g.Expect(a.message).NotTo(BeEmpty())
 		})
 	}
+	// Peer URLs are compared by peer, not by spelling: another spelling of
+	// the follower's peer URL is refused (it would be a second member
+	// claiming one peer), as are non-canonical spellings and lists that
+	// name one peer twice or carry more URLs than a member has.
+	followerPeer := memberByName(list, follower).PeerURLs[0]
+	g.Expect(followerPeer).To(HavePrefix("https://127.0.0.1:"), "the spellings below assume a loopback peer URL")
+	peerPort := strings.TrimPrefix(followerPeer, "https://127.0.0.1:")
+	for _, m := range []struct{ what, peer string }{
+		{"the follower's peer URL with a leading-zero port", "https://127.0.0.1:0" + peerPort},
+		{"the follower's peer URL with an upper-case scheme", "HTTPS://127.0.0.1:" + peerPort},
+		{"the follower's peer URL on LOCALHOST with a trailing dot", "https://LOCALHOST.:" + peerPort},
+		{"the follower's peer URL as an IPv4-mapped IPv6 address", "https://[::ffff:127.0.0.1]:" + peerPort},
+		{"a peer URL with a trailing slash", "https://127.0.0.1:1/"},
+	} {
+		try("peer URL: "+m.what, "POST /v1/members", call(controller, "POST", "/v1/members", add("x", m.peer), nil), refused(400, sidecar.ReasonInvalidURL))
+	}
+	for _, m := range []struct{ what, peer string }{
+		{"the follower's peer URL on localhost", "https://localhost:" + peerPort},
+		{"the follower's peer URL on the IPv6 loopback", "https://[::1]:" + peerPort},
+	} {
+		try("peer URL: "+m.what, "POST /v1/members", call(controller, "POST", "/v1/members", add("x", m.peer), nil), refused(409, sidecar.ReasonPeerURLConflict))
+	}
+	manyPeers := make([]string, 9)
+	for i := range manyPeers {
+		manyPeers[i] = fmt.Sprintf("https://127.0.0.1:%d", i+1)
+	}
+	peerList := func(urls ...string) string {
+		b, _ := json.Marshal(map[string]any{"name": "x", "peerURLs": urls, "learner": true})
+		return string(b)
+	}
+	try("peer URLs: one peer twice, as 127.0.0.1 and as localhost", "POST /v1/members", call(controller, "POST", "/v1/members", peerList(newPeer, "https://localhost:1"), nil), refused(400, sidecar.ReasonInvalidURL))
+	try("peer URLs: 9 URLs, more than a member has", "POST /v1/members", call(controller, "POST", "/v1/members", peerList(manyPeers...), nil), refused(400, sidecar.ReasonInvalidURL))
 	try("malformed: a lock TTL of 0", "POST /v1/lock", call(controller, "POST", "/v1/lock", `{"holder":"me","ttlSeconds":0}`, nil), refused(400, sidecar.ReasonInvalidArgument))
 	try("malformed: a lock holder with a space", "DELETE /v1/members/"+follower, call(controller, "DELETE", "/v1/members/"+follower, "", map[string]string{sidecar.HeaderLockHolder: "me you"}), refused(400, sidecar.ReasonInvalidName))
 	try("malformed: a name with a slash in the path", "DELETE /v1/members/bad%2Fname", call(controller, "DELETE", "/v1/members/bad%2Fname", "", nil), refused(400, sidecar.ReasonInvalidName))
@@ -397,6 +473,80 @@ func TestSecurityRefusals(t *testing.T) {
 	try("leadership to an unknown member name", "POST /v1/leader", call(controller, "POST", "/v1/leader", `{"name":"nobody"}`, nil), refused(404, sidecar.ReasonMemberNotFound))
 	try("remove the leader", "DELETE /v1/members/"+leader, call(controller, "DELETE", "/v1/members/"+leader, "", nil), refused(409, sidecar.ReasonIsLeader))
 	try("a stale membership fingerprint", "DELETE /v1/members/"+follower, call(controller, "DELETE", "/v1/members/"+follower, "", map[string]string{sidecar.HeaderMembership: "0123456789abcdef"}), refused(409, sidecar.ReasonMembershipChanged))
+
+	// Lock tokens: only the form the controller makes, with a start time
+	// no later than the sidecar's clock allows, and compared as times. A
+	// real process of seed-b holds the lock during these rows.
+	heldToken, olderToken, aheadToken := lockToken(time.Minute), lockToken(time.Hour), lockToken(-10*time.Minute)
+	tokenNames = map[string]string{heldToken: "{token}", olderToken: "{token-1h}", aheadToken: "{token+10m}"}
+	g.Expect(sidecar.NewClient(sc.url, controllerTLS).AcquireLock(t.Context(), "seed-b", heldToken, time.Minute)).Error().NotTo(HaveOccurred())
+	extraState = func(g Gomega) string { return "lock " + tc.lockValue(g, via) }
+	lockBody := func(token string) string {
+		return fmt.Sprintf(`{"holder":"seed-b","token":%q,"ttlSeconds":60}`, token)
+	}
+	for _, bad := range []struct{ what, token string }{
+		{"a token that sorts after every real one (zzzz)", "zzzz"},
+		{"a token of the right length that is not hex", strings.Repeat("z", sidecar.LockTokenLength)},
+		{"a token of 32 nines", strings.Repeat("9", 32)},
+		{"a token whose start time is the largest there is (year 2262)", "7fffffffffffffff00000000"},
+		{"a token whose start time has the sign bit set", "ffffffffffffffff00000000"},
+		{"a token of a process started 10 minutes from now", aheadToken},
+	} {
+		try("lock takeover with "+bad.what, "POST /v1/lock", call(controller, "POST", "/v1/lock", lockBody(bad.token), nil), refused(400, sidecar.ReasonInvalidToken))
+	}
+	try("lock takeover with the token of a process older than the holder's", "POST /v1/lock", call(controller, "POST", "/v1/lock", lockBody(olderToken), nil), refused(409, sidecar.ReasonStaleToken))
+	try("a membership change whose lock-token header is zzzz", "DELETE /v1/members/"+follower, call(controller, "DELETE", "/v1/members/"+follower, "",
+		map[string]string{sidecar.HeaderLockHolder: "seed-b", sidecar.HeaderLockToken: "zzzz"}), refused(400, sidecar.ReasonInvalidToken))
+	try("a lock release whose token names a process started 10 minutes from now", "DELETE /v1/lock", call(controller, "DELETE", "/v1/lock", "",
+		map[string]string{sidecar.HeaderLockHolder: "seed-b", sidecar.HeaderLockToken: aheadToken}), refused(400, sidecar.ReasonInvalidToken))
+
+	// The client gate: only the lock's holder drains or holds the member's
+	// clients, and the bodies are decoded strictly, each bound checked.
+	extraState = func(g Gomega) string {
+		return fmt.Sprintf("lock %s; gate ready=%t held=%t", tc.lockValue(g, via), sc.gate.Ready(), sc.gate.Held())
+	}
+	holder := map[string]string{sidecar.HeaderLockHolder: "seed-b", sidecar.HeaderLockToken: heldToken}
+	other := map[string]string{sidecar.HeaderLockHolder: "other-controller", sidecar.HeaderLockToken: lockToken(0)}
+	stale := map[string]string{sidecar.HeaderLockHolder: "seed-b", sidecar.HeaderLockToken: olderToken}
+	for _, m := range []struct {
+		what, method, path, body string
+		header                   map[string]string
+		code                     int
+		reason                   string
+	}{
+		{"a drain without the lock headers", "POST", "/v1/clients/drain", `{"seconds":5}`, nil, 400, sidecar.ReasonInvalidArgument},
+		{"a drain by another holder than the lock's", "POST", "/v1/clients/drain", `{"seconds":5}`, other, 409, sidecar.ReasonLockHeld},
+		{"a drain by an older process of the lock's holder", "POST", "/v1/clients/drain", `{"seconds":5}`, stale, 409, sidecar.ReasonStaleToken},
+		{"a drain undone without the lock headers", "DELETE", "/v1/clients/drain", ``, nil, 400, sidecar.ReasonInvalidArgument},
+		{"a drain undone by another holder than the lock's", "DELETE", "/v1/clients/drain", ``, other, 409, sidecar.ReasonLockHeld},
+		{"a hold without the lock headers", "POST", "/v1/clients/hold", `{"seconds":1}`, nil, 400, sidecar.ReasonInvalidArgument},
+		{"a hold by another holder than the lock's", "POST", "/v1/clients/hold", `{"seconds":1}`, other, 409, sidecar.ReasonLockHeld},
+		{"a hold by an older process of the lock's holder", "POST", "/v1/clients/hold", `{"seconds":1}`, stale, 409, sidecar.ReasonStaleToken},
+		{"a hold released without the lock headers", "DELETE", "/v1/clients/hold", ``, nil, 400, sidecar.ReasonInvalidArgument},
+		{"a drain with an unknown field, from the lock's holder", "POST", "/v1/clients/drain", `{"seconds":5,"forever":true}`, holder, 400, sidecar.ReasonMalformedRequest},
+		{"a drain with data after the JSON object, from the lock's holder", "POST", "/v1/clients/drain", `{"seconds":5}{"seconds":60}`, holder, 400, sidecar.ReasonMalformedRequest},
+		{"a drain whose seconds are a string, from the lock's holder", "POST", "/v1/clients/drain", `{"seconds":"5"}`, holder, 400, sidecar.ReasonMalformedRequest},
+		{"a drain of 61 s, longer than a drain's lease may be, from the lock's holder", "POST", "/v1/clients/drain", `{"seconds":61}`, holder, 400, sidecar.ReasonInvalidArgument},
+		{"a drain of 1e308 s, from the lock's holder", "POST", "/v1/clients/drain", `{"seconds":1e308}`, holder, 400, sidecar.ReasonInvalidArgument},
+		{"a drain of -1 s, from the lock's holder", "POST", "/v1/clients/drain", `{"seconds":-1}`, holder, 400, sidecar.ReasonInvalidArgument},
+		{"a drain undone with a body, from the lock's holder", "DELETE", "/v1/clients/drain", `{"seconds":5}`, holder, 400, sidecar.ReasonMalformedRequest},
+		{"a hold of 6 s, longer than a hold may be, from the lock's holder", "POST", "/v1/clients/hold", `{"seconds":6}`, holder, 400, sidecar.ReasonInvalidArgument},
+		{"a hold of 1e308 s, from the lock's holder", "POST", "/v1/clients/hold", `{"seconds":1e308}`, holder, 400, sidecar.ReasonInvalidArgument},
+		{"a hold without seconds, from the lock's holder", "POST", "/v1/clients/hold", `{}`, holder, 400, sidecar.ReasonInvalidArgument},
+		{"a hold with an unknown field, from the lock's holder", "POST", "/v1/clients/hold", `{"seconds":1,"renew":true}`, holder, 400, sidecar.ReasonMalformedRequest},
+		{"a hold with data after the JSON object, from the lock's holder", "POST", "/v1/clients/hold", `{"seconds":1} x`, holder, 400, sidecar.ReasonMalformedRequest},
+		{"a hold whose untilLeader is no member ID, from the lock's holder", "POST", "/v1/clients/hold", `{"seconds":1,"untilLeader":"xyz"}`, holder, 400, sidecar.ReasonInvalidArgument},
+	} {
+		try(m.what, m.method+" "+m.path, call(controller, m.method, m.path, m.body, m.header), refused(m.code, m.reason))
+	}
+	// A hold is not renewed: with one in force, another is refused.
+	g.Expect(call(controller, "POST", "/v1/clients/hold", `{"seconds":5}`, holder)().code).To(Equal(200))
+	try("a hold while the lock holder's hold is in force", "POST /v1/clients/hold", call(controller, "POST", "/v1/clients/hold", `{"seconds":5}`, holder), refused(409, sidecar.ReasonHoldInForce))
+	g.Expect(call(controller, "DELETE", "/v1/clients/hold", ``, holder)().code).To(Equal(200))
+	g.Expect(sc.gate.Held()).To(BeFalse(), "the holder's release ended the hold")
+
+	g.Expect(sidecar.NewClient(sc.url, controllerTLS).ReleaseLock(t.Context(), "seed-b", heldToken)).To(Succeed())
+	extraState = nil
 
 	// The allow-list lets its identities through, by common name or SAN,
 	// and a read needs no listed identity. (A no-op removal changes

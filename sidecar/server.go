@@ -39,7 +39,9 @@
 // sent, in a transaction on the lock (fence.go): the lock is a fence. Without
 // the lock headers the lock is not checked, so an operator can still act
 // with curl (a change in flight still holds theirs off); the controller
-// always sends them. A call
+// always sends them. The client gate's calls (/v1/clients/drain and
+// /v1/clients/hold) require them: only the lock's holder keeps a member's
+// clients away or waiting. A call
 // whose effect is already in place answers success with "changed": false
 // even with a stale fingerprint, since it changes nothing (the lock is still
 // checked). Membership changes go through one at a time per sidecar.
@@ -207,7 +209,9 @@ type Server struct {
 	lastHealthy   map[uint64]time.Time // member ID -> the last poll that found it healthy
 	removalsSent  map[uint64]time.Time // member ID -> until when it stays unpolled
 	tombstones    tombstoneLease
-	releaseHold   func() // ends the client gate's current hold
+	// hold is the client gate's hold put in force through the API; nil
+	// once it ended.
+	hold *apiHold
 	// drain is the lease of the gate's drain in force (clients.go); nil
 	// for none. drainCalls serializes the calls that drain, renew and
 	// undo it, and the observations that end it.

@@ -72,6 +72,9 @@ const (
 	// another process's token: a newer process of the same holder took the
 	// lock over, and this caller is fenced off.
 	ReasonStaleToken = "StaleToken"
+	// ReasonInvalidToken: a lock token is not one the controller makes
+	// (see NewLockToken), or names a process started in the future.
+	ReasonInvalidToken = "InvalidToken"
 	// ReasonLockExpiring: the caller holds the lock, but its lease runs out
 	// sooner than a change could finish; renew it first.
 	ReasonLockExpiring = "LockExpiring"
@@ -88,6 +91,9 @@ const (
 	ReasonEtcdUnavailable = "EtcdUnavailable"
 	// ReasonNotReady: the local etcd member does not answer (readyz).
 	ReasonNotReady = "NotReady"
+	// ReasonHoldInForce: a hold of the member's clients is in force
+	// already; a hold is not renewed, so it must end first.
+	ReasonHoldInForce = "HoldInForce"
 	// ReasonNotDrained: a renewal of a drain the sidecar has ended (its
 	// lease ran out, or its member leads): the gate stays open.
 	ReasonNotDrained = "NotDrained"
@@ -187,11 +193,12 @@ type LeaderRequest struct {
 
 // LockRequest is the body of POST /v1/lock. Holder names the controller
 // (one per Kubernetes cluster, the same across restarts); Token names the
-// process that holds the lock for it, and is new with every process start,
-// beginning with the start time so that a newer process's token sorts
-// after an older one's: a process with a newer token takes its holder's
-// lock over, and every change sent with the older token is refused from
-// then on (StaleToken).
+// process that holds the lock for it, and is new with every process start
+// (NewLockToken: the start time, then randomness): a process whose token
+// names a later start time takes its holder's lock over, and every change
+// sent with the older token is refused from then on (StaleToken). A token
+// of another form, or one that names a start beyond LockTokenSkew ahead of
+// the sidecar's clock, is refused (InvalidToken).
 type LockRequest struct {
 	Holder     string `json:"holder"`
 	Token      string `json:"token,omitempty"`

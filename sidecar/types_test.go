@@ -83,7 +83,11 @@ func TestValidatePeerURLs(t *testing.T) {
 		want string // substring of the message; empty means valid
 	}{
 		{[]string{"https://10.0.0.1:2380"}, ""},
-		{[]string{"http://etcd-main-0.seed-a.example:2380", "https://[::1]:2380/"}, ""},
+		{[]string{"http://etcd-main-0.seed-a.example:2380", "https://[::1]:2380"}, ""},
+		// etcd refuses a path, a trailing slash included; the canonical
+		// spelling has none.
+		{[]string{"https://[::1]:2380/"}, `not spelled canonically; send "https://[::1]:2380"`},
+		{[]string{"https://H:02380"}, `not spelled canonically; send "https://h:2380"`},
 		{nil, "peerURLs is empty"},
 		{[]string{"10.0.0.1:2380"}, "peerURLs[0]"},
 		{[]string{"h:2380"}, `scheme "h"`},
@@ -95,7 +99,8 @@ func TestValidatePeerURLs(t *testing.T) {
 		{[]string{"https://h:2380/path"}, "without user, path"},
 		{[]string{"https://u@h:2380"}, "without user, path"},
 		{[]string{"https://h:2380?x=1"}, "without user, path"},
-		{[]string{"https://h:2380", "https://h:2380"}, "listed twice"},
+		{[]string{"https://h:2380", "https://h:2380"}, `peerURLs[1] "https://h:2380" names the same peer as peerURLs[0]`},
+		{[]string{"https://127.0.0.1:2380", "https://localhost:2380"}, `peerURLs[1] "https://localhost:2380" names the same peer as peerURLs[0] "https://127.0.0.1:2380"`},
 		{[]string{"https://h:2380", "%zz"}, "peerURLs[1]"},
 	} {
 		t.Run(strings.Join(tc.urls, ","), func(t *testing.T) {

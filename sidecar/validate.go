@@ -6,10 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/url"
-	"strconv"
+
+	"github.com/druid-stretch/druid-stretch/internal/peerurl"
 )
 
 // maxBodyBytes bounds request bodies: the largest valid body is a few hundred
@@ -38,36 +37,32 @@ func validateName(field, name string) *Error {
 	return nil
 }
 
-// validatePeerURLs accepts what etcd accepts as advertised peer URLs:
-// http or https, a host and a port, nothing else.
+// validatePeerURLs accepts what etcd accepts as advertised peer URLs
+// (http or https, a host and a port, nothing else), spelled canonically
+// (peerurl.Canonical), at most peerurl.Max of them, and no two naming the
+// same peer: etcd compares peer URLs as strings, so another spelling of a
+// URL would pass its own duplicate checks.
 func validatePeerURLs(urls []string) *Error {
 	if len(urls) == 0 {
 		return badRequest(ReasonInvalidURL, "peerURLs is empty; give at least one http(s)://host:port")
 	}
-	seen := map[string]bool{}
+	if len(urls) > peerurl.Max {
+		return badRequest(ReasonInvalidURL, "peerURLs has %d URLs; a member has at most %d (one per network it is reached on)", len(urls), peerurl.Max)
+	}
 	for i, raw := range urls {
 		field := fmt.Sprintf("peerURLs[%d]", i)
-		u, err := url.Parse(raw)
+		canonical, err := peerurl.Canonical(raw)
 		if err != nil {
-			return badRequest(ReasonInvalidURL, "%s %q does not parse: %v", field, raw, err)
+			return badRequest(ReasonInvalidURL, "%s %q %v", field, raw, err)
 		}
-		if u.Scheme != "http" && u.Scheme != "https" {
-			return badRequest(ReasonInvalidURL, "%s %q has scheme %q; want http or https", field, raw, u.Scheme)
+		if canonical != raw {
+			return badRequest(ReasonInvalidURL, "%s %q is not spelled canonically; send %q (lower-case scheme and host, no trailing dot, the port without leading zeros, the shortest IP form, no path), the one spelling every peer URL is compared in", field, raw, canonical)
 		}
-		if u.Opaque != "" || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
-			return badRequest(ReasonInvalidURL, "%s %q must be scheme://host:port without user, path, query or fragment", field, raw)
+		for j, earlier := range urls[:i] {
+			if peerurl.Same(raw, earlier) {
+				return badRequest(ReasonInvalidURL, "%s %q names the same peer as peerURLs[%d] %q (loopback names and addresses count as one host); list each peer once", field, raw, j, earlier)
+			}
 		}
-		host, port, err := net.SplitHostPort(u.Host)
-		if err != nil || host == "" {
-			return badRequest(ReasonInvalidURL, "%s %q needs a host and a port", field, raw)
-		}
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return badRequest(ReasonInvalidURL, "%s %q has port %q; want 1-65535", field, raw, port)
-		}
-		if seen[raw] {
-			return badRequest(ReasonInvalidURL, "%s %q is listed twice", field, raw)
-		}
-		seen[raw] = true
 	}
 	return nil
 }
@@ -101,6 +96,19 @@ func decodeOptionalJSON(r *http.Request, v any) *Error {
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	return decodeJSON(r, v)
+}
+
+// noBody refuses a request that carries a body where the endpoint takes
+// none, rather than ignoring what the caller meant to say.
+func noBody(r *http.Request) *Error {
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxBodyBytes))
+	if err != nil {
+		return bodyError(err)
+	}
+	if len(bytes.TrimSpace(body)) != 0 {
+		return badRequest(ReasonMalformedRequest, "%s %s takes no request body; got %d bytes", r.Method, r.URL.Path, len(body))
+	}
+	return nil
 }
 
 func badRequest(reason, format string, args ...any) *Error {

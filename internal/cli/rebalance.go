@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -20,6 +22,7 @@ func newRebalanceCommand() *cobra.Command {
 		sidecars, targets, groups []string
 		caFile, certFile, keyFile string
 		insecureSkipVerify        bool
+		timeout                   time.Duration
 		cfg                       rebalance.Config
 	)
 	cmd := &cobra.Command{
@@ -41,14 +44,24 @@ makes no progress within --learner-progress-timeout is removed again.
     --target b/b-0=https://10.0.1.1:2380 --target b/b-1=https://10.0.1.2:2380 --target b/b-2=https://10.0.1.3:2380 \
     --group a=a-0,a-1,a-2 --cacert ca.crt --cert client.crt --key client.key
 
-or the same as a file (--file): sidecars [{member, url}], target [{name,
-peerURLs, group}], groups {group: [members]}.`,
+or the same as a file (--file, "-" for stdin, at most 4 MiB): sidecars
+[{member, url}], target [{name, peerURLs, group}], groups {group: [members]}.
+
+Every sidecar call has a time limit (--call-timeout) and so has the whole run
+(--timeout); a run that reaches it stops, naming the sidecars that did not
+answer, and goes on from where it stands when run again.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if timeout <= 0 || cfg.Membership.CallTimeout <= 0 {
+				return usageError(fmt.Errorf("--timeout (%s) and --call-timeout (%s) must be positive: every sidecar call and the whole run have a time limit", timeout, cfg.Membership.CallTimeout))
+			}
 			spec := rebalance.Spec{Groups: map[string][]string{}}
 			if file != "" {
-				var err error
-				if spec, err = rebalance.LoadSpec(file); err != nil {
+				data, err := readInput(cmd, "file", file)
+				if err != nil {
+					return err
+				}
+				if spec, err = rebalance.ParseSpec(data, file); err != nil {
 					return err
 				}
 				if spec.Groups == nil {
@@ -82,7 +95,16 @@ peerURLs, group}], groups {group: [members]}.`,
 				cfg.TLS = tlsConfig
 			}
 			cfg.Spec, cfg.Out = spec, cmd.OutOrStdout()
-			_, err := rebalance.Run(cmd.Context(), cfg)
+			// An observation waits for one sidecar at most this long before
+			// the next is asked; a sidecar that never answers costs no more.
+			cfg.Membership.ObserveTimeout = min(cfg.Membership.CallTimeout, 5*time.Second)
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			_, err := rebalance.Run(ctx, cfg)
+			if err != nil && errors.Is(err, context.DeadlineExceeded) && cmd.Context().Err() == nil {
+				// Run again to go on from where it stands.
+				return notFinished{fmt.Errorf("--timeout %s reached: %w", timeout, err)}
+			}
 			return err
 		},
 	}
@@ -101,5 +123,7 @@ peerURLs, group}], groups {group: [members]}.`,
 	f.DurationVar(&cfg.Policy.MinHealthyFor, "min-learner-healthy", 5*time.Second, "how long a learner must be connected (to the raft transport of the voter whose sidecar answers) or healthy before it is promoted")
 	f.DurationVar(&cfg.Policy.DownVoterGrace, "down-voter-grace", planner.DefaultDownVoterGrace, "how long a departing voter that is down is waited for before it is removed, when its removal would leave fewer voters than the target and no learner can be promoted first")
 	f.DurationVar(&cfg.Interval, "interval", time.Second, "pause between observations while waiting")
+	f.DurationVar(&timeout, "timeout", time.Hour, "time limit of the whole run; it stops there (exit code 3) and goes on from where it stands when run again")
+	f.DurationVar(&cfg.Membership.CallTimeout, "call-timeout", 30*time.Second, "time limit of one sidecar call (an observation asks the next sidecar after at most 5 s)")
 	return cmd
 }

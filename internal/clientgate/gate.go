@@ -503,6 +503,13 @@ func (g *Gate) Serving() bool {
 	return g.sess != nil
 }
 
+// Held tells whether a hold makes new calls wait now.
+func (g *Gate) Held() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return time.Now().Before(g.heldTill)
+}
+
 // InFlight is the number of unary calls forwarded and not yet answered.
 func (g *Gate) InFlight() int {
 	g.mu.Lock()

@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 
 	"github.com/druid-stretch/druid-stretch/internal/etcdconfig"
+	"github.com/druid-stretch/druid-stretch/internal/peerurl"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -208,12 +208,8 @@ func sameInitialCluster(a, b string) bool {
 	return sameURLs(urls(a), urls(b))
 }
 
-func sameURLs(a, b []string) bool {
-	a, b = slices.Clone(a), slices.Clone(b)
-	slices.Sort(a)
-	slices.Sort(b)
-	return slices.Equal(a, b)
-}
+// sameURLs tells whether a and b name the same peers (peerurl.Key).
+func sameURLs(a, b []string) bool { return peerurl.SameSet(a, b) }
 
 // notJoining: the sidecar serves no /v1/join (it was started without
 // druid's etcd configuration), so its member starts without admission.

@@ -75,7 +75,7 @@ func (c *Cluster) drainClients(ctx context.Context, endpoints []Endpoint, member
 		callCtx, cancel := context.WithTimeout(ctx, min(c.cfg.CallTimeout, drainTimeout))
 		start := time.Now()
 		cl := c.client(e.URL, e.TLS)
-		_, err := cl.DrainClients(callCtx, sidecar.ClientDrain{Seconds: DrainLease.Seconds()}, c.drainOptions())
+		_, err := cl.DrainClients(callCtx, sidecar.ClientDrain{Seconds: DrainLease.Seconds()}, c.gateOptions())
 		cancel()
 		var refused *sidecar.Error
 		switch {
@@ -102,9 +102,9 @@ func (c *Cluster) drainClients(ctx context.Context, endpoints []Endpoint, member
 	return nil, nil
 }
 
-// drainOptions are the lock headers of drain calls: the sidecar renews or
-// undoes a drain only for the lock's holder.
-func (c *Cluster) drainOptions() sidecar.CallOptions {
+// gateOptions are the lock headers of drain and hold calls: the sidecar
+// drains or holds a member's clients only for the lock's holder.
+func (c *Cluster) gateOptions() sidecar.CallOptions {
 	return sidecar.CallOptions{LockHolder: c.cfg.Holder, LockToken: c.token}
 }
 
@@ -120,7 +120,7 @@ func (d *drain) renew(ctx context.Context) {
 		case <-t.C:
 		}
 		callCtx, cancel := context.WithTimeout(ctx, min(d.c.cfg.CallTimeout, drainRenewal))
-		_, err := d.cl.DrainClients(callCtx, sidecar.ClientDrain{Seconds: DrainLease.Seconds(), Renew: true}, d.c.drainOptions())
+		_, err := d.cl.DrainClients(callCtx, sidecar.ClientDrain{Seconds: DrainLease.Seconds(), Renew: true}, d.c.gateOptions())
 		cancel()
 		if sidecar.IsReason(err, sidecar.ReasonNotDrained) {
 			d.c.cfg.Logger.Info("the sidecar ended the drain of a member's clients (its lease ran out, or the member leads); not renewed", "member", d.member)
@@ -151,7 +151,7 @@ func (d *drain) end(removed bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), min(d.c.cfg.CallTimeout, drainTimeout))
 	defer cancel()
-	if _, err := d.cl.UndrainClients(ctx, d.c.drainOptions()); err != nil {
+	if _, err := d.cl.UndrainClients(ctx, d.c.gateOptions()); err != nil {
 		d.c.cfg.Logger.Info("could not undo the drain of a member whose removal did not happen; its sidecar ends it with its lease", "member", d.member, "lease", DrainLease.String(), "error", err.Error())
 		return
 	}
@@ -255,7 +255,7 @@ func (c *Cluster) holdClients(ctx context.Context, endpoints []Endpoint, transfe
 				// itself after LeaderTransferHold).
 				callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.CallTimeout)
 				defer cancel()
-				if err := cl.ReleaseClients(callCtx, sidecar.CallOptions{LockHolder: c.cfg.Holder}); err != nil {
+				if err := cl.ReleaseClients(callCtx, c.gateOptions()); err != nil {
 					c.cfg.Logger.Info("could not release a member's clients after the leader transfer; the hold ends by itself", "error", err.Error())
 				}
 			}()
@@ -280,7 +280,7 @@ func (c *Cluster) hold(ctx context.Context, endpoints []Endpoint, transferee str
 			callCtx, cancel := context.WithTimeout(ctx, min(c.cfg.CallTimeout, holdCallTimeout))
 			defer cancel()
 			_, err := cl.HoldClients(callCtx, sidecar.ClientHold{Seconds: LeaderTransferHold.Seconds(), UntilLeader: transferee},
-				sidecar.CallOptions{LockHolder: c.cfg.Holder})
+				c.gateOptions())
 			switch {
 			case sidecar.IsReason(err, sidecar.ReasonNoClientGate):
 			case err != nil:

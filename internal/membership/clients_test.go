@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -191,7 +192,12 @@ func TestOnlyMembersGatesAreHeld(t *testing.T) {
 	var calls callLog
 	gate := func(name string) string {
 		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			calls.add(r.Method + " " + r.URL.Path + " " + name)
+			lock := ""
+			if strings.HasPrefix(r.URL.Path, "/v1/clients/") {
+				// The sidecar holds a member's clients only for the lock's holder.
+				lock = " " + r.Header.Get(sidecar.HeaderLockHolder) + "/" + r.Header.Get(sidecar.HeaderLockToken)
+			}
+			calls.add(r.Method + " " + r.URL.Path + " " + name + lock)
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = w.Write([]byte(`{"ready":true,"inFlight":0}`))
 		}))
@@ -205,8 +211,10 @@ func TestOnlyMembersGatesAreHeld(t *testing.T) {
 	release()
 
 	called := calls.list()
-	g.Expect(called).To(ContainElements("POST /v1/clients/hold m-0", "POST /v1/clients/hold m-3", "DELETE /v1/clients/hold m-0", "DELETE /v1/clients/hold m-3"))
-	g.Expect(called).NotTo(ContainElement(HaveSuffix(" m-5")), "the sidecar of a pod that is no member is not called")
+	lock := " test/" + c.Token()
+	g.Expect(called).To(ContainElements("POST /v1/clients/hold m-0"+lock, "POST /v1/clients/hold m-3"+lock, "DELETE /v1/clients/hold m-0"+lock, "DELETE /v1/clients/hold m-3"+lock),
+		"every hold and release carries the lock headers")
+	g.Expect(called).NotTo(ContainElement(ContainSubstring(" m-5")), "the sidecar of a pod that is no member is not called")
 }
 
 // The connections are warmed before the hold with a call the sidecar

@@ -13,9 +13,7 @@ package membership
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -199,13 +197,12 @@ func New(cfg Config) (*Cluster, error) {
 	if cfg.LockTTL <= cfg.CallTimeout {
 		return nil, fmt.Errorf("membership: the lock TTL (%s) must be longer than the call timeout (%s), so that a change sent under the lock ends before the lock can pass to another holder", cfg.LockTTL, cfg.CallTimeout)
 	}
-	random := make([]byte, 4)
-	if _, err := rand.Read(random); err != nil {
+	// The token names the process's start: only a newer process takes its
+	// holder's lock over.
+	token, err := sidecar.NewLockToken(time.Now())
+	if err != nil {
 		return nil, fmt.Errorf("membership: a lock token: %w", err)
 	}
-	// The start time first: a newer process's token sorts after an older
-	// one's, and only a newer process takes its holder's lock over.
-	token := fmt.Sprintf("%016x%s", time.Now().UnixNano(), hex.EncodeToString(random))
 	return &Cluster{cfg: cfg, token: token, clients: map[string]cachedClient{}, failed: map[string]failure{}, drained: map[string]time.Time{}, down: map[string]downBreak{}}, nil
 }
 

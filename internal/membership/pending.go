@@ -1,10 +1,10 @@
 package membership
 
 import (
-	"slices"
 	"strings"
 	"time"
 
+	"github.com/druid-stretch/druid-stretch/internal/peerurl"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
 )
 
@@ -41,10 +41,8 @@ func effectVisible(s planner.Step, obs *Observation) bool {
 	switch s.Kind {
 	case planner.AddLearner:
 		for _, m := range obs.List.Members {
-			for _, u := range s.PeerURLs {
-				if slices.Contains(m.PeerURLs, u) {
-					return true
-				}
+			if peerurl.Shares(m.PeerURLs, s.PeerURLs) {
+				return true
 			}
 		}
 		return false

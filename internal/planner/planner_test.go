@@ -741,6 +741,26 @@ func TestInvalidTarget(t *testing.T) {
 		{name: "a new member whose peer URL another member uses", obs: start,
 			want:   Desired{Add: []Want{{Name: "b-0", PeerURLs: urlsOf("a-2"), Side: "b"}}, Keep: []string{"a-0", "a-1", "a-2"}},
 			expect: expect{kind: Wait, rule: RuleValidTarget, reason: "PeerURLConflict: a-2 (kept) already uses a peer URL of b-0"}},
+		{name: "a new member whose peer URL is another spelling of a member's (upper case, a trailing dot, a leading-zero port)", obs: start,
+			want:   Desired{Add: []Want{{Name: "b-0", PeerURLs: []string{"HTTPS://A-2.:02380"}, Side: "b"}}, Keep: []string{"a-0", "a-1", "a-2"}},
+			expect: expect{kind: Wait, rule: RuleValidTarget, reason: "PeerURLConflict: a-2 (kept) already uses a peer URL of b-0"}},
+		{name: "a new member on localhost beside a member on the loopback IP",
+			obs:    obs(lead(Member{ID: "id-a-0", Name: "a-0", PeerURLs: []string{"https://127.0.0.1:2380"}, Side: "a", Healthy: true, HealthyFor: time.Minute}), voter("a-1", "a"), voter("a-2", "a")),
+			want:   Desired{Add: []Want{{Name: "b-0", PeerURLs: []string{"https://localhost:2380"}, Side: "b"}}, Keep: []string{"a-0", "a-1", "a-2"}},
+			expect: expect{kind: Wait, rule: RuleValidTarget, reason: "PeerURLConflict: a-0 (kept) already uses a peer URL of b-0"}},
+	})
+}
+
+// An unstarted learner has no name: it is the wanted member whose peer URL
+// it has, in whatever spelling etcd lists it.
+func TestUnstartedLearnerMatchedByCanonicalPeerURL(t *testing.T) {
+	listed := unstarted("b-0", "b", 20*time.Second)
+	listed.PeerURLs = []string{"https://B-0.:2380"}
+	runCases(t, []ruleCase{
+		{name: "the learner listed in another spelling of b-0's peer URL is b-0, not a stranger",
+			obs:    obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a"), connected(listed, time.Minute)),
+			want:   Desired{Add: []Want{want("b-0", "b")}, Keep: []string{"a-0", "a-1", "a-2"}},
+			expect: expect{kind: Promote, member: "b-0", rule: RuleReadyLearner}},
 	})
 }
 

@@ -3,6 +3,8 @@ package planner
 import (
 	"slices"
 	"strings"
+
+	"github.com/druid-stretch/druid-stretch/internal/peerurl"
 )
 
 // role says who decides about a member.
@@ -310,14 +312,9 @@ func (m *member) roleNote() string {
 	return ""
 }
 
-func sharesURL(a, b []string) bool {
-	for _, u := range a {
-		if slices.Contains(b, u) {
-			return true
-		}
-	}
-	return false
-}
+// sharesURL tells whether a and b name a common peer, by peerurl.Key:
+// another spelling of a learner's peer URL is the same learner.
+func sharesURL(a, b []string) bool { return peerurl.Shares(a, b) }
 
 func boolRank(preferred bool) int {
 	if preferred {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
 	"github.com/druid-stretch/druid-stretch/internal/membership"
+	"github.com/druid-stretch/druid-stretch/internal/peerurl"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
@@ -126,6 +127,9 @@ type runner struct {
 	refusedStep string
 	// lastLine is the last wait line printed, not to repeat it.
 	lastLine string
+	// unreachable is why the last observation failed (it names every
+	// sidecar asked and why); nil once one answered.
+	unreachable error
 }
 
 // Run moves the cluster to cfg.Spec's target: observe, plan one step,
@@ -186,6 +190,9 @@ func (r *runner) releaseLock() {
 func (r *runner) loop(ctx context.Context) error {
 	for {
 		if err := ctx.Err(); err != nil {
+			if r.unreachable != nil {
+				return fmt.Errorf("rebalance stopped before the target was reached (%w) while no sidecar answered: %v", err, r.unreachable)
+			}
 			return fmt.Errorf("rebalance stopped before the target was reached: %w", err)
 		}
 		done, err := r.round(ctx)
@@ -200,13 +207,18 @@ func (r *runner) loop(ctx context.Context) error {
 func (r *runner) round(ctx context.Context) (done bool, err error) {
 	obs, err := r.c.Observe(ctx, r.eps, r.hint)
 	if err != nil {
-		if ctx.Err() != nil || r.cfg.DryRun {
+		if ctx.Err() != nil {
+			return false, nil // loop says why it stopped
+		}
+		r.unreachable = err
+		if r.cfg.DryRun {
 			return false, fmt.Errorf("observing the cluster: %w", err)
 		}
 		r.printOnce("waiting: %v", err)
 		r.sleep(ctx, r.cfg.Interval)
 		return false, nil
 	}
+	r.unreachable = nil
 	t := r.target(obs)
 	plan := r.c.Plan(obs, t, r.progress, r.pending, r.cfg.Policy)
 	from := planner.Describe(plan.Input.Members)
@@ -424,14 +436,8 @@ func InitialCluster(list *sidecar.MemberList, name string, peerURLs []string) st
 	return members.FormatInitialCluster(peers)
 }
 
-func sharesURL(a, b []string) bool {
-	for _, u := range a {
-		if slices.Contains(b, u) {
-			return true
-		}
-	}
-	return false
-}
+// sharesURL tells whether a and b name a common peer (peerurl.Key).
+func sharesURL(a, b []string) bool { return peerurl.Shares(a, b) }
 
 func label(s planner.Step) string {
 	if s.Member != "" {

@@ -65,9 +65,15 @@ func LoadSpec(path string) (Spec, error) {
 	if err != nil {
 		return Spec{}, fmt.Errorf("reading the rebalance spec: %w", err)
 	}
+	return ParseSpec(data, path)
+}
+
+// ParseSpec decodes a Spec from YAML (or JSON) read from name, refusing
+// unknown fields as LoadSpec does.
+func ParseSpec(data []byte, name string) (Spec, error) {
 	var s Spec
 	if err := yaml.UnmarshalStrict(data, &s); err != nil {
-		return Spec{}, fmt.Errorf("decoding the rebalance spec %s: %w", path, err)
+		return Spec{}, fmt.Errorf("decoding the rebalance spec %s: %w", name, err)
 	}
 	return s, nil
 }
