@@ -78,7 +78,9 @@ func ParseAllowedClients(list string) ([]string, error) {
 // AllowedClients is a list of client certificate identities as a command
 // line flag (pflag's Value): each occurrence is read with
 // ParseAllowedClients and appended, so the flag may be repeated or
-// comma-separated.
+// comma-separated. It is no API type: no deep copy is generated for it.
+//
+// +kubebuilder:object:generate=false
 type AllowedClients []string
 
 // Set appends the identities of one occurrence of the flag.
