@@ -281,8 +281,11 @@ sidecar:
 	// another side's, as its EtcdMembership's status says) is refused by
 	// the Etcd deletion validator, which every Etcd deletion reaches; a
 	// plain Etcd is deleted.
+	// The status is written as the controller (the chart's ServiceAccount):
+	// the EtcdMembership validator admits no one else's.
 	m := &stretchv1alpha1.EtcdMembership{}
-	g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(e), m)).To(Succeed())
+	g.Expect(f.sa.Get(ctx, client.ObjectKeyFromObject(e), m)).To(Succeed())
+	unwritten := m.DeepCopy()
 	m.Status.Membership = &v1alpha1.MembershipStatus{Phase: v1alpha1.MembershipPhaseConverged}
 	for i, name := range []string{"etcd-moved-3", "etcd-moved-4", "seed-a-etcd-moved-0"} {
 		origin := v1alpha1.MemberOriginLocal
@@ -292,7 +295,7 @@ sidecar:
 		m.Status.Membership.Members = append(m.Status.Membership.Members, v1alpha1.ObservedMember{
 			ID: strconv.Itoa(i + 1), Name: name, Role: v1alpha1.MemberRoleVoter, Origin: origin, Healthy: true})
 	}
-	g.Expect(admin.Status().Update(ctx, m)).To(Succeed())
+	g.Expect(f.sa.Status().Patch(ctx, m, client.MergeFrom(unwritten))).To(Succeed())
 	err := admin.Delete(ctx, e)
 	g.Expect(err).To(MatchError(And(ContainSubstring(`admission webhook "etcddeletions.druid-stretch.druid.gardener.cloud" denied`),
 		ContainSubstring(webhook.DeleteStretchedAnnotation))))
