@@ -198,16 +198,23 @@ func unobservedDeletion(kind string, v *v1alpha1.Etcd, sts *appsv1.StatefulSet) 
 	if len(signs) == 0 {
 		return ""
 	}
+	outcome := "druid would delete their pods, and the others may lose their quorum"
+	switch {
+	case kind == "EtcdMembership":
+		outcome = "the Etcd would lose druid-stretch's fields its members run by, and the others may lose their quorum"
+	case v.Spec.Replicas == 0:
+		outcome = "druid would delete the volumes their data is on, and the others may lose their quorum for good"
+	}
 	unknown := "status.membership is missing"
 	if st != nil {
 		unknown = fmt.Sprintf("status.membership lists no member (phase %q)", st.Phase)
 	}
 	return fmt.Sprintf("deleting the %s %s/%s is refused: %s: no observation of the etcd cluster's members, while Etcd %s's spec says its members may vote beside others' (%s); "+
-		"deleting it would have druid delete their pods, and the others may lose their quorum with them. "+
+		"%s. "+
 		"Wait until the controller's first observation appears in the EtcdMembership's status "+
 		"(kubectl get etcdmembership %s -n %s -o yaml shows status.membership.members), then delete again; "+
 		"to delete on purpose, set the annotation %s: \"true\" on the %s first",
-		kind, v.Namespace, v.Name, unknown, v.Name, strings.Join(signs, "; "), v.Name, v.Namespace, DeleteStretchedAnnotation, kind)
+		kind, v.Namespace, v.Name, unknown, v.Name, strings.Join(signs, "; "), outcome, v.Name, v.Namespace, DeleteStretchedAnnotation, kind)
 }
 
 // stretchSigns are what in v's durable spec (and its StatefulSet sts, nil
@@ -242,8 +249,13 @@ func stretchSigns(v *v1alpha1.Etcd, sts *appsv1.StatefulSet) []string {
 	} else if b := v.Status.BootstrapWithExistingCluster; b != nil && len(b.Members) > 0 {
 		why = append(why, fmt.Sprintf("druid recorded its join of an existing etcd cluster of %d member(s) (status.bootstrapWithExistingCluster)", len(b.Members)))
 	}
-	if n := len(v.Spec.Etcd.AdditionalAdvertisePeerURLs) + len(v.Spec.AdditionalAdvertisePeerURLs); n > 0 {
-		why = append(why, fmt.Sprintf("it gives %d member(s) further peer URLs (spec.etcd.additionalAdvertisePeerURLs, spec.additionalAdvertisePeerURLs), by which another side reaches them", n))
+	for _, urls := range []struct {
+		field string
+		n     int
+	}{{"spec.etcd.additionalAdvertisePeerURLs", len(v.Spec.Etcd.AdditionalAdvertisePeerURLs)}, {"spec.additionalAdvertisePeerURLs", len(v.Spec.AdditionalAdvertisePeerURLs)}} {
+		if urls.n > 0 {
+			why = append(why, fmt.Sprintf("it gives %d member(s) further peer URLs (%s), by which another side reaches them", urls.n, urls.field))
+		}
 	}
 	return why
 }
