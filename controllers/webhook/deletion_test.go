@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	druidv1alpha1 "github.com/gardener/etcd-druid/api/core/v1alpha1"
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/ptr"
@@ -152,5 +153,102 @@ func TestEtcdDeletionsStillAdmitted(t *testing.T) {
 		m.Annotations = map[string]string{webhook.DeleteStretchedAnnotation: "true"}
 		g.Expect(k8s.Update(t.Context(), m)).To(Succeed())
 		expectDeleted(t, m)
+	})
+}
+
+// Where nothing has observed the members yet (status.membership missing,
+// or listing no member), an Etcd whose spec says it could be stretched is
+// neither deleted nor loses its EtcdMembership: the refusal says what is
+// unknown, why it matters and what to do. Each case is refused first; the
+// override then deletes it on purpose.
+func TestUnobservedStretchedEtcdIsNotDeleted(t *testing.T) {
+	gep39 := func(ns string) *v1alpha1.Etcd {
+		// GEP-39's destination, created with druid's fields alone: no
+		// EtcdMembership until its controller adopts it.
+		e := etcdWithTLS(ns)
+		b := &druidv1alpha1.BootstrapWithExistingCluster{ClientEndpoints: []string{"https://etcd-main-client.seed-a.example:2379"}}
+		for _, x := range stretchedEtcd(ns).Spec.ExternalMembers {
+			b.Members = append(b.Members, druidv1alpha1.BootstrapExistingMember{Name: x.Name, PeerURLs: x.PeerURLs})
+		}
+		e.Spec.Etcd.BootstrapWithExistingCluster = b
+		return e
+	}
+	for _, tc := range []struct {
+		name   string
+		build  func(ns string) *v1alpha1.Etcd
+		status *v1alpha1.MembershipStatus
+		want   []string
+	}{
+		{"a destination with external members, not observed yet", stretchedEtcd, nil,
+			[]string{"status.membership is missing", "it lists 3 external member(s) beside its 3 replicas", "ordinals from 3"}},
+		{"on ordinals from 3, observed with no member", func(ns string) *v1alpha1.Etcd {
+			e := stretchedEtcd(ns)
+			e.Spec.ExternalMembers = nil
+			return e
+		}, &v1alpha1.MembershipStatus{Phase: v1alpha1.MembershipPhasePending},
+			[]string{`status.membership lists no member (phase "Pending")`, "ordinals from 3"}},
+		{"GEP-39's destination, no EtcdMembership yet", gep39, nil,
+			[]string{"status.membership is missing", "spec.etcd.bootstrapWithExistingCluster names 3 member(s)", `prefix "seed-b"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			e := createEtcd(t, tc.build(newNamespace(t)))
+			if tc.status != nil {
+				setMembershipStatus(t, e, tc.status)
+			}
+			want := append(tc.want, "kubectl get etcdmembership etcd-main -n "+e.Namespace+" -o yaml", webhook.DeleteStretchedAnnotation)
+			expectDeleteRefused(t, &v1alpha1.Etcd{ObjectMeta: e.ObjectMeta}, want...)
+			m, err := etcdview.GetMembership(t.Context(), k8s, client.ObjectKeyFromObject(e))
+			g.Expect(err).NotTo(HaveOccurred())
+			if m != nil {
+				expectDeleteRefused(t, m, append(want, "deleting the EtcdMembership")...)
+			}
+
+			e = changeEtcd(t, e, func(v *v1alpha1.Etcd) {
+				v.Annotations = map[string]string{webhook.DeleteStretchedAnnotation: "true"}
+			})
+			expectDeleted(t, &v1alpha1.Etcd{ObjectMeta: e.ObjectMeta})
+		})
+	}
+}
+
+// What stays admitted while nothing has observed the members: an Etcd
+// opted in on druid's own ordinals with nothing that could stretch it, its
+// EtcdMembership, and an Etcd already being deleted (deleted again, and its
+// EtcdMembership deleted meanwhile, as the garbage collector does).
+func TestUnobservedEtcdDeletionsStillAdmitted(t *testing.T) {
+	plain := func(ns string) *v1alpha1.Etcd {
+		e := etcdWithTLS(ns)
+		e.Spec.OrdinalStart, e.Spec.MemberNamePrefix = ptr.To[int32](0), nil
+		return e
+	}
+	t.Run("opted in on druid's own ordinals", func(t *testing.T) {
+		e := createEtcd(t, plain(newNamespace(t)))
+		expectDeleted(t, &v1alpha1.Etcd{ObjectMeta: e.ObjectMeta})
+	})
+	t.Run("the EtcdMembership of one opted in on druid's own ordinals", func(t *testing.T) {
+		e := createEtcd(t, plain(newNamespace(t)))
+		expectDeleted(t, stretchv1alpha1.For(e, v1alpha1.MembershipSpec{}))
+	})
+	t.Run("already being deleted", func(t *testing.T) {
+		g := NewWithT(t)
+		e := createEtcd(t, stretchedEtcd(newNamespace(t)))
+		stored := &v1alpha1.Etcd{}
+		g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(e), stored)).To(Succeed())
+		stored.Finalizers = []string{"druid.gardener.cloud/etcd-druid"}
+		stored.Annotations = map[string]string{webhook.DeleteStretchedAnnotation: "true"}
+		g.Expect(k8s.Update(t.Context(), stored)).To(Succeed())
+		g.Expect(k8s.Delete(t.Context(), stored)).To(Succeed())
+		g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(e), stored)).To(Succeed())
+		g.Expect(stored.DeletionTimestamp).NotTo(BeNil())
+		stored.Annotations = nil
+		g.Expect(k8s.Update(t.Context(), stored)).To(Succeed())
+		g.Expect(k8s.Delete(t.Context(), stored)).To(Succeed(), "deleted again without the override")
+		expectDeleted(t, stretchv1alpha1.For(e, v1alpha1.MembershipSpec{}))
+		g.Expect(k8s.Get(t.Context(), client.ObjectKeyFromObject(e), stored)).To(Succeed())
+		stored.Finalizers = nil
+		g.Expect(k8s.Update(t.Context(), stored)).To(Succeed())
+		err := k8s.Get(t.Context(), client.ObjectKeyFromObject(e), stored)
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "deleted: %v", err)
 	})
 }

@@ -175,6 +175,9 @@ func TestDroppingTheFieldsStillAdmitted(t *testing.T) {
 		e = createEtcd(t, e)
 		sts := withStatefulSet(t, k8s, e)
 		g.Expect(sts.Annotations).To(HaveKeyWithValue(webhook.PodWindowAnnotation, "[0, 3)"))
+		// Observed with its own members alone: unobserved, its member name
+		// prefix alone would keep the EtcdMembership.
+		setMembershipStatus(t, e, votersBeside(e, 3, 0))
 		expectDeleted(t, stretchv1alpha1.For(e, v1alpha1.MembershipSpec{}))
 	})
 }

@@ -580,6 +580,81 @@ func TestWebhookRefusals(t *testing.T) {
 			return st
 		})
 
+	// Deletions of an Etcd nobody observed yet (status.membership missing,
+	// or listing no member) whose spec says it could be stretched: the
+	// Etcd deletion validator and the EtcdMembership validator cannot tell
+	// whether its members vote beside others', so they keep it. The pair
+	// (the EtcdMembership absent when there is none) is compared before
+	// and after.
+	refusedUnobservedDelete := func(input, want, target string, build func() *v1alpha1.Etcd, status *v1alpha1.MembershipStatus) {
+		t.Helper()
+		t.Run(input, func(t *testing.T) {
+			g := NewWithT(t)
+			e := createEtcd(t, build())
+			if status != nil {
+				setMembershipStatus(t, e, status)
+			}
+			before, err := etcdview.Get(t.Context(), k8s, client.ObjectKeyFromObject(e))
+			g.Expect(err).NotTo(HaveOccurred())
+			var obj client.Object = before.Etcd.DeepCopy()
+			if target == "EtcdMembership" {
+				obj = before.Membership.DeepCopy()
+			}
+			err = k8s.Delete(t.Context(), obj)
+			g.Expect(err).To(HaveOccurred(), "the deletion was admitted")
+			g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a webhook denial: %v", err)
+			g.Expect(err.Error()).To(And(ContainSubstring(want), ContainSubstring("no observation of the etcd cluster's members"), ContainSubstring(webhook.DeleteStretchedAnnotation)))
+			after, getErr := etcdview.Get(t.Context(), k8s, client.ObjectKeyFromObject(e))
+			g.Expect(getErr).NotTo(HaveOccurred(), "the Etcd is still stored")
+			g.Expect(after.Etcd.ResourceVersion).To(Equal(before.Etcd.ResourceVersion), "the Etcd was not written")
+			g.Expect(after.Etcd.DeletionTimestamp).To(BeNil())
+			g.Expect(equality.Semantic.DeepEqual(after.View.Spec, before.View.Spec)).To(BeTrue())
+			state := func(p *etcdview.Pair) string {
+				if p.Membership == nil {
+					return fmt.Sprintf("Etcd stored, generation %d; no EtcdMembership", p.Etcd.Generation)
+				}
+				st := "status.membership missing"
+				if m := p.Membership.Status.Membership; m != nil {
+					st = fmt.Sprintf("status.membership phase %s, %d members", m.Phase, len(m.Members))
+				}
+				return fmt.Sprintf("Etcd stored, generation %d; EtcdMembership stored, generation %d, %s", p.Etcd.Generation, p.Membership.Generation, st)
+			}
+			if before.Membership == nil {
+				g.Expect(after.Membership).To(BeNil(), "no EtcdMembership was created")
+			} else {
+				g.Expect(after.Membership).NotTo(BeNil(), "the EtcdMembership is still stored")
+				g.Expect(after.Membership.ResourceVersion).To(Equal(before.Membership.ResourceVersion), "the EtcdMembership was not written")
+				g.Expect(after.Membership.DeletionTimestamp).To(BeNil())
+			}
+			afterState := "unchanged"
+			if state(after) != state(before) {
+				afterState = state(after)
+			}
+			table.Add(refusaldoc.Row{Input: input, Target: "delete " + target, Answer: answer(err), Before: state(before), After: afterState})
+		})
+	}
+	refusedUnobservedDelete("an Etcd listing 3 external members beside its 3 replicas, status.membership missing (a destination not observed yet)",
+		"status.membership is missing", "Etcd", fresh(nil), nil)
+	refusedUnobservedDelete("the EtcdMembership of an Etcd listing 3 external members, status.membership missing (recreated without status)",
+		"status.membership is missing", "EtcdMembership", fresh(nil), nil)
+	refusedUnobservedDelete("an Etcd at spec.ordinalStart 3 whose status.membership lists no member (phase Pending)",
+		"status.membership lists no member", "Etcd", fresh(func(e *v1alpha1.Etcd) { e.Spec.ExternalMembers = nil }),
+		&v1alpha1.MembershipStatus{Phase: v1alpha1.MembershipPhasePending})
+	refusedUnobservedDelete("GEP-39's destination (spec.etcd.bootstrapWithExistingCluster, no EtcdMembership yet), status.membership missing",
+		"spec.etcd.bootstrapWithExistingCluster", "Etcd", fresh(func(e *v1alpha1.Etcd) {
+			b := &druidv1alpha1.BootstrapWithExistingCluster{ClientEndpoints: []string{"https://etcd-main-client.seed-a.example:2379"}}
+			for _, x := range e.Spec.ExternalMembers {
+				b.Members = append(b.Members, druidv1alpha1.BootstrapExistingMember{Name: x.Name, PeerURLs: x.PeerURLs})
+			}
+			e.Spec.Etcd.BootstrapWithExistingCluster = b
+			e.Spec.ExternalMembers, e.Spec.OrdinalStart = nil, nil
+		}), nil)
+	refusedUnobservedDelete("an Etcd opted in on druid's own ordinals with peer URLs in spec.etcd.additionalAdvertisePeerURLs (druid's field), status.membership missing",
+		"spec.etcd.additionalAdvertisePeerURLs", "Etcd", fresh(func(e *v1alpha1.Etcd) {
+			e.Spec.ExternalMembers, e.Spec.OrdinalStart, e.Spec.MemberNamePrefix = nil, ptr.To[int32](0), nil
+			e.Spec.Etcd.AdditionalAdvertisePeerURLs = []druidv1alpha1.MemberPeerURLs{{MemberName: e.Name + "-1", URLs: []string{"https://" + e.Name + "-1.seed-b.example:2380"}}}
+		}), nil)
+
 	if !t.Failed() {
 		refusaldoc.Check(t, table, "security-refusals-webhooks.md")
 	}
