@@ -3,8 +3,10 @@ package sidecar
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -149,11 +151,98 @@ func (s *Server) drainClients(r *http.Request) (int, any, *Error) {
 	// The lease first: a drain that fails half-way leaves the gate
 	// drained, and the lease is what reopens it.
 	s.renewDrain(lease)
-	if err := g.Drain(ctx); err != nil {
+	// The mark goes out beside the drain, not after it: the drain's
+	// answer waits for both, and the write costs a round trip to the
+	// leader, which the drain's own wait for calls in flight covers.
+	marked := make(chan struct{})
+	go func() {
+		defer close(marked)
+		s.markDrained(ctx, lease)
+	}()
+	err := g.Drain(ctx)
+	<-marked
+	if err != nil {
 		return 0, nil, &Error{StatusCode: http.StatusServiceUnavailable, Reason: ReasonEtcdUnavailable, RetryAfter: time.Second,
 			Message: fmt.Sprintf("draining the clients of the local member (the drain stays until its lease ends): %v", err)}
 	}
 	return http.StatusOK, s.gateStatus(), nil
+}
+
+// drainMarkPrefix holds one key per member whose clients are drained, on
+// a lease as long as the drain's: a leader that hands over at its pod's
+// end (handoff.go) reads them and does not pass its leadership to a member
+// that is about to be removed. Such a member would reopen its gate as
+// leader, and its removal would then need a second transfer while the
+// controller's step runs, failing the clients' writes forwarded meanwhile.
+const drainMarkPrefix = keyPrefix + "drained/"
+
+// markDrained writes the local member's drain mark for a drain of lease,
+// replacing the one before (whose lease then expires on its own). A mark
+// that cannot be written is logged, not an error: the drain itself holds,
+// and only a handoff in the next seconds could choose this member.
+func (s *Server) markDrained(ctx context.Context, lease time.Duration) {
+	s.learnLocalID(ctx)
+	s.mu.Lock()
+	id := s.localID
+	s.mu.Unlock()
+	if id == 0 {
+		s.log.Info("the drain is not marked in etcd: the local member's ID is not known yet")
+		return
+	}
+	var granted clientv3.LeaseID
+	err := s.withCluster(ctx, func(c *clientv3.Client) error {
+		l, err := c.Grant(ctx, int64(math.Ceil(lease.Seconds()))+1)
+		if err != nil {
+			return err
+		}
+		granted = l.ID
+		_, err = c.Put(ctx, drainMarkPrefix+formatID(id), time.Now().UTC().Format(time.RFC3339), clientv3.WithLease(l.ID))
+		return err
+	})
+	if err != nil {
+		s.log.Info("the drain is not marked in etcd; a leader's handoff could choose this member", "error", err.Error())
+		return
+	}
+	s.mu.Lock()
+	s.drainMark = granted
+	s.mu.Unlock()
+}
+
+// unmarkDrained revokes the lease of the local member's drain mark, which
+// deletes the mark unless a later drain replaced it (on a lease of its
+// own). Its caller holds s.mu. It does not wait for the revoke: the
+// mark's lease ends it anyway.
+func (s *Server) unmarkDrained() {
+	lease := s.drainMark
+	s.drainMark = 0
+	if lease == 0 {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(s.background, s.cfg.RequestTimeout)
+		defer cancel()
+		_ = s.withCluster(ctx, func(c *clientv3.Client) error {
+			_, err := c.Revoke(ctx, lease)
+			return err
+		})
+	}()
+}
+
+// drainMarks are the members whose clients are drained, as their marks in
+// etcd show, read from the local member alone: the handoff reads them on
+// the leader, which has every mark that committed.
+func (s *Server) drainMarks(ctx context.Context) (map[uint64]bool, error) {
+	resp, err := s.local.Get(ctx, drainMarkPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSerializable())
+	if err != nil {
+		return nil, err
+	}
+	out := map[uint64]bool{}
+	for _, kv := range resp.Kvs {
+		if id, err := strconv.ParseUint(strings.TrimPrefix(string(kv.Key), drainMarkPrefix), 16, 64); err == nil {
+			out[id] = true
+		}
+	}
+	return out, nil
 }
 
 // undrainClients answers DELETE /v1/clients/drain: the drain is undone
@@ -334,6 +423,7 @@ func (s *Server) endDrain(d *drainLease, why string) {
 	d.timer.Stop()
 	s.drain = nil
 	s.log.Info("drain of the local member's clients ended: its gate takes clients again", "reason", why)
+	s.unmarkDrained()
 }
 
 // gateStatus is the gate's state with the drain in force.

@@ -46,7 +46,7 @@ func gatedServer(t *testing.T, c *etcdtest.Cluster, m *localetcd.Member) (*sidec
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, err := tls.X509KeyPair(pair.CertPEM, pair.KeyPEM)
+	cert, err := pair.Certificate()
 	if err != nil {
 		t.Fatal(err)
 	}

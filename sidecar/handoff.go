@@ -94,7 +94,7 @@ func (s *Server) HandOffLeadership(ctx context.Context) (*Handoff, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing the members: %w", err)
 	}
-	to, others := successor(list.Members, self)
+	to, others := successor(list.Members, self, s.leavingMembers(ctx))
 	if to == nil {
 		return nil, nil
 	}
@@ -168,9 +168,12 @@ func (s *Server) waitHandoffAcks(ctx context.Context, others []*pb.Member) int {
 var ordinalSuffix = regexp.MustCompile(`-[0-9]+$`)
 
 // successor is the member leadership goes to: a started voter other than
-// self, one of the same Etcd (its name without the ordinal matches) when
-// there is one, the lowest name first; and the voters other than self.
-func successor(members []*pb.Member, self uint64) (*pb.Member, []*pb.Member) {
+// self, one that is not leaving (its clients drained or its removal under
+// way) when there is one, then one of the same Etcd (its name without the
+// ordinal matches), the lowest name first; and the voters other than self.
+// A leaving member would take leadership only to have it moved again
+// before its removal, a second transfer while clients write.
+func successor(members []*pb.Member, self uint64, leaving map[uint64]bool) (*pb.Member, []*pb.Member) {
 	var own string
 	for _, m := range members {
 		if m.ID == self {
@@ -187,6 +190,12 @@ func successor(members []*pb.Member, self uint64) (*pb.Member, []*pb.Member) {
 		return nil, nil
 	}
 	slices.SortFunc(voters, func(a, b *pb.Member) int {
+		if leaving[a.ID] != leaving[b.ID] {
+			if leaving[b.ID] {
+				return -1
+			}
+			return 1
+		}
 		sameA, sameB := ordinalSuffix.ReplaceAllString(a.Name, "") == own, ordinalSuffix.ReplaceAllString(b.Name, "") == own
 		if sameA != sameB {
 			if sameA {
@@ -197,6 +206,29 @@ func successor(members []*pb.Member, self uint64) (*pb.Member, []*pb.Member) {
 		return cmp.Compare(a.Name, b.Name)
 	})
 	return voters[0], voters
+}
+
+// leavingMembers are the members about to leave, as the local member (the
+// leader) knows them: their clients drained for a removal (drainMarks) or
+// their removal under way (a tombstone). A read that fails leaves the
+// member out of the choice's order, not the handoff out.
+func (s *Server) leavingMembers(ctx context.Context) map[uint64]bool {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.StatusTimeout)
+	defer cancel()
+	out, err := s.drainMarks(ctx)
+	if err != nil {
+		s.log.Info("the members' drain marks could not be read; the handoff's successor may be a drained member", "error", err.Error())
+		out = map[uint64]bool{}
+	}
+	resp, err := s.local.Get(ctx, tombstonePrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSerializable())
+	if err != nil {
+		s.log.Info("the removal tombstones could not be read; the handoff's successor may be a member being removed", "error", err.Error())
+		resp = &clientv3.GetResponse{}
+	}
+	for id := range s.removingIDs(resp.Kvs) {
+		out[id] = true
+	}
+	return out
 }
 
 func memberName(members []*pb.Member, id uint64) string {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -71,6 +72,65 @@ func TestLeaderHandsOverBeforeItsEtcdStops(t *testing.T) {
 	writes, failed := w.stop()
 	t.Logf("%d writes through the gates, failed: %v", writes, failed)
 	g.Expect(failed).To(BeEmpty())
+}
+
+// TestHandoffPassesOverADrainedMember: the controller drained a follower's
+// clients for its removal, and the leader's pod ends before the removal.
+// The leader's sidecar hands leadership to the other follower, not to the
+// drained one that the default order (the lowest name) would choose:
+// that member would only have to hand it on again before its removal.
+// Undoing the drain takes its mark away.
+func TestHandoffPassesOverADrainedMember(t *testing.T) {
+	testbin.Need(t)
+	g := NewWithT(t)
+	c := etcdtest.Start(t, etcdtest.Options{Names: etcdtest.Numbered("m", 3)})
+	clients := map[string]*sidecar.Client{}
+	servers := map[string]*sidecar.Server{}
+	for _, m := range c.Members {
+		sc, srv, _, _ := gatedServer(t, c, m)
+		clients[m.Name], servers[m.Name] = sc, srv
+	}
+	leader, _ := leaderAndFollower(t, c)
+	var drained, other string
+	for _, m := range c.Members { // by name: the default order's first
+		switch {
+		case m == leader:
+		case drained == "":
+			drained = m.Name
+		default:
+			other = m.Name
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cli := etcdClientT(t, c, leader.ClientURL)
+	drainedID := memberIDOf(ctx, g, cli, drained)
+	mark := "/druid-stretch/drained/" + drainedID
+	g.Eventually(func() error { return clients[drained].Ready(ctx) }).WithTimeout(10*time.Second).Should(Succeed(), "the sidecar learned its member")
+	o := gateLock(t, clients[drained])
+	_, err := clients[drained].DrainClients(ctx, sidecar.ClientDrain{Seconds: 30}, o)
+	g.Expect(err).NotTo(HaveOccurred())
+	resp, err := cli.Get(ctx, mark)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(resp.Kvs).To(HaveLen(1), "the drain is marked in etcd")
+
+	h, err := servers[leader.Name].HandOffLeadership(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(h).NotTo(BeNil())
+	g.Expect(h.To).To(Equal(other), "the drained %s was passed over", drained)
+	st, err := cli.Status(ctx, leader.ClientURL)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(fmt.Sprintf("%x", st.Leader)).To(Equal(memberIDOf(ctx, g, cli, other)), "etcd's leader is the successor")
+
+	_, err = clients[drained].UndrainClients(ctx, o)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func() ([]*mvccpb.KeyValue, error) {
+		resp, err := cli.Get(ctx, mark)
+		if err != nil {
+			return nil, err
+		}
+		return resp.Kvs, nil
+	}).WithTimeout(10*time.Second).Should(BeEmpty(), "the undone drain's mark is gone")
 }
 
 // memberIDOf is the named member's ID in hex.

@@ -46,7 +46,7 @@ func TestRefusalsChangeNothing(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	foreignPair, err := foreignCA.Issue("intruder", "127.0.0.1")
 	g.Expect(err).NotTo(HaveOccurred())
-	foreignCert, err := tls.X509KeyPair(foreignPair.CertPEM, foreignPair.KeyPEM)
+	foreignCert, err := foreignPair.Certificate()
 	g.Expect(err).NotTo(HaveOccurred())
 	// Forced on the server: Go's client would otherwise send no certificate
 	// that the server's list of acceptable CAs does not name.

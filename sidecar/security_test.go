@@ -158,7 +158,7 @@ func TestSecurityRefusals(t *testing.T) {
 	tlsOf := func(ca *pki.CA, cn string) *tls.Config {
 		pair, err := ca.Issue(cn, "127.0.0.1")
 		g.Expect(err).NotTo(HaveOccurred())
-		cert, err := tls.X509KeyPair(pair.CertPEM, pair.KeyPEM)
+		cert, err := pair.Certificate()
 		g.Expect(err).NotTo(HaveOccurred())
 		// The certificate is forced on the server: Go's client would send
 		// none that the server's list of acceptable CAs does not name.

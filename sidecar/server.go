@@ -217,6 +217,9 @@ type Server struct {
 	// undo it, and the observations that end it.
 	drain      *drainLease
 	drainCalls sync.Mutex
+	// drainMark is the lease of this member's drain mark in etcd
+	// (drainMarkPrefix); 0 without one.
+	drainMark clientv3.LeaseID
 	// transport is the local member's raft transport as its metrics
 	// showed it (transport.go), read with metricsClient.
 	transport     transportView

@@ -38,7 +38,7 @@ func startGated(t testing.TB) *gated {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, err := tls.X509KeyPair(serving.CertPEM, serving.KeyPEM)
+	cert, err := serving.Certificate()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -131,12 +131,9 @@ var podDeletionRows = []struct {
 // cluster never has fewer than MoveReplicas voters. -pod-deletions=full
 // runs every row of podDeletionRows, one move each.
 //
-// It is off in make test, for its time and because it fails today on the
-// cause docs/known-limits.md names: the planner removes a departing voter
-// whose pod is only being recreated, below the target voters, when no
-// learner of ours is ready to be promoted first (etcd refuses a learner's
-// add while one of three voters is down: it counts the new member as
-// down too and wants a quorum of the four connected).
+// It is off in make test for its time (the representative row takes a
+// move of about five minutes, the full lane five moves); make fault-matrix
+// runs it whole.
 func TestLiveMoveSurvivesPodDeletion(t *testing.T) {
 	if *podDeletionSet == "off" {
 		t.Skip("a fault lane: run with -args -pod-deletions=representative or =full (make fault-matrix)")

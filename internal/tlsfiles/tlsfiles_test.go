@@ -97,7 +97,7 @@ func TestServerFollowsRenewedFiles(t *testing.T) {
 	client := func(issuer *pki.CA, roots *x509.CertPool) *http.Client {
 		pair, err := issuer.Issue("kube-apiserver")
 		g.Expect(err).NotTo(HaveOccurred())
-		c, err := tls.X509KeyPair(pair.CertPEM, pair.KeyPEM)
+		c, err := pair.Certificate()
 		g.Expect(err).NotTo(HaveOccurred())
 		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{c}, MinVersion: tls.VersionTLS12}, ForceAttemptHTTP2: true}
 		t.Cleanup(tr.CloseIdleConnections)
@@ -119,7 +119,7 @@ func TestServerFollowsRenewedFiles(t *testing.T) {
 		return resp.TLS.PeerCertificates[0].SerialNumber, nil
 	}
 	serialOf := func(p pki.Pair) *big.Int {
-		c, err := tls.X509KeyPair(p.CertPEM, p.KeyPEM)
+		c, err := p.Certificate()
 		g.Expect(err).NotTo(HaveOccurred())
 		x, err := x509.ParseCertificate(c.Certificate[0])
 		g.Expect(err).NotTo(HaveOccurred())
@@ -292,7 +292,7 @@ func handshakeRefusal(t *testing.T, addr string, issuer, roots *pki.CA) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := tls.X509KeyPair(pair.CertPEM, pair.KeyPEM)
+	c, err := pair.Certificate()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func newAdmissionRecorder(t *testing.T) *admissionRecorder {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, err := tls.X509KeyPair(pair.CertPEM, pair.KeyPEM)
+	cert, err := pair.Certificate()
 	if err != nil {
 		t.Fatal(err)
 	}
