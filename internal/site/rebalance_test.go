@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +24,8 @@ import (
 	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
 	"github.com/druid-stretch/druid-stretch/internal/apiload"
 	"github.com/druid-stretch/druid-stretch/internal/etcdview"
+	"github.com/druid-stretch/druid-stretch/internal/membership"
+	"github.com/druid-stretch/druid-stretch/internal/planner"
 	"github.com/druid-stretch/druid-stretch/internal/testbin"
 	"github.com/druid-stretch/druid-stretch/internal/workload"
 )
@@ -57,7 +60,16 @@ func TestRebalanceBetweenNodeGroups(t *testing.T) {
 	}
 	g := NewWithT(t)
 	ctx := testContext(t, siteTestDeadline)
-	s := startSites(t, Options{DruidStretch: true, ClusterIdentity: "site", Nodes: []NodeOptions{
+	// The first promotion of the rebalance is the moment its fields are
+	// taken away (below).
+	promoted := make(chan struct{})
+	var promotedOnce sync.Once
+	onStep := func(step planner.Step, res *membership.Result) {
+		if step.Kind == planner.Promote && res != nil && res.Outcome == membership.Succeeded && res.Changed {
+			promotedOnce.Do(func() { close(promoted) })
+		}
+	}
+	s := startSites(t, Options{DruidStretch: true, ClusterIdentity: "site", OnStep: onStep, Nodes: []NodeOptions{
 		{Name: groupANode, Labels: map[string]string{nodeGroupLabel: "group-a"}},
 		{Name: groupBNode, Labels: map[string]string{nodeGroupLabel: "group-b"}},
 	}})[0]
@@ -191,6 +203,20 @@ func TestRebalanceBetweenNodeGroups(t *testing.T) {
 	// (quorum lost) or a new cluster bootstrapped. The move must go on as
 	// if nothing happened.
 	wiper := wipeStatusAfterEveryStep(ctx, t, key, s)
+	// Right after the first promotion, with the old voters and the first
+	// new one voting side by side, the fields vanish as well: the
+	// EtcdMembership, status and spec, is deleted. The controller and the
+	// webhooks must keep every pod and member as they are until it comes
+	// back, and then finish the rebalance from etcd's member list and the
+	// pods, with no status to go by.
+	select {
+	case <-promoted:
+	case <-time.After(5 * time.Minute):
+		t.Fatal("the rebalance's first promotion did not come within 5 minutes")
+	}
+	vanished := dropExtensionFields(ctx, t, s, key)
+	vanished.expectNothingChanges(ctx, t, etcdClientVia(t, s, eps...))
+	vanished.restore(ctx, t)
 	newRange := []string{"etcd-main-3", "etcd-main-4", "etcd-main-5"}
 	var lastVoters []string
 	err = wait.PollUntilContextTimeout(ctx, time.Second, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
