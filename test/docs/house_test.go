@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -31,29 +32,37 @@ func TestReadmeIsShort(t *testing.T) {
 }
 
 // TestGoCommentsNameOnlyDocsInTheRepo: a Markdown file a Go comment names
-// (docs/usage.md, known-limits.md) is one of this repository's, so the
-// code's reasons point at something a reader can open.
+// (docs/usage.md, known-limits.md) is one of this repository's, and so is
+// a file it names by its path from the repository's root
+// (sidecar/handoff.go, hack/test-binaries.sh), so the code's reasons point
+// at something a reader can open.
 func TestGoCommentsNameOnlyDocsInTheRepo(t *testing.T) {
 	g := NewWithT(t)
 	root, err := testbin.RepoRoot()
 	g.Expect(err).NotTo(HaveOccurred())
-	ls := exec.CommandContext(t.Context(), "git", "ls-files", "--cached", "--others", "--exclude-standard", "*.go", "*.md")
+	ls := exec.CommandContext(t.Context(), "git", "ls-files", "--cached", "--others", "--exclude-standard")
 	ls.Dir = root
 	out, err := ls.Output()
 	g.Expect(err).NotTo(HaveOccurred())
 	have := map[string]bool{}
 	var goFiles []string
+	files := map[string]bool{}
 	for _, f := range strings.Fields(string(out)) {
+		files[f] = true
+		for d := filepath.Dir(f); d != "."; d = filepath.Dir(d) {
+			files[d] = true
+		}
 		if strings.HasPrefix(f, "hack/tools/") {
 			continue
 		}
-		if strings.HasSuffix(f, ".md") {
+		switch {
+		case strings.HasSuffix(f, ".md"):
 			have[f], have[filepath.Base(f)] = true, true
-		} else {
+		case strings.HasSuffix(f, ".go"):
 			goFiles = append(goFiles, f)
 		}
 	}
-	named := 0
+	named, paths := 0, 0
 	for _, f := range goFiles {
 		file, err := os.Open(filepath.Join(root, f))
 		g.Expect(err).NotTo(HaveOccurred())
@@ -71,6 +80,12 @@ func TestGoCommentsNameOnlyDocsInTheRepo(t *testing.T) {
 					t.Errorf("%s:%d names %s, which is not in the repository", f, n, name)
 				}
 			}
+			for _, m := range repoPathRE.FindAllStringSubmatch(comment, -1) {
+				paths++
+				if name := strings.TrimSuffix(m[1], "/"); !files[name] {
+					t.Errorf("%s:%d names %s, which is not in the repository", f, n, name)
+				}
+			}
 		}
 		g.Expect(sc.Err()).NotTo(HaveOccurred())
 		_ = file.Close()
@@ -78,4 +93,14 @@ func TestGoCommentsNameOnlyDocsInTheRepo(t *testing.T) {
 	if named < 10 {
 		t.Fatalf("found only %d names of Markdown files in Go comments: the pattern no longer finds them", named)
 	}
+	if paths < 10 {
+		t.Fatalf("found only %d paths of the repository's files in Go comments: the pattern no longer finds them", paths)
+	}
 }
+
+// repoPathRE is a file of the repository named by its path from the root
+// in prose: a top folder of the repository, then at least one more part,
+// the last with an extension (internal/site/rebalance_test.go,
+// hack/test-binaries.sh). A Go import path (github.com/...) does not start
+// at a top folder, and a package named by its folder has no extension.
+var repoPathRE = regexp.MustCompile(`(?:^|[\s(\x60"'])((?:api|charts|cmd|controllers|docs|hack|internal|sidecar|test)/[\w.-]+(?:/[\w.-]+)*\.(?:go|md|sh|yaml|yml|json|tpl|txt))\b`)
