@@ -41,7 +41,7 @@ const siteFaultSection = "site-fault-matrix"
 // controller that adds the destination's members stops right after its
 // first learner joined and a new process takes over its lock, its step
 // records and the learner's catch-up, while druid and the sidecars go on.
-const reducedSiteFaultRow = "join/controller-killed"
+const reducedSiteFaultRow = "join-controller-killed"
 
 // partitionLength is how long a partition between the sites lasts.
 const partitionLength = 10 * time.Second
@@ -95,7 +95,7 @@ type siteFault struct {
 var siteFaults = []siteFault{
 	{id: "druid-killed", name: "druid's manager killed (SIGKILL), restarted at once",
 		inject: func(ctx context.Context, s *faultScene) error { return s.stepping.KillDruid(ctx, 0) }},
-	{id: "controller-killed", name: fmt.Sprintf("druid-stretch's controller killed, a new one after %s", controllerDownFor),
+	{id: "controller-killed", name: fmt.Sprintf("druid-stretch's controller killed, a new one after %.0f s", controllerDownFor.Seconds()),
 		inject: func(ctx context.Context, s *faultScene) error {
 			return s.stepping.RestartDruidStretch(ctx, controllerDownFor)
 		}},
@@ -114,7 +114,7 @@ var siteFaults = []siteFault{
 		}},
 	{id: "status-dropped", name: "status.membership dropped",
 		inject: func(ctx context.Context, s *faultScene) error { return dropMembershipStatus(ctx, s) }},
-	{id: "partition", name: fmt.Sprintf("partition between the sites (%s)", partitionLength), partition: true,
+	{id: "partition", name: fmt.Sprintf("partition between the sites (%.0f s)", partitionLength.Seconds()), partition: true,
 		inject: func(ctx context.Context, s *faultScene) error {
 			if err := s.a.Partition(s.b); err != nil {
 				return err
@@ -141,11 +141,13 @@ type siteFaultRow struct {
 	wholeMove bool
 }
 
+// id names the row's subtest, one level, so that -run picks rows by a list
+// of ids.
 func (r siteFaultRow) id() string {
 	if r.wholeMove {
-		return "move/" + cpuBusyFault
+		return "move-" + cpuBusyFault
 	}
-	return r.phase.name + "/" + r.fault.id
+	return r.phase.name + "-" + r.fault.id
 }
 
 func (r siteFaultRow) phaseName() string {
