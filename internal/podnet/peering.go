@@ -138,6 +138,12 @@ func (p *Peering) Partition() { p.line.Partition() }
 // Heal ends a Partition.
 func (p *Peering) Heal() { p.line.Heal() }
 
+// Dropped counts the packets Partition dropped, both ways together.
+func (p *Peering) Dropped() int64 {
+	aToB, bToA := p.line.Stats()
+	return aToB.Dropped + bToA.Dropped
+}
+
 // route gives link the transit address local, routes remote through via,
 // and turns on forwarding in the switch namespace.
 func (n *Network) route(link string, local, via netip.Addr, remote netip.Prefix) error {

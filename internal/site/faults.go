@@ -46,14 +46,16 @@ func (s *Site) Partition(peer *Site) error {
 	return nil
 }
 
-// Heal ends a Partition between s and peer.
-func (s *Site) Heal(peer *Site) error {
+// Heal ends a Partition between s and peer and returns how many packets
+// the link dropped in all its partitions so far, both ways: a cut that
+// dropped nothing cut nothing.
+func (s *Site) Heal(peer *Site) (dropped int64, err error) {
 	p, err := s.peering(peer)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	p.Heal()
-	return nil
+	return p.Dropped(), nil
 }
 
 // KillDruid kills the site's etcd-druid manager with SIGKILL (its whole

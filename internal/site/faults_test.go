@@ -77,8 +77,9 @@ type faultScene struct {
 	stepping *Site
 	key      client.ObjectKey
 	moment   stepMoment
-	// partitioned records a partition's window.
-	partitioned func(cut, healed time.Time)
+	// partitioned records a partition's window and the packets it
+	// dropped.
+	partitioned func(cut, healed time.Time, dropped int64)
 }
 
 // siteFault is one kind of fault of the lane.
@@ -123,9 +124,12 @@ var siteFaults = []siteFault{
 			err := pauseUntil(ctx, cut.Add(partitionLength))
 			// Healed on every path: a cut left in place would fail the
 			// checks after the move, not name the cause.
-			err = errors.Join(err, s.a.Heal(s.b))
-			s.partitioned(cut, time.Now())
-			return err
+			dropped, healErr := s.a.Heal(s.b)
+			s.partitioned(cut, time.Now(), dropped)
+			if healErr == nil && dropped == 0 {
+				healErr = errors.New("the partition dropped no packet: the sites were not cut apart")
+			}
+			return errors.Join(err, healErr)
 		}},
 }
 
@@ -375,7 +379,8 @@ func (h *faultHook) arm(ctx context.Context, a, b *Site, key client.ObjectKey) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.ctx = ctx
-	h.scene = &faultScene{a: a, b: b, key: key, partitioned: func(cut, healed time.Time) {
+	h.scene = &faultScene{a: a, b: b, key: key, partitioned: func(cut, healed time.Time, dropped int64) {
+		h.t.Logf("the sites were cut apart from %s to %s: %d packets dropped", cut.Format("15:04:05.000"), healed.Format("15:04:05.000"), dropped)
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		h.cut, h.healed = cut, healed
