@@ -6,7 +6,7 @@ BIN := $(CURDIR)/bin
 # several clones, as hack/test-binaries.sh builds them), else from bin/.
 export KUBEBUILDER_ASSETS := $(or $(DRUID_STRETCH_BIN),$(BIN))/envtest
 
-.PHONY: all build dev image test-binaries test test-unit test-integration test-e2e test-sites fault-matrix lint generate verify-generate demo bench clean
+.PHONY: all build dev image test-binaries test test-unit test-integration test-e2e test-sites fault-matrix site-fault-matrix lint generate verify-generate demo bench clean help
 
 all: build
 
@@ -99,6 +99,10 @@ fault-matrix: test-binaries ## every fault in every phase of a live move (40 mov
 	$(GO) test -count=1 -timeout 240m -v -run TestFaultMatrix ./test/e2e -args -faults=full -faults.lanes=2 -faults.write=$(CURDIR)/docs/reliability.md
 	$(GO) test -count=1 -timeout 60m -v -run TestLiveMoveSurvivesPodDeletion ./internal/site -args -pod-deletions=full
 
+# One move per row, one at a time: each runs two sites of real parts.
+site-fault-matrix: test-binaries ## faults of druid's and druid-stretch's side (druid or the controller killed, CRDs re-applied, status dropped, a partition, busy cores) at each phase of a move between real sites (26 moves; writes the table into docs/reliability.md)
+	$(GO) test -count=1 -timeout 180m -v -run TestSiteFaultMatrix ./internal/site -args -site-faults=full -site-faults.write=$(CURDIR)/docs/reliability.md
+
 # golangci-lint (its linters, go vet among them, in .golangci.yml; its
 # version pinned in hack/tools/golangci-lint, built into bin/ once) in every
 # module, and a gofmt check of every Go file, the tools' modules included.
@@ -137,6 +141,9 @@ demo: test-binaries dev ## the live move of an etcd cluster between two local cl
 
 bench: test-binaries ## benchmarks; they print their figures
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
+
+help: ## these targets, each with what it does
+	@awk -F ':.*## ' '/^[a-zA-Z0-9_-]+:.*## / { printf "  %-20s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
 clean:
 	rm -rf $(BIN)/druid-stretch $(BIN)/druid-stretch-dev $(BIN)/druid-stretch-linux-* $(BIN)/druid-stretch-image.tar

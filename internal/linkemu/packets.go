@@ -32,10 +32,12 @@ type PacketLine struct {
 	wg      sync.WaitGroup
 	stats   [2]packetStats // 0: a to b, 1: b to a
 	closing sync.Once
+	// cut drops every datagram, read or in flight, until Heal.
+	cut atomic.Bool
 }
 
 type packetStats struct {
-	packets, bytes, writeErrors atomic.Int64
+	packets, bytes, writeErrors, dropped atomic.Int64
 }
 
 // PacketStats counts what one direction of a PacketLine carried.
@@ -44,6 +46,8 @@ type PacketStats struct {
 	// WriteErrors counts datagrams the receiving device refused (a device
 	// that is down); they are dropped, as on a wire.
 	WriteErrors int64
+	// Dropped counts datagrams a partition (Partition) dropped.
+	Dropped int64
 }
 
 type packet struct {
@@ -68,10 +72,21 @@ func (l *PacketLine) SetDelay(oneWay time.Duration) { l.delay.Store(int64(max(on
 // Delay is the one-way delay.
 func (l *PacketLine) Delay() time.Duration { return time.Duration(l.delay.Load()) }
 
+// Partition cuts the line: every datagram read from now on, and every one
+// still in flight, is dropped until Heal, as a link that went down loses
+// what it carried. Connections across it see silence, not a reset.
+func (l *PacketLine) Partition() { l.cut.Store(true) }
+
+// Heal ends a Partition; datagrams read after the call are carried again.
+func (l *PacketLine) Heal() { l.cut.Store(false) }
+
+// Partitioned tells whether the line is cut.
+func (l *PacketLine) Partitioned() bool { return l.cut.Load() }
+
 // Stats reports what went from a to b and from b to a.
 func (l *PacketLine) Stats() (aToB, bToA PacketStats) {
 	get := func(s *packetStats) PacketStats {
-		return PacketStats{Packets: s.packets.Load(), Bytes: s.bytes.Load(), WriteErrors: s.writeErrors.Load()}
+		return PacketStats{Packets: s.packets.Load(), Bytes: s.bytes.Load(), WriteErrors: s.writeErrors.Load(), Dropped: s.dropped.Load()}
 	}
 	return get(&l.stats[0]), get(&l.stats[1])
 }
@@ -100,6 +115,10 @@ func (l *PacketLine) direction(src, dst io.ReadWriter, st *packetStats) {
 			if err != nil {
 				return // closed
 			}
+			if l.cut.Load() {
+				st.dropped.Add(1)
+				continue
+			}
 			p := packet{due: time.Now().Add(l.Delay()), data: append([]byte(nil), buf[:n]...)}
 			select {
 			case q <- p:
@@ -126,6 +145,10 @@ func (l *PacketLine) direction(src, dst io.ReadWriter, st *packetStats) {
 				case <-l.done:
 					return
 				}
+			}
+			if l.cut.Load() {
+				st.dropped.Add(1)
+				continue
 			}
 			if _, err := dst.Write(p.data); err != nil {
 				st.writeErrors.Add(1)

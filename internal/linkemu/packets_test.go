@@ -114,3 +114,33 @@ func TestPacketLineCloseEndsEverything(t *testing.T) {
 	g.Expect(b.out).NotTo(Receive(), "what was in flight is dropped")
 	g.Expect(l.Close()).To(Succeed(), "closing twice")
 }
+
+func TestPacketLinePartitionDropsUntilHeal(t *testing.T) {
+	g := NewWithT(t)
+	a, b := newChanDevice(), newChanDevice()
+	l := NewPacketLine(a, b)
+	t.Cleanup(func() { _ = l.Close() })
+	l.SetDelay(100 * time.Millisecond)
+
+	// A datagram in flight when the line is cut is lost, as is one sent
+	// either way while it is cut.
+	a.in <- []byte("in flight")
+	l.Partition()
+	g.Expect(l.Partitioned()).To(BeTrue())
+	b.in <- []byte("while cut")
+	g.Eventually(func() [2]int64 {
+		aToB, bToA := l.Stats()
+		return [2]int64{aToB.Dropped, bToA.Dropped}
+	}).WithTimeout(5 * time.Second).Should(Equal([2]int64{1, 1}))
+	g.Expect(a.out).To(BeEmpty())
+	g.Expect(b.out).To(BeEmpty())
+
+	// Healed, the line carries again.
+	l.Heal()
+	g.Expect(l.Partitioned()).To(BeFalse())
+	a.in <- []byte("after")
+	g.Eventually(b.out).WithTimeout(5 * time.Second).Should(Receive(Equal([]byte("after"))))
+	aToB, bToA := l.Stats()
+	g.Expect(aToB.Packets).To(Equal(int64(1)))
+	g.Expect(bToA.Packets).To(BeZero())
+}

@@ -130,6 +130,20 @@ func (p *Peering) SetDelay(oneWay time.Duration) { p.line.SetDelay(oneWay) }
 // Delay is the one-way delay between the two networks.
 func (p *Peering) Delay() time.Duration { return p.line.Delay() }
 
+// Partition cuts the link between the two networks until Heal: every
+// packet between their pods is dropped, as when the connection between
+// two regions goes down. Names stay resolvable: DNS is each network's own.
+func (p *Peering) Partition() { p.line.Partition() }
+
+// Heal ends a Partition.
+func (p *Peering) Heal() { p.line.Heal() }
+
+// Dropped counts the packets Partition dropped, both ways together.
+func (p *Peering) Dropped() int64 {
+	aToB, bToA := p.line.Stats()
+	return aToB.Dropped + bToA.Dropped
+}
+
 // route gives link the transit address local, routes remote through via,
 // and turns on forwarding in the switch namespace.
 func (n *Network) route(link string, local, via netip.Addr, remote netip.Prefix) error {

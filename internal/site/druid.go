@@ -151,13 +151,35 @@ operatorConfig:
 	if err != nil {
 		return err
 	}
-	p, err := s.start("etcd-druid", bin, args, []string{"KUBECONFIG=" + kubeconfigPath})
+	s.druid = &druidProcess{bin: bin, args: args, env: []string{"KUBECONFIG=" + kubeconfigPath}, metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)}
+	return s.runDruid(ctx)
+}
+
+// druidProcess is the etcd-druid manager of a site: its process, and what
+// starts it again.
+type druidProcess struct {
+	bin     string
+	args    []string
+	env     []string
+	metrics string
+
+	mu   sync.Mutex
+	proc *process
+}
+
+// runDruid starts druid's manager and waits until it serves metrics.
+func (s *Site) runDruid(ctx context.Context) error {
+	d := s.druid
+	p, err := s.start("etcd-druid", d.bin, d.args, d.env)
 	if err != nil {
 		return err
 	}
+	d.mu.Lock()
+	d.proc = p
+	d.mu.Unlock()
 	// druid serves metrics once its manager runs (after a fixed 10 s pause
 	// in its start-up).
-	return waitHealthy(ctx, p, fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
+	return waitHealthy(ctx, p, d.metrics)
 }
 
 // druidArgs are the arguments of the chart's etcd-druid container, with the

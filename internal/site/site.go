@@ -137,6 +137,14 @@ type Site struct {
 	stretchCA *pki.CA
 	// shoots are the shoots' TLS installed (InstallShootTLS).
 	shoots shootTrust
+	// druid is the etcd-druid manager's process and how to start it
+	// again (RestartDruid); stretch the in-process druid-stretch
+	// controller (RestartDruidStretch), nil without one.
+	druid   *druidProcess
+	stretch *stretchController
+	// peerings are the links to the sites this one is peered with (Peer),
+	// for Partition.
+	peerings map[*Site]*podnet.Peering
 
 	mu    sync.Mutex
 	stops []func() error
@@ -228,6 +236,8 @@ func Peer(a, b *Site, rtt time.Duration) error {
 		return err
 	}
 	p.SetDelay(rtt / 2)
+	a.addPeering(b, p)
+	b.addPeering(a, p)
 	a.onStop(p.Close)
 	b.onStop(p.Close)
 	return nil

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -19,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 
 	"github.com/druid-stretch/druid-stretch/controllers/membership"
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
@@ -174,28 +176,11 @@ func (s *Site) startDruidStretch(ctx context.Context) error {
 	}
 	mo.HealthProbeBindAddress = "127.0.0.1:" + strconv.Itoa(probePort)
 
-	mgr, err := membership.NewManager(chart.ImpersonateServiceAccount(s.Config, saNamespace, saName), mo)
-	if err != nil {
+	s.stretch = &stretchController{config: chart.ImpersonateServiceAccount(s.Config, saNamespace, saName), manager: mo, webhooks: wo, probePort: probePort}
+	if err := s.stretch.run(ctx); err != nil {
 		return err
 	}
-	if err := webhook.SetupWithManager(mgr, wo); err != nil {
-		return err
-	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan struct{})
-	var mgrErr error
-	go func() {
-		defer close(stopped)
-		mgrErr = mgr.Start(runCtx)
-	}()
-	s.onStop(func() error {
-		cancel()
-		<-stopped
-		return mgrErr
-	})
-	if err := waitReady(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz?verbose", probePort), stopped); err != nil {
-		return err
-	}
+	s.onStop(s.stretch.stop)
 
 	var hooks []*unstructured.Unstructured
 	for _, kind := range []string{"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} {
@@ -205,6 +190,62 @@ func (s *Site) startDruidStretch(ctx context.Context) error {
 		return err
 	}
 	return chart.Create(ctx, s.Client, hooks)
+}
+
+// stretchController is the site's in-process druid-stretch manager, kept
+// so that a test can stop it and start a new one, as a pod restart does
+// (RestartDruidStretch).
+type stretchController struct {
+	config    *rest.Config
+	manager   membership.ManagerOptions
+	webhooks  webhook.Options
+	probePort int
+
+	mu      sync.Mutex
+	cancel  context.CancelFunc
+	stopped chan struct{}
+	err     error
+}
+
+// run starts a new manager with the controller's options and waits until
+// its webhook server is ready.
+func (c *stretchController) run(ctx context.Context) error {
+	mgr, err := membership.NewManager(c.config, c.manager)
+	if err != nil {
+		return err
+	}
+	if err := webhook.SetupWithManager(mgr, c.webhooks); err != nil {
+		return err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	c.mu.Lock()
+	c.cancel, c.stopped, c.err = cancel, stopped, nil
+	c.mu.Unlock()
+	go func() {
+		defer close(stopped)
+		err := mgr.Start(runCtx)
+		c.mu.Lock()
+		c.err = err
+		c.mu.Unlock()
+	}()
+	return waitReady(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz?verbose", c.probePort), stopped)
+}
+
+// stop ends the running manager and returns how it ended. Safe to call
+// twice.
+func (c *stretchController) stop() error {
+	c.mu.Lock()
+	cancel, stopped := c.cancel, c.stopped
+	c.mu.Unlock()
+	if cancel == nil {
+		return nil
+	}
+	cancel()
+	<-stopped
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
 }
 
 // waitReady polls the in-process manager's /readyz until the webhook server
