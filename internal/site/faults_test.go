@@ -28,8 +28,8 @@ import (
 )
 
 var (
-	siteFaultSet = flag.String("site-faults", "off",
-		"the real-site fault lane of TestSiteFaultMatrix: off (make test), reduced (one row: "+reducedSiteFaultRow+") or full (every fault in every phase, one move each; make site-fault-matrix)")
+	siteFaultSet = flag.String("site-faults", "reduced",
+		"the real-site fault lane of TestSiteFaultMatrix: off, reduced (make test; one row: "+reducedSiteFaultRow+") or full (every fault in every phase, one move each; make site-fault-matrix)")
 	siteFaultTable = flag.String("site-faults.write", "",
 		"write the rows run into this Markdown file, between the lines <!-- "+siteFaultSection+":begin --> and <!-- "+siteFaultSection+":end -->, keeping the rows of earlier runs that this one did not run")
 )
@@ -201,12 +201,13 @@ type siteFaultResult struct {
 // linearizable, the cluster never has fewer than MoveReplicas voters and
 // stays one cluster, no etcd member crashes, and no request fails at
 // either kube-apiserver, except, in a partition's row, requests in flight
-// while the sites were cut apart. -site-faults=reduced runs
-// reducedSiteFaultRow, =full every row (make site-fault-matrix);
+// while the sites were cut apart. -site-faults=reduced (the default, in
+// make test) runs reducedSiteFaultRow, =full every row (make
+// site-fault-matrix), =off none;
 // -site-faults.write puts the rows into docs/reliability.md's table.
 func TestSiteFaultMatrix(t *testing.T) {
 	if *siteFaultSet == "off" {
-		t.Skip("a fault lane: run with -args -site-faults=reduced or =full (make site-fault-matrix)")
+		t.Skip("-site-faults=off: the real-site fault lane runs with -site-faults=reduced (make test) or =full (make site-fault-matrix)")
 	}
 	if *siteFaultSet != "reduced" && *siteFaultSet != "full" {
 		t.Fatalf("-site-faults=%s: want off, reduced or full", *siteFaultSet)
