@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -248,7 +247,7 @@ func runSiteFaultRow(t *testing.T, row siteFaultRow, res *siteFaultResult) {
 	ctx := testContext(t, siteTestDeadline)
 	root := moveRoot(t, "druid-stretch-sitefault-")
 	t.Logf("sites in %s", root)
-	hook := &faultHook{t: t, row: row, applied: map[planner.StepKind][]string{}}
+	hook := &faultHook{t: t, row: row, applied: stepCounter{}}
 	opts := MoveSiteOptions(root)
 	for i := range opts {
 		opts[i].OnStep = hook.onStep(i)
@@ -367,7 +366,7 @@ type faultHook struct {
 	scene   *faultScene
 	armed   bool
 	fired   int
-	applied map[planner.StepKind][]string
+	applied stepCounter
 	done    chan struct{}
 	err     error
 	cut     time.Time
@@ -418,19 +417,10 @@ func (h *faultHook) onStep(i int) func(planner.Step, *membership.Result) {
 		if !h.armed || h.row.wholeMove || h.fired > 0 {
 			return
 		}
-		m := stepMoment{kind: step.Kind, member: step.Member, after: res != nil}
-		if res != nil && (res.Outcome != membership.Succeeded || !res.Changed) {
+		m, ok := h.applied.moment(step, res)
+		if !ok {
 			return
 		}
-		seen := h.applied[step.Kind]
-		n := slices.Index(seen, step.Member)
-		if n < 0 {
-			n = len(seen)
-			if m.after {
-				h.applied[step.Kind] = append(seen, step.Member)
-			}
-		}
-		m.nth = n + 1
 		if !h.row.phase.at.is(m) {
 			return
 		}

@@ -55,6 +55,29 @@ type podDeletion struct {
 
 func (p podDeletion) String() string { return fmt.Sprintf("the %s's pod %s", p.victim, p.at.name) }
 
+// stepCounter numbers, per step kind, the distinct members the steps of
+// that kind acted on, so that a moment can name the nth.
+type stepCounter map[planner.StepKind][]string
+
+// moment is the stepMoment of a controller's OnStep call; false for the
+// call after a step that failed or changed nothing, which is no moment.
+func (c stepCounter) moment(step planner.Step, res *membership.Result) (stepMoment, bool) {
+	m := stepMoment{kind: step.Kind, member: step.Member, after: res != nil}
+	if res != nil && (res.Outcome != membership.Succeeded || !res.Changed) {
+		return m, false
+	}
+	seen := c[step.Kind]
+	i := slices.Index(seen, step.Member)
+	if i < 0 {
+		i = len(seen)
+		if m.after {
+			c[step.Kind] = append(seen, step.Member)
+		}
+	}
+	m.nth = i + 1
+	return m, true
+}
+
 // moment picks a stepMoment.
 type moment struct {
 	is   func(stepMoment) bool
@@ -153,7 +176,7 @@ func liveMoveWithPodDeletions(t *testing.T, deletions []podDeletion) {
 	check := NewGomega(func(msg string, _ ...int) { t.Helper(); t.Errorf("\n%s", msg) })
 	ctx := testContext(t, siteTestDeadline)
 	root := moveRoot(t, "druid-stretch-poddel-")
-	d := &podDeleter{plan: deletions, made: make([]bool, len(deletions)), applied: map[planner.StepKind][]string{}}
+	d := &podDeleter{plan: deletions, made: make([]bool, len(deletions)), applied: stepCounter{}}
 	opts := MoveSiteOptions(root)
 	for i := range opts {
 		opts[i].OnStep = d.onStep
@@ -221,7 +244,7 @@ type podDeleter struct {
 	armed   bool
 	done    bool
 	made    []bool
-	applied map[planner.StepKind][]string
+	applied stepCounter
 	deleted []deletedPod
 	failed  []string
 	lines   []string
@@ -283,19 +306,10 @@ func (d *podDeleter) onStep(step planner.Step, res *membership.Result) {
 	if !d.armed || d.done || d.ctx == nil {
 		return
 	}
-	m := stepMoment{kind: step.Kind, member: step.Member, after: res != nil}
-	if res != nil && (res.Outcome != membership.Succeeded || !res.Changed) {
+	m, ok := d.applied.moment(step, res)
+	if !ok {
 		return
 	}
-	seen := d.applied[step.Kind]
-	i := slices.Index(seen, step.Member)
-	if i < 0 {
-		i = len(seen)
-		if m.after {
-			d.applied[step.Kind] = append(seen, step.Member)
-		}
-	}
-	m.nth = i + 1
 	for i, p := range d.plan {
 		if d.made[i] || !p.at.is(m) {
 			continue

@@ -209,17 +209,7 @@ func podUIDs(t *testing.T, s *Site, es ...*v1alpha1.Etcd) map[client.ObjectKey]t
 // eventReasons are the reasons of the Events about e.
 func eventReasons(t *testing.T, s *Site, e *v1alpha1.Etcd) []string {
 	t.Helper()
-	var list corev1.EventList
-	if err := s.Client.List(context.Background(), &list, client.InNamespace(e.Namespace)); err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, ev := range list.Items {
-		if ev.InvolvedObject.Kind == "Etcd" && ev.InvolvedObject.Name == e.Name {
-			out = append(out, ev.Reason)
-		}
-	}
-	return out
+	return eventReasonsSince(t, s, e, time.Time{})
 }
 
 // recordMembership records cli's member list until the test ends.
