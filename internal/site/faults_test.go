@@ -14,6 +14,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
@@ -461,7 +462,7 @@ func dropMembershipStatus(ctx context.Context, s *faultScene) error {
 	if st := p.View.Status.Membership; st != nil && st.LastStep != nil {
 		seen = st.LastStep.DeepCopy()
 	}
-	return wait30s(ctx, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		p, err := etcdview.Get(ctx, site.Client, s.key)
 		if err != nil || p.Membership == nil {
 			return false, nil
@@ -470,33 +471,12 @@ func dropMembershipStatus(ctx context.Context, s *faultScene) error {
 		if s.moment.after && (st == nil || st.LastStep == nil || seen != nil && st.LastStep.Kind == seen.Kind && st.LastStep.Member == seen.Member && st.LastStep.Time.Equal(&seen.Time)) {
 			return false, nil // the step's record is not written yet
 		}
-		if p.Etcd.Status.Membership != nil {
-			p.Etcd.Status.Membership = nil
-			if err := site.Client.Status().Update(ctx, p.Etcd); err != nil {
-				return false, nil // a conflict: the controller wrote meanwhile; read again
-			}
-		}
-		p.Membership.Status.Membership = nil
-		if err := site.Client.Status().Update(ctx, p.Membership); err != nil {
-			return false, nil
-		}
-		return true, nil
+		return dropStatus(ctx, site, p), nil
 	})
-}
-
-// wait30s polls cond every 20 ms for up to 30 s.
-func wait30s(ctx context.Context, cond func(context.Context) (bool, error)) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for {
-		ok, err := cond(ctx)
-		if ok || err != nil {
-			return err
-		}
-		if err := pauseUntil(ctx, time.Now().Add(20*time.Millisecond)); err != nil {
-			return fmt.Errorf("status.membership was not dropped within 30 s: %w", err)
-		}
+	if err != nil {
+		return fmt.Errorf("status.membership was not dropped within 30 s: %w", err)
 	}
+	return nil
 }
 
 // keepCoresBusy starts n busy loops in a process group of its own (dying

@@ -65,14 +65,7 @@ func wipeStatusAfterEveryStep(ctx context.Context, t *testing.T, key client.Obje
 					return false, nil // wiped already, and not written again since
 				}
 				step := *st.LastStep
-				if p.Etcd.Status.Membership != nil {
-					p.Etcd.Status.Membership = nil
-					if err := s.Client.Status().Update(ctx, p.Etcd); err != nil {
-						return false, nil // a conflict: the controller wrote meanwhile; read again
-					}
-				}
-				p.Membership.Status.Membership = nil
-				if err := s.Client.Status().Update(ctx, p.Membership); err != nil {
+				if !dropStatus(ctx, s, p) {
 					return false, nil
 				}
 				last = &step
@@ -105,4 +98,18 @@ func kinds(wipes []wipe) []v1alpha1.StepKind {
 		}
 	}
 	return out
+}
+
+// dropStatus drops status.membership from the Etcd, as druid's full status
+// update does, and from its EtcdMembership; false when a write failed (a
+// conflict: the controller wrote meanwhile), to be read and tried again.
+func dropStatus(ctx context.Context, s *Site, p *etcdview.Pair) bool {
+	if p.Etcd.Status.Membership != nil {
+		p.Etcd.Status.Membership = nil
+		if err := s.Client.Status().Update(ctx, p.Etcd); err != nil {
+			return false
+		}
+	}
+	p.Membership.Status.Membership = nil
+	return s.Client.Status().Update(ctx, p.Membership) == nil
 }
