@@ -57,6 +57,9 @@ type siteFaultPhase struct {
 	// abort aborts the move after the destination joined; at is then a
 	// moment of the abort.
 	abort bool
+	// rebalance: the row's change is TestRebalanceBetweenNodeGroups's
+	// rebalance between two node groups of one site, not a live move.
+	rebalance bool
 }
 
 // The steps of a live move are listed above podDeletionRows; an abort
@@ -68,18 +71,27 @@ var siteFaultPhases = []siteFaultPhase{
 	{name: "transfer", at: before(planner.MoveLeader, 1)},
 	{name: "finish", at: after(planner.Promote, 3)},
 	{name: "abort", at: before(planner.Remove, 1), abort: true},
+	// The old voters and the first new one vote side by side: the
+	// moment at which a dropped status once had the old members' pods
+	// deleted.
+	{name: "rebalance", at: after(planner.Promote, 1), rebalance: true},
 }
 
-// faultScene is what a fault acts on: both sites, the site whose
-// controller took the step of the moment, and the move's Etcd.
+// faultScene is what a fault acts on: both sites (the same one in a
+// rebalance), the site whose controller took the step of the moment, the
+// Etcd, and the client URLs of all its members, old and new, as the
+// stepping site dials them.
 type faultScene struct {
 	a, b     *Site
 	stepping *Site
 	key      client.ObjectKey
+	eps      []string
 	moment   stepMoment
 	// partitioned records a partition's window and the packets it
 	// dropped.
 	partitioned func(cut, healed time.Time, dropped int64)
+	// logf writes to the row's log.
+	logf func(format string, args ...any)
 }
 
 // siteFault is one kind of fault of the lane.
@@ -103,6 +115,9 @@ var siteFaults = []siteFault{
 	{id: "crds-reapplied", name: "druid's CRDs re-applied in both sites",
 		inject: func(ctx context.Context, s *faultScene) error {
 			for _, site := range []*Site{s.a, s.b} {
+				if site == s.b && s.a == s.b {
+					break // a rebalance's one site
+				}
 				d, err := site.DeployDruidCRDs(ctx, time.Hour)
 				if err != nil {
 					return err
@@ -115,6 +130,10 @@ var siteFaults = []siteFault{
 		}},
 	{id: "status-dropped", name: "status.membership dropped",
 		inject: func(ctx context.Context, s *faultScene) error { return dropMembershipStatus(ctx, s) }},
+	{id: "fields-dropped", name: fmt.Sprintf("the EtcdMembership deleted (its fields gone) for %.0f s, then created again", fieldsGoneFor.Seconds()),
+		inject: func(ctx context.Context, s *faultScene) error {
+			return withFieldsGone(ctx, s.stepping, s.key, s.eps, fieldsGoneFor, s.logf)
+		}},
 	{id: "partition", name: fmt.Sprintf("partition between the sites (%.0f s)", partitionLength.Seconds()), partition: true,
 		inject: func(ctx context.Context, s *faultScene) error {
 			if err := s.a.Partition(s.b); err != nil {
@@ -168,11 +187,15 @@ func (r siteFaultRow) faultName() string {
 	return r.fault.name
 }
 
-// siteFaultRows are every fault at every phase, then the busy cores.
+// siteFaultRows are every fault at every phase, then the busy cores. A
+// rebalance has no partition row: its members are in one site.
 func siteFaultRows() []siteFaultRow {
 	var rows []siteFaultRow
 	for _, p := range siteFaultPhases {
 		for _, f := range siteFaults {
+			if p.rebalance && f.partition {
+				continue
+			}
 			rows = append(rows, siteFaultRow{phase: p, fault: f})
 		}
 	}
@@ -242,9 +265,11 @@ func TestSiteFaultMatrix(t *testing.T) {
 }
 
 func runSiteFaultRow(t *testing.T, row siteFaultRow, res *siteFaultResult) {
-	// Every figure of a failed row counts, so the checks report all that
-	// failed, not the first.
-	check := NewGomega(func(msg string, _ ...int) { t.Helper(); t.Errorf("\n%s", msg) })
+	if row.phase.rebalance {
+		runRebalanceFaultRow(t, row, res)
+		return
+	}
+	check := rowCheck(t)
 	ctx := testContext(t, siteTestDeadline)
 	root := moveRoot(t, "druid-stretch-sitefault-")
 	t.Logf("sites in %s", root)
@@ -270,7 +295,7 @@ func runSiteFaultRow(t *testing.T, row siteFaultRow, res *siteFaultResult) {
 		stopBusy := keepCoresBusy(t, 2)
 		defer stopBusy()
 	}
-	hook.arm(ctx, a, b, mv.Key())
+	hook.arm(ctx, a, b, mv.Key(), ClientURLs())
 	run, err := mv.Run(ctx)
 	fired, injected := hook.stop()
 	logTemplateChanges(t, b, moveNamespace, MoveEtcdName)
@@ -321,6 +346,46 @@ func runSiteFaultRow(t *testing.T, row siteFaultRow, res *siteFaultResult) {
 		if row.phase.abort {
 			res.result = "aborted cleanly"
 		}
+	}
+	t.Logf("row: %+v", *res)
+}
+
+// rowCheck is a row's Gomega: every figure of a failed row counts, so the
+// checks report all that failed, not the first.
+func rowCheck(t *testing.T) Gomega {
+	return NewGomega(func(msg string, _ ...int) { t.Helper(); t.Errorf("\n%s", msg) })
+}
+
+// runRebalanceFaultRow is a row of the rebalance phase: the rebalance of
+// TestRebalanceBetweenNodeGroups (without its upgrade from the extended
+// Etcd CRD and its own faults), the row's fault put in at the phase's
+// moment, judged as that test judges it: it completes, no acknowledged
+// write is lost, both histories are linearizable, never fewer than 3
+// voters, one cluster, no etcd crash, no failed request at the
+// kube-apiserver.
+func runRebalanceFaultRow(t *testing.T, row siteFaultRow, res *siteFaultResult) {
+	check := rowCheck(t)
+	ctx := testContext(t, siteTestDeadline)
+	hook := &faultHook{t: t, row: row, applied: stepCounter{}}
+	r := newRebalance(ctx, t, rebalanceOptions{onStep: hook.onStep(0)})
+	hook.arm(ctx, r.s, r.s, r.key, r.eps)
+	r.begin(ctx, t)
+	r.waitNewVoters(ctx, check)
+	fired, injected := hook.stop()
+	check.Expect(fired).NotTo(BeZero(), "the moment %s came", row.phase.at.name)
+	check.Expect(injected).NotTo(HaveOccurred(), "%s at %s", row.fault.name, row.phase.at.name)
+	out := r.finish(ctx, t, check)
+	t.Logf("the rebalance took %s", out.took.Round(100*time.Millisecond))
+	logTemplateChanges(t, r.s, r.e.Namespace, MoveEtcdName)
+	res.moveTook, res.fewestVoters = out.took, out.fewestVoters
+	res.lost = out.lost + out.api.LostAcknowledgedWrites
+	res.linearizable = out.own.Linearizable && out.api.Linearizable
+	for _, s := range out.api.Servers {
+		res.failed += s.Failed
+	}
+	expectKubeAPIServersSawNothing(t, out.api, r.s)
+	if !t.Failed() {
+		res.result = "passed"
 	}
 	t.Logf("row: %+v", *res)
 }
@@ -376,11 +441,11 @@ type faultHook struct {
 
 // arm starts counting steps: the source's own bootstrap is no moment of
 // the move.
-func (h *faultHook) arm(ctx context.Context, a, b *Site, key client.ObjectKey) {
+func (h *faultHook) arm(ctx context.Context, a, b *Site, key client.ObjectKey, eps []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.ctx = ctx
-	h.scene = &faultScene{a: a, b: b, key: key, partitioned: func(cut, healed time.Time, dropped int64) {
+	h.scene = &faultScene{a: a, b: b, key: key, eps: eps, logf: h.t.Logf, partitioned: func(cut, healed time.Time, dropped int64) {
 		h.t.Logf("the sites were cut apart from %s to %s: %d packets dropped", cut.Format("15:04:05.000"), healed.Format("15:04:05.000"), dropped)
 		h.mu.Lock()
 		defer h.mu.Unlock()

@@ -2,7 +2,10 @@ package site
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,8 +13,12 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -34,69 +41,219 @@ type lostFields struct {
 }
 
 // dropExtensionFields deletes the Etcd's EtcdMembership. The webhook
-// refuses that while the Etcd runs another pod window than druid's own, so
-// it is deleted as an operator must to mean it: with the override
-// annotation set first.
-func dropExtensionFields(ctx context.Context, t *testing.T, s *Site, key client.ObjectKey) *lostFields {
-	t.Helper()
-	g := NewWithT(t)
+// refuses that while the Etcd runs another pod window than druid's own
+// (checked: an error when it does not), so it is deleted as an operator
+// must to mean it: with the override annotation set first.
+func dropExtensionFields(ctx context.Context, s *Site, key client.ObjectKey) (*lostFields, error) {
 	m := &stretchv1alpha1.EtcdMembership{}
-	g.Expect(s.Client.Get(ctx, key, m)).To(Succeed())
+	if err := s.Client.Get(ctx, key, m); err != nil {
+		return nil, fmt.Errorf("reading the EtcdMembership %s: %w", key, err)
+	}
 	saved := m.DeepCopy()
-	err := s.Client.Delete(ctx, m)
-	g.Expect(err).To(HaveOccurred(), "the webhook refuses to drop the fields of an Etcd that runs another pod window")
-	t.Logf("deleting the EtcdMembership without the override: %v", err)
+	if err := s.Client.Delete(ctx, m); err == nil {
+		return nil, fmt.Errorf("the EtcdMembership %s of an Etcd that runs another pod window was deleted without the override annotation: the webhook must refuse that", key)
+	} else if !strings.Contains(err.Error(), webhook.DeleteStretchedAnnotation) {
+		return nil, fmt.Errorf("deleting the EtcdMembership %s without the override: want the webhook's refusal naming %s, got %w", key, webhook.DeleteStretchedAnnotation, err)
+	}
 	patch := client.MergeFrom(m.DeepCopy())
 	metav1.SetMetaDataAnnotation(&m.ObjectMeta, webhook.DeleteStretchedAnnotation, "true")
-	g.Expect(s.Client.Patch(ctx, m, patch)).To(Succeed())
+	if err := s.Client.Patch(ctx, m, patch); err != nil {
+		return nil, fmt.Errorf("setting the override annotation on the EtcdMembership %s: %w", key, err)
+	}
 	since := time.Now().Add(-time.Second) // events' times are whole seconds
-	g.Expect(s.Client.Delete(ctx, m)).To(Succeed())
-	g.Eventually(func() bool {
-		return apierrors.IsNotFound(s.Client.Get(ctx, key, &stretchv1alpha1.EtcdMembership{}))
-	}).WithTimeout(30*time.Second).Should(BeTrue(), "the EtcdMembership is gone")
-	return &lostFields{s: s, key: key, saved: saved, since: since}
+	if err := s.Client.Delete(ctx, m); err != nil {
+		return nil, fmt.Errorf("deleting the EtcdMembership %s with the override: %w", key, err)
+	}
+	l := &lostFields{s: s, key: key, saved: saved, since: since}
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		return apierrors.IsNotFound(s.Client.Get(ctx, key, &stretchv1alpha1.EtcdMembership{})), nil
+	})
+	if err != nil {
+		return l, fmt.Errorf("the EtcdMembership %s is not gone 30 s after its deletion: %w", key, err)
+	}
+	return l, nil
 }
 
-// expectNothingChanges checks what the controller and the webhook do while
-// the fields are gone: the controller reports ExtensionLost (a Warning
-// event and its metric) at every reconcile and changes nothing, and a
-// write of the StatefulSet as druid's would be without the fields (its
-// pods on druid's ordinals from 0, which would stop the members outside
-// them) is refused. From the loss's first report until the controller has
-// reconciled the Etcd again, etcd's member list, the pods and the
-// StatefulSet stay as they were.
-func (l *lostFields) expectNothingChanges(ctx context.Context, t *testing.T, cli *clientv3.Client) {
-	t.Helper()
-	g := NewWithT(t)
+// reported waits for the controller's ExtensionLost Warning event about
+// the Etcd, the report of the loss.
+func (l *lostFields) reported(ctx context.Context) error {
 	e := &v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Namespace: l.key.Namespace, Name: l.key.Name}}
-	g.Eventually(func() []string { return eventReasonsSince(t, l.s, e, l.since) }).WithTimeout(2*time.Minute).WithPolling(time.Second).
-		Should(ContainElement("ExtensionLost"), "the controller reports the lost fields")
-	reconciles := membershipReconciles(t)
-	members := memberListOf(ctx, t, cli)
-	pods := podUIDs(t, l.s, e)
+	var last []string
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		reasons, err := reasonsSince(ctx, l.s, e, l.since)
+		last = reasons
+		return err == nil && slices.Contains(reasons, "ExtensionLost"), nil
+	})
+	if err != nil {
+		return fmt.Errorf("no ExtensionLost event about the Etcd %s within 2 minutes of its fields' loss (events since: %v): %w", l.key, last, err)
+	}
+	return nil
+}
+
+// siteState is what a site's controller keeps as it is while an Etcd's
+// fields are gone: the site's members in etcd's member list (by ID and
+// role; mine tells the site's members from the others'), the Etcd's pods,
+// and its StatefulSet's generation and pod window.
+type siteState struct {
+	members       []string
+	pods          map[client.ObjectKey]types.UID
+	stsGeneration int64
+	ordinals      *appsv1.StatefulSetOrdinals
+}
+
+func (s siteState) String() string {
+	return fmt.Sprintf("members %v, %d pods, StatefulSet generation %d", s.members, len(s.pods), s.stsGeneration)
+}
+
+// state reads the site's part of the Etcd now. A member counts as the
+// site's when its name is one of the Etcd's pods there, or when it has no
+// name yet (added, not started: it takes its pod's name when it starts,
+// which is no change of the membership).
+func (l *lostFields) state(ctx context.Context, cli *clientv3.Client) (siteState, error) {
+	var st siteState
+	pods, err := l.s.EtcdPods(ctx, l.key)
+	if err != nil {
+		return st, err
+	}
+	st.pods = map[client.ObjectKey]types.UID{}
+	for _, p := range pods {
+		st.pods[client.ObjectKeyFromObject(&p)] = p.UID
+	}
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := cli.MemberList(lctx)
+	if err != nil {
+		return st, fmt.Errorf("listing etcd's members: %w", err)
+	}
+	for _, m := range resp.Members {
+		if m.Name == "" || st.pods[client.ObjectKey{Namespace: l.key.Namespace, Name: m.Name}] != "" {
+			st.members = append(st.members, fmt.Sprintf("%x learner=%t", m.ID, m.IsLearner))
+		}
+	}
+	slices.Sort(st.members)
 	var sts appsv1.StatefulSet
-	g.Expect(l.s.Client.Get(ctx, l.key, &sts)).To(Succeed())
-	t.Logf("the fields are reported lost; members %v, %d pods, StatefulSet generation %d", members, len(pods), sts.Generation)
+	if err := l.s.Client.Get(ctx, l.key, &sts); err != nil {
+		return st, fmt.Errorf("reading the StatefulSet %s: %w", l.key, err)
+	}
+	st.stsGeneration, st.ordinals = sts.Generation, sts.Spec.Ordinals
+	return st, nil
+}
 
-	// druid's StatefulSet of the Etcd: its replicas on ordinals from 0.
+// unchanged compares the site's part of the Etcd now with before.
+func (l *lostFields) unchanged(ctx context.Context, cli *clientv3.Client, before siteState) error {
+	now, err := l.state(ctx, cli)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	if !slices.Equal(now.members, before.members) {
+		errs = append(errs, fmt.Errorf("the site's etcd members changed while the fields were gone: %v, then %v", before.members, now.members))
+	}
+	if !apiequality.Semantic.DeepEqual(now.pods, before.pods) {
+		errs = append(errs, fmt.Errorf("pods were deleted or added while the fields were gone: %v, then %v", before.pods, now.pods))
+	}
+	if now.stsGeneration != before.stsGeneration || !apiequality.Semantic.DeepEqual(now.ordinals, before.ordinals) {
+		errs = append(errs, fmt.Errorf("the StatefulSet changed while the fields were gone: generation %d ordinals %v, then generation %d ordinals %v",
+			before.stsGeneration, before.ordinals, now.stsGeneration, now.ordinals))
+	}
+	return errors.Join(errs...)
+}
+
+// druidWriteRefused writes the StatefulSet as druid's would be without the
+// fields, its replicas on ordinals from 0, which would stop the members
+// outside them, and wants the webhook's refusal. A StatefulSet that
+// already runs druid's replicas from ordinal 0 is not written: such a
+// write would change nothing.
+func (l *lostFields) druidWriteRefused(ctx context.Context) error {
 	var stored v1alpha1.Etcd
-	g.Expect(l.s.Client.Get(ctx, l.key, &stored)).To(Succeed())
-	druids := sts.DeepCopy()
-	druids.Spec.Replicas = ptr.To(stored.Spec.Replicas)
-	druids.Spec.Ordinals = nil
-	err := l.s.Client.Update(ctx, druids)
-	g.Expect(err).To(MatchError(ContainSubstring("the update is refused so that no member loses its sidecar or its pod")),
-		"a write of the StatefulSet on druid's own ordinals is refused while the fields are gone")
+	if err := l.s.Client.Get(ctx, l.key, &stored); err != nil {
+		return fmt.Errorf("reading the Etcd %s: %w", l.key, err)
+	}
+	wrote := false
+	// A conflict (the StatefulSet's status written meanwhile) is no
+	// answer: read and write again.
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		var sts appsv1.StatefulSet
+		if err := l.s.Client.Get(ctx, l.key, &sts); err != nil {
+			return fmt.Errorf("reading the StatefulSet %s: %w", l.key, err)
+		}
+		if sts.Spec.Ordinals == nil || sts.Spec.Ordinals.Start == 0 && ptr.Deref(sts.Spec.Replicas, 0) == stored.Spec.Replicas {
+			return nil
+		}
+		druids := sts.DeepCopy()
+		druids.Spec.Replicas = ptr.To(stored.Spec.Replicas)
+		druids.Spec.Ordinals = nil
+		wrote = true
+		return l.s.Client.Update(ctx, druids)
+	})
+	const refusal = "the update is refused so that no member loses its sidecar or its pod"
+	if wrote && (err == nil || !strings.Contains(err.Error(), refusal)) {
+		return fmt.Errorf("a write of the StatefulSet %s on druid's own ordinals while the fields are gone: want the webhook's refusal (%q), got %v", l.key, refusal, err)
+	}
+	if !wrote {
+		return err
+	}
+	return nil
+}
 
-	g.Eventually(func() float64 { return membershipReconciles(t) }).WithTimeout(2*time.Minute).WithPolling(time.Second).
-		Should(BeNumerically(">", reconciles), "the controller reconciled the Etcd again while the fields were gone")
-	g.Expect(extensionLostMetric(t, l.key)).To(Equal(1.0), "the ExtensionLost metric stands")
-	g.Expect(memberListOf(ctx, t, cli)).To(Equal(members), "etcd's members did not change while the fields were gone")
-	g.Expect(podUIDs(t, l.s, e)).To(Equal(pods), "no pod was deleted or added while the fields were gone")
-	var after appsv1.StatefulSet
-	g.Expect(l.s.Client.Get(ctx, l.key, &after)).To(Succeed())
-	g.Expect(after.Generation).To(Equal(sts.Generation), "the StatefulSet was not changed")
-	g.Expect(after.Spec.Ordinals).To(Equal(sts.Spec.Ordinals), "the StatefulSet keeps its pod window")
+// restore creates the EtcdMembership again from the spec it had, without
+// its status or the override annotation.
+func (l *lostFields) restore(ctx context.Context) error {
+	m := &stretchv1alpha1.EtcdMembership{ObjectMeta: metav1.ObjectMeta{
+		Namespace: l.saved.Namespace, Name: l.saved.Name, Labels: l.saved.Labels, OwnerReferences: l.saved.OwnerReferences,
+	}, Spec: l.saved.Spec}
+	if err := l.s.Client.Create(ctx, m); err != nil {
+		return fmt.Errorf("creating the EtcdMembership %s again: %w", l.key, err)
+	}
+	return nil
+}
+
+// fieldsGoneFor is how long the fields stay gone in the fault lane's row
+// (faults_test.go) once the controller reported their loss.
+const fieldsGoneFor = 20 * time.Second
+
+// withFieldsGone takes the Etcd's fields away on s (dropExtensionFields),
+// waits for the controller's report, checks that a write of the
+// StatefulSet as druid's is refused, keeps the fields away for hold, and
+// checks that the site's part of the Etcd (siteState, etcd's members read
+// through eps) stayed as it was; the fields are given back on every path.
+func withFieldsGone(ctx context.Context, s *Site, key client.ObjectKey, eps []string, hold time.Duration, logf func(string, ...any)) (err error) {
+	cli, err := s.EtcdClient(eps...)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = cli.Close() }()
+	l, err := dropExtensionFields(ctx, s, key)
+	if l == nil {
+		return err
+	}
+	defer func() {
+		// Given back on every path: a row that leaves the fields away
+		// fails on the move, not on its cause.
+		restoreErr := l.restore(context.WithoutCancel(ctx))
+		if restoreErr == nil {
+			logf("the EtcdMembership %s was created again from its spec", key)
+		}
+		err = errors.Join(err, restoreErr)
+	}()
+	if err != nil {
+		return err
+	}
+	if err := l.reported(ctx); err != nil {
+		return err
+	}
+	before, err := l.state(ctx, cli)
+	if err != nil {
+		return err
+	}
+	logf("the fields of %s are reported lost; %s", key, before)
+	if err := l.druidWriteRefused(ctx); err != nil {
+		return err
+	}
+	if err := pauseUntil(ctx, time.Now().Add(hold)); err != nil {
+		return err
+	}
+	return l.unchanged(ctx, cli, before)
 }
 
 // membershipReconciles counts the membership controller's reconciles in
@@ -148,26 +305,24 @@ func extensionLostMetric(t *testing.T, key client.ObjectKey) float64 {
 	return 0
 }
 
-// restore creates the EtcdMembership again from the spec it had, without
-// its status or the override annotation.
-func (l *lostFields) restore(ctx context.Context, t *testing.T) {
+// expectFieldsLostInProcess checks what only a site alone in this process
+// shows (the metrics registry is the process's): the controller
+// reconciles again while the fields are gone, and its ExtensionLost
+// metric stands.
+func expectFieldsLostInProcess(t *testing.T, key client.ObjectKey, reconcilesBefore float64) {
 	t.Helper()
-	m := &stretchv1alpha1.EtcdMembership{ObjectMeta: metav1.ObjectMeta{
-		Namespace: l.saved.Namespace, Name: l.saved.Name, Labels: l.saved.Labels, OwnerReferences: l.saved.OwnerReferences,
-	}, Spec: l.saved.Spec}
-	if err := l.s.Client.Create(ctx, m); err != nil {
-		t.Fatalf("creating the EtcdMembership %s again: %v", l.key, err)
-	}
-	t.Logf("the EtcdMembership %s was created again from its spec", l.key)
+	g := NewWithT(t)
+	g.Eventually(func() float64 { return membershipReconciles(t) }).WithTimeout(2*time.Minute).WithPolling(time.Second).
+		Should(BeNumerically(">", reconcilesBefore), "the controller reconciled the Etcd again while the fields were gone")
+	g.Expect(extensionLostMetric(t, key)).To(Equal(1.0), "the ExtensionLost metric stands")
 }
 
-// eventReasonsSince are the reasons of the Events about e last seen at or
+// reasonsSince are the reasons of the Events about e last seen at or
 // after since.
-func eventReasonsSince(t *testing.T, s *Site, e *v1alpha1.Etcd, since time.Time) []string {
-	t.Helper()
+func reasonsSince(ctx context.Context, s *Site, e *v1alpha1.Etcd, since time.Time) ([]string, error) {
 	var list corev1.EventList
-	if err := s.Client.List(context.Background(), &list, client.InNamespace(e.Namespace)); err != nil {
-		t.Fatal(err)
+	if err := s.Client.List(ctx, &list, client.InNamespace(e.Namespace)); err != nil {
+		return nil, err
 	}
 	var out []string
 	for _, ev := range list.Items {
@@ -182,21 +337,5 @@ func eventReasonsSince(t *testing.T, s *Site, e *v1alpha1.Etcd, since time.Time)
 			out = append(out, ev.Reason)
 		}
 	}
-	return out
-}
-
-// memberListOf is etcd's member list, a line per member.
-func memberListOf(ctx context.Context, t *testing.T, cli *clientv3.Client) []string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	resp, err := cli.MemberList(ctx)
-	if err != nil {
-		t.Fatalf("listing etcd's members: %v", err)
-	}
-	var out []string
-	for _, m := range resp.Members {
-		out = append(out, fmt.Sprintf("%s %x learner=%t", m.Name, m.ID, m.IsLearner))
-	}
-	return out
+	return out, nil
 }

@@ -209,7 +209,11 @@ func podUIDs(t *testing.T, s *Site, es ...*v1alpha1.Etcd) map[client.ObjectKey]t
 // eventReasons are the reasons of the Events about e.
 func eventReasons(t *testing.T, s *Site, e *v1alpha1.Etcd) []string {
 	t.Helper()
-	return eventReasonsSince(t, s, e, time.Time{})
+	out, err := reasonsSince(context.Background(), s, e, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // recordMembership records cli's member list until the test ends.
