@@ -122,7 +122,8 @@ func (v *EtcdMembershipValidator) handleDelete(ctx context.Context, req admissio
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
 	if msg != "" {
-		reasons = append(reasons, msg)
+		// The override works here too, and a refusal says how to mean it.
+		reasons = append(reasons, msg+fmt.Sprintf("; to delete the EtcdMembership on purpose all the same, set the annotation %s: \"true\" on it first", DeleteStretchedAnnotation))
 	}
 	if len(reasons) > 0 {
 		return admission.Denied(strings.Join(reasons, "; also, "))

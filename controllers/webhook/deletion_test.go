@@ -252,3 +252,24 @@ func TestUnobservedEtcdDeletionsStillAdmitted(t *testing.T) {
 		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "deleted: %v", err)
 	})
 }
+
+// An Etcd whose pods run on druid-stretch's pod window and whose status
+// observed its own voters only keeps its EtcdMembership: only the lost
+// fields refuse the deletion, and that refusal names the override too,
+// with which the deletion goes.
+func TestObservedEtcdOnItsPodWindowKeepsItsFields(t *testing.T) {
+	g := NewWithT(t)
+	e := etcdWithTLS(newNamespace(t))
+	e.Spec.OrdinalStart = ptr.To[int32](3)
+	e = createEtcd(t, e)
+	withStatefulSet(t, k8s, e)
+	setMembershipStatus(t, e, votersBeside(e, 3, 0))
+
+	m := stretchv1alpha1.For(e, v1alpha1.MembershipSpec{})
+	expectDeleteRefused(t, m, "pod window [3, 6) from ordinal 3", "without druid-stretch's fields", webhook.DeleteStretchedAnnotation)
+	stored, err := etcdview.GetMembership(t.Context(), k8s, client.ObjectKeyFromObject(e))
+	g.Expect(err).NotTo(HaveOccurred())
+	stored.Annotations = map[string]string{webhook.DeleteStretchedAnnotation: "true"}
+	g.Expect(k8s.Update(t.Context(), stored)).To(Succeed())
+	expectDeleted(t, stored)
+}

@@ -81,7 +81,8 @@ func TestDroppingTheFieldsOfALiveEtcdIsRefused(t *testing.T) {
 	}{
 		{"its EtcdMembership deleted, pods on [3, 6)", onWindow,
 			func(t *testing.T, p *etcdview.Pair) error { return k8s.Delete(t.Context(), p.Membership.DeepCopy()) },
-			[]string{"pod window [3, 6) from ordinal 3", "not on druid's own ordinals [0, 3)"}},
+			// A deletion's refusal names the override that deletes on purpose.
+			[]string{"pod window [3, 6) from ordinal 3", "not on druid's own ordinals [0, 3)", webhook.DeleteStretchedAnnotation}},
 		{"its EtcdMembership emptied, pods on [3, 6)", onWindow,
 			func(t *testing.T, p *etcdview.Pair) error {
 				m := p.Membership.DeepCopy()
@@ -94,7 +95,7 @@ func TestDroppingTheFieldsOfALiveEtcdIsRefused(t *testing.T) {
 			e.Spec.Replicas = 0
 			return e
 		}, func(t *testing.T, p *etcdview.Pair) error { return k8s.Delete(t.Context(), p.Membership.DeepCopy()) },
-			[]string{"pod window [] from ordinal 3"}},
+			[]string{"pod window [] from ordinal 3", webhook.DeleteStretchedAnnotation}},
 		{"its EtcdMembership emptied mid-move, on druid's ordinals", func(ns string) *v1alpha1.Etcd {
 			e := stretchedEtcd(ns)
 			e.Spec.OrdinalStart = ptr.To[int32](0)
