@@ -64,10 +64,11 @@ type Options struct {
 	// before it is removed again (default 5 m); a learner removed so waits
 	// as long before it is added again.
 	LearnerProgressTimeout time.Duration
-	// MinLearnerHealthy is how long a learner must be connected (to the
-	// raft transport of the voter whose sidecar answered) or healthy
-	// before it is promoted (default 5 s: etcd's strict reconfiguration
-	// check counts a member after 5 s connected).
+	// MinLearnerHealthy is how long etcd's strict reconfiguration check
+	// needs a member connected or healthy before it counts it for a
+	// removal (default 5 s, etcd's HealthInterval): the planner's
+	// Policy.MinHealthyFor. A promotion waits for it only when the removal
+	// that ends the tie it makes needs the new voter counted.
 	MinLearnerHealthy time.Duration
 	// DownVoterGrace is how long a departing voter that is down is waited
 	// for when removing it would leave fewer voters than the target and no
