@@ -209,7 +209,7 @@ func NewReconciler(d Dependencies, o Options) (*Reconciler, error) {
 		return nil, errors.New("membership controller: client, API reader, resolver, event recorder and metrics are all required")
 	}
 	mc := o.Membership
-	mc.Holder, mc.TLS = o.ClusterIdentity, o.SidecarTLS
+	mc.Holder, mc.TLS, mc.LocalSide = o.ClusterIdentity, o.SidecarTLS, sideLocal
 	cluster, err := membership.New(mc)
 	if err != nil {
 		return nil, fmt.Errorf("membership controller: %w", err)
