@@ -237,6 +237,8 @@ func (s Step) String() string {
 //     (rule 4), leader last (rule 5), at most MaxLearners learners (rule 2),
 //     and never touching an unmanaged member (rule 7); the members wanted
 //     as learners only come last, once no voter is to come or go.
+//
+// A leader transfer waits while a learner's publish is pending (rule 6).
 func Next(obs Observed, want Desired, p Policy) Step {
 	p = p.withDefaults()
 	if s, bad := checkDesired(want); bad {
@@ -246,6 +248,11 @@ func Next(obs Observed, want Desired, p Policy) Step {
 	if bad {
 		return s
 	}
+	return v.holdTransfer(v.next(obs, p))
+}
+
+// next is Next on the view v of obs.
+func (v *view) next(obs Observed, p Policy) Step {
 	if v.reached(p) && !v.leaderAwayFromGoal() {
 		return Step{Kind: Done, Rule: RuleTargetReached, Reason: "target reached: " + Describe(obs.Members) + v.unmanagedNote() + v.slotNote(p)}
 	}
@@ -257,6 +264,31 @@ func Next(obs Observed, want Desired, p Policy) Step {
 		return next
 	}
 	return gate
+}
+
+// holdTransfer turns a leader transfer into a wait while a learner's
+// publish is pending (rule 6): a learner that caught up by snapshot loses
+// its first publish while the snapshot applies, and etcd retries it after
+// its request timeout (about 9 s). The publish is a proposal the learner
+// forwards to the leader, and a leader drops forwarded proposals while it
+// transfers leadership: a transfer then would cost the learner another
+// request timeout before it serves clients. Pending means its raft is
+// connected and etcd knows no client URL of it yet (its name is empty in
+// etcd's member list); a learner not connected has not started its etcd,
+// and one connected for publishOverdue or longer is not about to publish,
+// so neither holds the transfer. Nor does anything hold the transfer that
+// ends a tie: the tie costs the whole cluster, the publish one learner.
+func (v *view) holdTransfer(s Step) Step {
+	if s.Kind != MoveLeader || v.goal != "" && holder(v.voterCounts()) == "" {
+		return s
+	}
+	for _, l := range v.learners {
+		if l.Unstarted && !l.Healthy && l.ConnectedFor > 0 && l.ConnectedFor < publishOverdue {
+			return waitStep(s.Rule, "WaitingForMemberStart: leadership goes to %s once learner %s has published itself (connected for %s; a transfer drops the publish it forwards to the leader)",
+				s.Member, l.label(), l.ConnectedFor)
+		}
+	}
+	return s
 }
 
 // afterGate plans the step once rule 1's health gate lets changes through.
