@@ -692,8 +692,9 @@ func early(l *member, p Policy) bool { return l.Healthy && settledFor(l) < p.Min
 // etcd's strict reconfiguration check (healthy or connected for less than
 // MinHealthyFor), is to wait before its promotion: the promotion makes a
 // tie, and the removal that ends it (sent in the same call) cannot follow
-// at once, because the voters left would make no quorum that etcd counts
-// without l. Any other promotion goes at once: etcd checks no connection
+// at once: the voters left would make no quorum that etcd counts without
+// l, or another rule holds that removal, which the 5 s may let pass. Any
+// other promotion goes at once: etcd checks no connection
 // time for a promotion, only the learner's log and the started members,
 // and a removal after it that needs l counted waits for it (rule 4) with
 // one more voter in the cluster, not in a tie. The removal is planned as
