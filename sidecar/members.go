@@ -108,7 +108,7 @@ func (s *Server) promote(r *http.Request) (int, any, *Error) {
 		return 0, nil, e
 	}
 	thenName := r.URL.Query().Get("thenRemove")
-	if e := s.learnerReady(m, thenName != "" && s.removalSpares(v, m, thenName)); e != nil {
+	if e := s.learnerReady(m, thenName != "" && s.removalNeedsLearner(v, m, thenName)); e != nil {
 		return 0, nil, e
 	}
 	// The promotion makes the learner a voter: the healthy voters after it
@@ -253,53 +253,51 @@ func (s *Server) finishRemoval(ctx context.Context, p *removal) (Member, *Error)
 	return Member{}, etcdError("removing the member", err)
 }
 
-// learnerReady is the promotion rule. etcd's strict reconfiguration check
-// counts members connected for 5 s, and a voter promoted sooner blocks the
-// next removal, so the learner must have been connected (as this sidecar's
-// member's transport saw it) or healthy for MinLearnerHealthy without
-// interruption. A learner that answers must also be at most MaxLearnerLag
-// entries behind the leader. One that does not answer yet (it has not
-// published itself: after a snapshot etcd retries the publish only after
-// its request timeout) cannot be asked how far it got; it must have been
-// connected that long, and the leader's own check (its raft progress of the
-// learner at 90 % of its log) decides, refusing with ErrLearnerNotReady
-// otherwise.
+// learnerReady is the promotion rule, the sidecar's early answer before
+// etcd's own. etcd puts no time on a promotion: its leader checks that the
+// learner's log is at 90 % of its own and refuses with ErrLearnerNotReady
+// otherwise (mapped to LearnerNotReady by etcdError), so a learner is sent
+// to etcd as soon as it may be ready. A learner that answers must be at
+// most MaxLearnerLag entries behind the leader. One that does not answer
+// yet (it has not published itself: after a snapshot etcd retries the
+// publish only after its request timeout) must have its raft connected to
+// this sidecar's member: the leader's record of a learner that died keeps
+// the log it had, and a dead learner promoted would be a voter down.
 //
-// spared waives the 5 s for a learner that answers: the removal sent with
-// the promotion (thenRemove) leaves a quorum that etcd counts without it
-// (removalSpares). etcd itself checks no connection time for a promotion,
-// only the learner's log and the started members; the 5 s matter only to a
-// removal that needs the new voter counted.
-func (s *Server) learnerReady(m *memberView, spared bool) *Error {
+// removalNeedsIt says the removal sent with the promotion (thenRemove)
+// needs the new voter counted by etcd's strict reconfiguration check,
+// which counts a member connected for MinLearnerHealthy (etcd's 5 s): the
+// learner must have been connected or healthy that long, or the removal
+// would be refused and the tie the promotion makes would last until then.
+func (s *Server) learnerReady(m *memberView, removalNeedsIt bool) *Error {
 	notReady := func(retry time.Duration, format string, args ...any) *Error {
 		return &Error{StatusCode: http.StatusConflict, Reason: ReasonLearnerNotReady, RetryAfter: max(retry, time.Second),
 			Message: fmt.Sprintf("learner %s is not ready: ", memberLabel(m)) + fmt.Sprintf(format, args...)}
 	}
 	seconds := func(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
 	connectedFor := seconds(m.api.ConnectedForSeconds)
-	if !m.api.Healthy {
-		if connectedFor < s.cfg.MinLearnerHealthy {
-			return notReady(s.cfg.MinLearnerHealthy-connectedFor, "it does not answer (%s), and this sidecar's member has been connected to it for %s, less than the %s required",
-				m.api.Error, connectedFor.Round(time.Millisecond), s.cfg.MinLearnerHealthy)
-		}
-		return nil
-	}
-	if m.api.BehindLeader > s.cfg.MaxLearnerLag {
+	switch {
+	case !m.api.Healthy && connectedFor <= 0:
+		return notReady(time.Second, "it does not answer (%s), and this sidecar's member has no raft connection to it", m.api.Error)
+	case m.api.Healthy && m.api.BehindLeader > s.cfg.MaxLearnerLag:
 		return notReady(time.Second, "%d entries behind the leader (at most %d allowed)", m.api.BehindLeader, s.cfg.MaxLearnerLag)
 	}
 	settled := max(seconds(m.api.HealthyForSeconds), connectedFor)
-	if settled < s.cfg.MinLearnerHealthy && !spared {
-		return notReady(s.cfg.MinLearnerHealthy-settled, "healthy or connected for %s, less than the %s required", settled.Round(time.Millisecond), s.cfg.MinLearnerHealthy)
+	if removalNeedsIt && settled < s.cfg.MinLearnerHealthy {
+		return notReady(s.cfg.MinLearnerHealthy-settled, "the removal sent with its promotion needs it counted by etcd's strict reconfiguration check, which counts a member connected for %s; it has been healthy or connected for %s",
+			s.cfg.MinLearnerHealthy, settled.Round(time.Millisecond))
 	}
 	return nil
 }
 
-// removalSpares tells whether removing the voter named name right after
-// learner's promotion leaves voters that etcd's strict reconfiguration
-// check counts as a quorum without learner: healthy, and healthy or
-// connected to this sidecar's member for MinLearnerHealthy. That check
-// runs on this sidecar's member, which takes the removal.
-func (s *Server) removalSpares(v *view, learner *memberView, name string) bool {
+// removalNeedsLearner tells whether removing the voter named name right
+// after learner's promotion needs learner counted by etcd's strict
+// reconfiguration check: the other voters that stay, healthy and healthy
+// or connected to this sidecar's member for MinLearnerHealthy, make no
+// quorum without it. That check runs on this sidecar's member, which takes
+// the removal. A name that is no voter needs no count (a learner's removal
+// skips the check; an unknown one is refused before anything changes).
+func (s *Server) removalNeedsLearner(v *view, learner *memberView, name string) bool {
 	target := v.find(name)
 	if target == nil || target == learner || target.pb.IsLearner {
 		return false
@@ -312,7 +310,7 @@ func (s *Server) removalSpares(v *view, learner *memberView, name string) bool {
 			counted++
 		}
 	}
-	return counted >= quorum(len(voters))
+	return counted < quorum(len(voters))
 }
 
 func memberLabel(m *memberView) string {

@@ -579,6 +579,30 @@ func TestSecurityRefusals(t *testing.T) {
 		})
 	}
 
+	// A learner is promoted as soon as etcd allows it, with no time asked
+	// of it; one that does not answer must have its raft connected to the
+	// sidecar's member, or a learner that died after catching up would be
+	// promoted on the log etcd's leader remembers of it. This one's peer
+	// URL leads nowhere: its etcd never starts.
+	{
+		admin := sidecar.NewClient(sc.url, controllerTLS)
+		var added *sidecar.ChangeResult
+		retryWhile(g, sidecar.ReasonUnhealthyCluster, 30*time.Second, func() (err error) {
+			added, err = admin.AddLearner(t.Context(), "learner-x", []string{"https://127.0.0.1:2"}, sidecar.CallOptions{})
+			return err
+		})
+		for _, row := range []struct{ input, query string }{
+			{"promote a learner whose etcd has not started (no raft connection)", ""},
+			{"the same promotion with the removal of a follower after it", "?thenRemove=" + follower},
+			{"the same promotion with the removal of the leader after it", "?thenRemove=" + leader},
+		} {
+			path := "/v1/members/" + added.Member.ID + "/promote" + row.query
+			try(row.input, "POST "+path, call(controller, "POST", path, "", nil), refused(409, sidecar.ReasonLearnerNotReady))
+		}
+		_, err := admin.Remove(t.Context(), added.Member.ID, sidecar.CallOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+
 	// A member admitted to join the existing cluster is never admitted to
 	// bootstrap a new one (join.go). These rows go to a joining sidecar
 	// (etcd-wrapper's server for member etcd-main-3, no etcd behind it);

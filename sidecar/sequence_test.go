@@ -109,16 +109,13 @@ func runSequence(t *testing.T, tc *testCluster, newSite string) {
 		g.Expect(l.Fingerprint).To(Equal(list.Fingerprint))
 	}).WithTimeout(30 * time.Second).WithPolling(250 * time.Millisecond).Should(Succeed())
 
-	// Promote: refused as not ready until the learner has been healthy for
-	// MinLearnerHealthy (5 s), then done.
+	// Promote: refused as not ready while the learner catches up (etcd's
+	// leader checks its log), then done; no time is asked of it.
 	refusals := retryWhile(g, sidecar.ReasonLearnerNotReady, 90*time.Second, func() error {
 		_, err := c.Promote(ctx, nm.Name, opts)
 		return err
 	})
-	promotedAfter := time.Since(started)
-	t.Logf("promoted %s after the learner's start, after %d LearnerNotReady refusals", promotedAfter, refusals)
-	g.Expect(refusals).To(BeNumerically(">=", 1))
-	g.Expect(promotedAfter).To(BeNumerically(">=", 5*time.Second))
+	t.Logf("promoted %s after the learner's start, after %d LearnerNotReady refusals", time.Since(started), refusals)
 	promoted := tc.membership(g, via)
 	g.Expect(promoted).To(ContainElement(ContainSubstring(added.Member.ID + " name=etcd-new learner=false")))
 	again, err = c.Promote(ctx, nm.Name, opts) // stale fingerprint: the effect is in place, so no refusal

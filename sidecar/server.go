@@ -105,11 +105,12 @@ type Config struct {
 	// Limits bound what one caller can make the sidecar hold: request
 	// sizes, requests in flight and the HTTP server's timeouts.
 	Limits Limits
-	// MinLearnerHealthy is how long a learner must have been connected to
-	// the local member's raft transport, or healthy, without interruption
-	// before it is promoted (default 5 s: etcd's strict reconfiguration
-	// check counts members connected for 5 s, and a voter promoted sooner
-	// blocks the next removal).
+	// MinLearnerHealthy is how long etcd's strict reconfiguration check
+	// needs a member connected to the local member's raft transport (or
+	// healthy) before it counts it for a removal (default 5 s, etcd's
+	// HealthInterval). A promotion waits for it only when the removal sent
+	// with it (thenRemove) needs the new voter counted; etcd itself puts
+	// no time on a promotion.
 	MinLearnerHealthy time.Duration
 	// MaxLearnerLag is how many raft entries a learner may be behind the
 	// leader and still count as caught up (default 1000). etcd's own check

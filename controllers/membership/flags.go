@@ -17,7 +17,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.LearnerProgressTimeout, "learner-progress-timeout", 5*time.Minute,
 		"remove a learner again that made no progress for this long")
 	fs.DurationVar(&o.MinLearnerHealthy, "min-learner-healthy", 5*time.Second,
-		"how long a learner must be connected (to the raft transport of the voter whose sidecar answers) or healthy before it is promoted")
+		"how long etcd's strict reconfiguration check needs a member connected (to the raft transport of the voter that takes the removal) or healthy before it counts it: the voters that stay wait this long before a removal, and a learner before a promotion only when the removal that ends the tie it makes needs it counted (etcd puts no time on a promotion)")
 	fs.DurationVar(&o.DownVoterGrace, "down-voter-grace", planner.DefaultDownVoterGrace,
 		"how long a departing voter that is down is waited for before it is removed, when its removal would leave fewer voters than the target and no learner can be promoted first (its pod may be recreated)")
 	fs.DurationVar(&o.ProgressInterval, "progress-interval", DefaultProgressInterval,

@@ -64,10 +64,11 @@ type Options struct {
 	// before it is removed again (default 5 m); a learner removed so waits
 	// as long before it is added again.
 	LearnerProgressTimeout time.Duration
-	// MinLearnerHealthy is how long a learner must be connected (to the
-	// raft transport of the voter whose sidecar answered) or healthy
-	// before it is promoted (default 5 s: etcd's strict reconfiguration
-	// check counts a member after 5 s connected).
+	// MinLearnerHealthy is how long etcd's strict reconfiguration check
+	// needs a member connected or healthy before it counts it for a
+	// removal (default 5 s, etcd's HealthInterval): the planner's
+	// Policy.MinHealthyFor. A promotion waits for it only when the removal
+	// that ends the tie it makes needs the new voter counted.
 	MinLearnerHealthy time.Duration
 	// DownVoterGrace is how long a departing voter that is down is waited
 	// for when removing it would leave fewer voters than the target and no
@@ -208,7 +209,7 @@ func NewReconciler(d Dependencies, o Options) (*Reconciler, error) {
 		return nil, errors.New("membership controller: client, API reader, resolver, event recorder and metrics are all required")
 	}
 	mc := o.Membership
-	mc.Holder, mc.TLS = o.ClusterIdentity, o.SidecarTLS
+	mc.Holder, mc.TLS, mc.LocalSide = o.ClusterIdentity, o.SidecarTLS, sideLocal
 	cluster, err := membership.New(mc)
 	if err != nil {
 		return nil, fmt.Errorf("membership controller: %w", err)

@@ -120,7 +120,7 @@ answer, and goes on from where it stands when run again.`,
 	f.StringVar(&cfg.Holder, "holder", rebalance.DefaultHolder, "name of this run in the cluster's membership lock and retirement records")
 	f.BoolVar(&cfg.DryRun, "dry-run", false, "print the next step only; change nothing")
 	f.DurationVar(&cfg.Policy.LearnerProgressTimeout, "learner-progress-timeout", 5*time.Minute, "remove a learner again that made no progress (was not started) for this long")
-	f.DurationVar(&cfg.Policy.MinHealthyFor, "min-learner-healthy", 5*time.Second, "how long a learner must be connected (to the raft transport of the voter whose sidecar answers) or healthy before it is promoted")
+	f.DurationVar(&cfg.Policy.MinHealthyFor, "min-learner-healthy", 5*time.Second, "how long etcd's strict reconfiguration check needs a member connected (to the raft transport of the voter that takes the removal) or healthy before it counts it: the voters that stay wait this long before a removal, and a learner before a promotion only when the removal that ends the tie it makes needs it counted (etcd puts no time on a promotion)")
 	f.DurationVar(&cfg.Policy.DownVoterGrace, "down-voter-grace", planner.DefaultDownVoterGrace, "how long a departing voter that is down is waited for before it is removed, when its removal would leave fewer voters than the target and no learner can be promoted first")
 	f.DurationVar(&cfg.Interval, "interval", time.Second, "pause between observations while waiting")
 	f.DurationVar(&timeout, "timeout", time.Hour, "time limit of the whole run; it stops there (exit code 3) and goes on from where it stands when run again")

@@ -189,7 +189,7 @@ membership change one whose identity --allowed-client lists. Plain HTTP
 	// (v1alpha1.ParseAllowedClients).
 	f.Var(&allowedClients, "allowed-client", "a client certificate identity (common name, DNS/URI/email SAN) allowed to change membership; repeat or comma-separate")
 	f.BoolVar(&insecureHTTP, "insecure-http", false, "INSECURE, for tests on one machine only: serve plain HTTP and accept every call without a client certificate")
-	f.DurationVar(&minLearnerHealthy, "min-learner-healthy", 5*time.Second, "how long a learner must be connected to this member's raft transport, or healthy, without interruption before it is promoted")
+	f.DurationVar(&minLearnerHealthy, "min-learner-healthy", 5*time.Second, "how long etcd's strict reconfiguration check needs a member connected to this member's raft transport (or healthy) before it counts it for a removal; a promotion waits for it only when the removal sent with it (thenRemove) needs the new voter counted")
 	f.StringVar(&etcdConfig, "etcd-config", "", "druid's etcd.conf.yaml: also serve etcd-wrapper's /initialization and /config for the local member, which starts once druid-stretch admits it")
 	f.StringVar(&admissionFile, "admission-file", "", "where the admission is kept (default: beside etcd's data directory)")
 	f.IntVar(&etcdMaxLearners, "etcd-max-learners", 0, "with --etcd-config: etcd's max-learners in the configuration served to etcd-wrapper (0 keeps etcd's default, 1)")

@@ -72,6 +72,11 @@ type Config struct {
 	FailureMemory time.Duration
 	// Logger receives one line per call that changes something.
 	Logger logr.Logger
+	// LocalSide is the side (planner.Member.Side) of the members beside
+	// the caller, "" for none: a removal goes through a follower there
+	// when it has a choice between followers of the same rank, one hop
+	// less for the call.
+	LocalSide string
 	// OnStep, when set, is told about each change Execute sends through a
 	// sidecar: with a nil Result right before the call (after the lock and
 	// the retirement record), and with the call's Result right after it. It

@@ -118,7 +118,7 @@ func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []End
 	if plan.ThenRemove != nil {
 		removal = *plan.ThenRemove // the same call removes this member
 	}
-	via, ok := c.via(obs, endpoints, removal, plan.Step.Kind == planner.MoveLeader || plan.ThenRemove != nil)
+	via, ok := c.via(obs, endpoints, removal, plan.Input, plan.Step.Kind == planner.MoveLeader || plan.ThenRemove != nil)
 	if !ok {
 		res.Outcome, res.Reason, res.RetryAfter, res.SidecarFailed = Retry, ReasonNoSidecar, time.Second, true
 		res.Err = fmt.Errorf("no sidecar other than that of %s answers, and a %s is never sent through the member it removes", stepTarget(plan.Step), plan.Step.Kind)
@@ -333,13 +333,14 @@ func members(obs *Observation, endpoints []Endpoint) []Endpoint {
 }
 
 // via picks the sidecar for a step (s, or the removal of a promotion
-// that makes a tie): the leader's own unless the step removes the leader,
-// else the one that answered the observation unless it belongs to the
-// member the step removes, else the first other endpoint whose member was a
-// healthy voter, else any other. atLeader (a leader transfer, a tie) only
-// makes a detour through another sidecar worth a log line: it lengthens
-// what the clients wait through.
-func (c *Cluster) via(obs *Observation, endpoints []Endpoint, s planner.Step, atLeader bool) (Endpoint, bool) {
+// that makes a tie). A removal goes through a follower (removalVia); any
+// other step through the leader's sidecar; failing those, the one that
+// answered the observation unless it belongs to the member the step
+// removes, else the first other endpoint whose member was a healthy voter,
+// else any other. atLeader (a leader transfer, a tie) only makes a detour
+// through another sidecar worth a log line: it lengthens what the clients
+// wait through.
+func (c *Cluster) via(obs *Observation, endpoints []Endpoint, s planner.Step, in planner.Observed, atLeader bool) (Endpoint, bool) {
 	excluded := func(e Endpoint) bool {
 		if s.Kind != planner.Remove {
 			return false
@@ -350,17 +351,21 @@ func (c *Cluster) via(obs *Observation, endpoints []Endpoint, s planner.Step, at
 		m := obs.Member(e.Member)
 		return m != nil && s.ID != "" && strings.EqualFold(m.ID, s.ID)
 	}
-	// Every membership change commits at the leader, and only the leader
-	// serves MoveLeader: through its own sidecar the call and the checks
-	// before it (the lock, the member list, the retirement record, the
-	// tombstone) stay on the leader's host instead of crossing to it, and
-	// the answer comes as soon as the leader applied the change. At 180 ms
-	// RTT the transfer call took 1.1 s through the transferee's sidecar,
-	// 0.4 s through the leader's; a tie through a sidecar across the link
-	// from the leader lasted 0.37 s, two round trips, where at the leader
-	// it lasts one; and a removal through a sidecar of the other site took
-	// 3.8 s, its retirement record 1.3 s more.
+	if s.Kind == planner.Remove {
+		if e, ok := c.removalVia(obs, endpoints, s, in, excluded); ok {
+			return e, true
+		}
+	}
+	// Every other membership change commits at the leader, and only the
+	// leader serves MoveLeader: through its own sidecar the call and the
+	// checks before it (the lock, the member list) stay on the leader's
+	// host instead of crossing to it, and the answer comes as soon as the
+	// leader applied the change. At 180 ms RTT the transfer call took
+	// 1.1 s through the transferee's sidecar, 0.4 s through the leader's.
 	why := "no sidecar of the leader is listed"
+	if s.Kind == planner.Remove {
+		why = "no sidecar of a healthy follower other than the member removed is listed"
+	}
 	for _, e := range endpoints {
 		m := obs.Member(e.Member)
 		switch {
@@ -398,6 +403,52 @@ func (c *Cluster) via(obs *Observation, endpoints []Endpoint, s planner.Step, at
 		return *fallback, true
 	}
 	return Endpoint{}, false
+}
+
+// removalVia picks the sidecar of a healthy follower for the removal s: a
+// voter that is neither the member removed nor the leader, and whose
+// sidecar did not fail lately. The sidecar sends the removal through its
+// own member, whose strict reconfiguration check (etcd's 5 s) decides it.
+// After a snapshot join the leader re-dates a new voter's connected-since
+// time, a follower does not: a removal refused through the leader for 5 s
+// was taken through a follower 0.2 s later. Among followers, one on the
+// side of the member removed (the departing side, where the leader still
+// is until the majority has moved, so the removal's commit does not cross
+// the link twice), then one on the caller's side (Config.LocalSide, one
+// hop less for the call). Never the member removed: it answers "server
+// stopped", and must not be asked anything while it applies its removal
+// (etcd issue 21966). ok is false when no follower qualifies; the removal
+// then goes through the leader.
+func (c *Cluster) removalVia(obs *Observation, endpoints []Endpoint, s planner.Step, in planner.Observed, excluded func(Endpoint) bool) (Endpoint, bool) {
+	sides := map[string]string{} // member ID -> side
+	for _, m := range in.Members {
+		sides[strings.ToLower(m.ID)] = m.Side
+	}
+	targetSide := ""
+	if m := obs.Member(cmp.Or(s.ID, s.Member)); m != nil {
+		targetSide = sides[strings.ToLower(m.ID)]
+	}
+	best, bestScore := -1, -1
+	for i, e := range endpoints {
+		m := obs.Member(e.Member)
+		if e.URL == "" || m == nil || excluded(e) || m.IsLeader || m.IsLearner || !m.Healthy || c.failedRecently(e) {
+			continue
+		}
+		side, score := sides[strings.ToLower(m.ID)], 0
+		if side != "" && side == targetSide {
+			score += 2
+		}
+		if side != "" && side == c.cfg.LocalSide {
+			score++
+		}
+		if score > bestScore {
+			best, bestScore = i, score
+		}
+	}
+	if best < 0 {
+		return Endpoint{}, false
+	}
+	return endpoints[best], true
 }
 
 // ensureLock makes sure this holder holds the lock with at least half its

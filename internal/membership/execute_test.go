@@ -113,11 +113,14 @@ func TestRoundsReplaceTheLeader(t *testing.T) {
 	g.Expect(plan.Step.Kind).To(Equal(planner.AddLearner), "now seed-a may add a-0 again: %s", plan.Step)
 }
 
-// TestChangesGoThroughTheLeadersSidecar removes a voter with the cluster
-// observed through a follower's sidecar: the change, its lock and its
-// retirement record go through the leader's sidecar, where they commit
-// without a hop (across sites, each hop is a round trip).
-func TestChangesGoThroughTheLeadersSidecar(t *testing.T) {
+// TestRemovalThroughAFollowerOtherChangesThroughTheLeader executes steps with the cluster
+// observed through the leader's sidecar and through a follower's: a
+// removal, its lock and its retirement record go through the sidecar of
+// the follower that is not removed (etcd's strict reconfiguration check
+// runs on the member that takes the removal, and only the leader re-dates
+// a new voter's connection after a snapshot join); any other change goes
+// through the leader's sidecar, where it commits without a hop.
+func TestRemovalThroughAFollowerOtherChangesThroughTheLeader(t *testing.T) {
 	testbin.Need(t)
 	tc := startCluster(t, "l", 3)
 	g := NewWithT(t)
@@ -128,13 +131,30 @@ func TestChangesGoThroughTheLeadersSidecar(t *testing.T) {
 	before := tc.memberList(g)
 	g.Expect(before).To(ContainElement(HaveSuffix(":l-2:voter")))
 	c := tc.newCluster("ctl")
-	remove := planner.Step{Kind: planner.Remove, Member: "l-2", Reason: "l-2 is departing"}
 
-	var vias []string
+	// A promotion of a voter finds its effect in place: it changes
+	// nothing, and shows where a change that is no removal goes.
+	obs, err := c.Observe(ctx, tc.endpoints(), membership.Hint{Healthy: []string{"l-1"}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(obs.Via.Member).To(Equal("l-1"), "the observation comes through a follower's sidecar")
+	promote := planner.Step{Kind: planner.Promote, Member: "l-1", ID: obs.Member("l-1").ID}
+	var res membership.Result
 	g.Eventually(func() membership.Outcome {
 		obs, err := c.Observe(ctx, tc.endpoints(), membership.Hint{Healthy: []string{"l-1"}})
 		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(obs.Via.Member).To(Equal("l-1"), "the observation comes through a follower's sidecar")
+		res = c.Execute(ctx, obs, tc.endpoints(), membership.Plan{Step: promote})
+		return res.Outcome
+	}).WithContext(ctx).WithPolling(200 * time.Millisecond).Should(Equal(membership.Succeeded))
+	g.Expect(res.Via.Member).To(Equal("l-0"), "a change that is no removal goes to the leader's sidecar")
+	g.Expect(res.Changed).To(BeFalse())
+	g.Expect(tc.memberList(g)).To(Equal(before))
+
+	remove := planner.Step{Kind: planner.Remove, Member: "l-2", Reason: "l-2 is departing"}
+	var vias []string
+	g.Eventually(func() membership.Outcome {
+		obs, err := c.Observe(ctx, tc.endpoints(), membership.Hint{Healthy: []string{"l-0"}})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(obs.Via.Member).To(Equal("l-0"), "the observation comes through the leader's sidecar")
 		g.Expect(obs.Member("l-0").IsLeader).To(BeTrue())
 		rm := remove
 		rm.ID = obs.Member("l-2").ID
@@ -142,7 +162,7 @@ func TestChangesGoThroughTheLeadersSidecar(t *testing.T) {
 		vias = append(vias, res.Via.Member)
 		return res.Outcome
 	}).WithContext(ctx).WithPolling(200 * time.Millisecond).Should(Equal(membership.Succeeded))
-	g.Expect(vias).To(HaveEach("l-0"), "every call, the lock's included, went to the leader's sidecar")
+	g.Expect(vias).To(HaveEach("l-1"), "every call of the removal, the lock's included, went to the follower's sidecar")
 	g.Expect(tc.memberList(g)).To(ConsistOf(slices.DeleteFunc(before, func(m string) bool { return strings.HasSuffix(m, ":l-2:voter") })))
 }
 
@@ -176,8 +196,9 @@ func TestExecuteOutcomes(t *testing.T) {
 	newcomer := planner.Step{Kind: planner.AddLearner, Member: "x-9", PeerURLs: []string{"https://127.0.0.1:9"}}
 	promote := planner.Step{Kind: planner.Promote, Member: "x-1"}
 	remove := planner.Step{Kind: planner.Remove, Member: "x-2"}
-	// A change goes through the leader's sidecar, and the faults below
-	// answer at x-0's (the observation's): x-0 leads, so both are the same.
+	// A change goes through the leader's sidecar, x-0's (the
+	// observation's too), and a removal through the follower's that it
+	// does not remove, x-1's: the faults below answer there.
 	_, err := sidecar.NewClient(tc.Members[0].SidecarURL, tc.ClientTLS).MoveLeader(ctx, "x-0", sidecar.CallOptions{})
 	if err != nil {
 		t.Fatalf("moving leadership to x-0: %v", err)
@@ -192,7 +213,7 @@ func TestExecuteOutcomes(t *testing.T) {
 				}
 				return false
 			}},
-		{name: "no answer in time: outcome unknown", step: remove, outcome: membership.Uncertain, reason: membership.ReasonTransport,
+		{name: "no answer in time: outcome unknown", step: remove, faultAt: 1, outcome: membership.Uncertain, reason: membership.ReasonTransport,
 			fault: func(w http.ResponseWriter, r *http.Request) bool {
 				if r.Method == http.MethodDelete && strings.HasPrefix(r.URL.Path, "/v1/members/") {
 					time.Sleep(1500 * time.Millisecond)
@@ -209,7 +230,7 @@ func TestExecuteOutcomes(t *testing.T) {
 				}
 				return false
 			}},
-		{name: "quorum at risk: refused", step: remove, outcome: membership.Refused, reason: sidecar.ReasonQuorumAtRisk,
+		{name: "quorum at risk: refused", step: remove, faultAt: 1, outcome: membership.Refused, reason: sidecar.ReasonQuorumAtRisk,
 			fault: func(w http.ResponseWriter, r *http.Request) bool {
 				if r.Method == http.MethodDelete && strings.HasPrefix(r.URL.Path, "/v1/members/") {
 					answer(w, 412, `{"reason":"QuorumAtRisk","message":"injected"}`)
@@ -236,7 +257,8 @@ func TestExecuteOutcomes(t *testing.T) {
 				_, err := cl.AcquireLock(ctx, "someone-else", "", 20*time.Second)
 				g.Expect(err).NotTo(HaveOccurred())
 			}},
-		{name: "a sidecar that is down: retry, nothing was sent", step: remove, outcome: membership.Retry, reason: membership.ReasonTransport, via: "dead"},
+		{name: "a sidecar that is down: retry, nothing was sent", step: promote, outcome: membership.Retry, reason: membership.ReasonTransport, via: "dead"},
+		{name: "a follower's sidecar that is down: retry, nothing was sent", step: remove, faultAt: 1, outcome: membership.Retry, reason: membership.ReasonTransport, via: "dead"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g := NewWithT(t)
@@ -263,8 +285,11 @@ func TestExecuteOutcomes(t *testing.T) {
 			}
 			eps := tc.endpoints()
 			if c.via == "dead" {
-				obs.Via = membership.Endpoint{Member: "x-0", URL: deadURL(t)}
-				eps[0] = obs.Via
+				// Down since the observation: its failure is not known yet.
+				eps[c.faultAt].URL = deadURL(t)
+				if c.faultAt == 0 {
+					obs.Via = eps[0]
+				}
 			}
 			tc.fault(tc.Members[c.faultAt], c.fault)
 			res := cl.Execute(ctx, obs, eps, membership.Plan{Step: c.step})

@@ -37,7 +37,7 @@ type Member struct {
 	// CaughtUp means a learner is close enough to the leader to be promoted.
 	CaughtUp bool
 	// HealthyFor is how long the member has been healthy without a break;
-	// compared with Policy.MinHealthyFor.
+	// compared with Policy.MinHealthyFor where a removal needs it counted.
 	HealthyFor time.Duration
 	// ConnectedFor is how long the raft transport of the member that
 	// takes the next change has had the member connected without a break;
@@ -105,10 +105,12 @@ type Desired struct {
 // Policy holds the timings and limits Next works with. A zero field takes the
 // value DefaultPolicy gives it.
 type Policy struct {
-	// MinHealthyFor is how long a member must have been healthy before it
-	// counts: a learner before its promotion, the voters that stay before a
-	// removal. etcd's strict reconfiguration check counts members connected
-	// this long (5 s) and refuses a removal otherwise.
+	// MinHealthyFor is how long etcd's strict reconfiguration check needs
+	// a member connected (or healthy) before it counts it for a removal
+	// (etcd's HealthInterval, 5 s): the voters that stay before a removal,
+	// and a learner whose promotion makes a tie whose removal needs it
+	// counted. No other promotion waits for it: etcd checks only the
+	// learner's log there.
 	MinHealthyFor time.Duration
 	// LearnerProgressTimeout is how long a learner may fail to advance before
 	// it is removed again. It must cover a snapshot transfer, during which the
@@ -235,6 +237,8 @@ func (s Step) String() string {
 //     (rule 4), leader last (rule 5), at most MaxLearners learners (rule 2),
 //     and never touching an unmanaged member (rule 7); the members wanted
 //     as learners only come last, once no voter is to come or go.
+//
+// A leader transfer waits while a learner's publish is pending (rule 6).
 func Next(obs Observed, want Desired, p Policy) Step {
 	p = p.withDefaults()
 	if s, bad := checkDesired(want); bad {
@@ -244,6 +248,11 @@ func Next(obs Observed, want Desired, p Policy) Step {
 	if bad {
 		return s
 	}
+	return v.holdTransfer(v.next(obs, p))
+}
+
+// next is Next on the view v of obs.
+func (v *view) next(obs Observed, p Policy) Step {
 	if v.reached(p) && !v.leaderAwayFromGoal() {
 		return Step{Kind: Done, Rule: RuleTargetReached, Reason: "target reached: " + Describe(obs.Members) + v.unmanagedNote() + v.slotNote(p)}
 	}
@@ -255,6 +264,31 @@ func Next(obs Observed, want Desired, p Policy) Step {
 		return next
 	}
 	return gate
+}
+
+// holdTransfer turns a leader transfer into a wait while a learner's
+// publish is pending (rule 6): a learner that caught up by snapshot loses
+// its first publish while the snapshot applies, and etcd retries it after
+// its request timeout (about 9 s). The publish is a proposal the learner
+// forwards to the leader, and a leader drops forwarded proposals while it
+// transfers leadership: a transfer then would cost the learner another
+// request timeout before it serves clients. Pending means its raft is
+// connected and etcd knows no client URL of it yet (its name is empty in
+// etcd's member list); a learner not connected has not started its etcd,
+// and one connected for publishOverdue or longer is not about to publish,
+// so neither holds the transfer. Nor does anything hold the transfer that
+// ends a tie: the tie costs the whole cluster, the publish one learner.
+func (v *view) holdTransfer(s Step) Step {
+	if s.Kind != MoveLeader || v.goal != "" && holder(v.voterCounts()) == "" {
+		return s
+	}
+	for _, l := range v.learners {
+		if l.Unstarted && !l.Healthy && l.ConnectedFor > 0 && l.ConnectedFor < publishOverdue {
+			return waitStep(s.Rule, "WaitingForMemberStart: leadership goes to %s once learner %s has published itself (connected for %s; a transfer drops the publish it forwards to the leader)",
+				s.Member, l.label(), l.ConnectedFor)
+		}
+	}
+	return s
 }
 
 // afterGate plans the step once rule 1's health gate lets changes through.
@@ -625,48 +659,54 @@ func (v *view) learnerState(l *member, p Policy) (Step, bool) {
 	switch {
 	case stuck(l, p):
 		return removeStuck(l, p), false
-	case !l.Healthy && l.ConnectedFor >= p.MinHealthyFor:
+	case !l.Healthy && l.ConnectedFor > 0:
 		// Rule 3: a learner that does not answer polls yet (it has not
 		// published itself, or its client port is not reachable yet) can
 		// still be judged by the leader: etcd refuses the promotion of a
 		// learner whose log is behind (ErrLearnerNotReady), and the
-		// transport shows how long it has been connected. Waiting for the
-		// publish instead costs etcd's request timeout after a snapshot.
+		// transport shows it connected. Waiting for the publish instead
+		// costs etcd's request timeout after a snapshot.
 	case !l.Healthy && l.Unstarted:
-		return readyIn(waitStep(RuleReadyLearner, "WaitingForLearner: %s does not serve clients yet; connected for %s of %s", l.label(), l.ConnectedFor, p.MinHealthyFor), l.ConnectedFor, p), false
+		return waitStep(RuleReadyLearner, "WaitingForLearner: %s does not serve clients yet, and its raft is not connected", l.label()), false
 	case !l.Healthy:
-		return readyIn(waitStep(RuleReadyLearner, "WaitingForLearner: %s is not answering yet", l.label()), l.ConnectedFor, p), false
+		return waitStep(RuleReadyLearner, "WaitingForLearner: %s is not answering yet, and its raft is not connected", l.label()), false
 	case !l.CaughtUp:
 		return waitStep(RuleReadyLearner, "WaitingForLearner: %s is catching up with the leader", l.label()), false
-	case settledFor(l) < p.MinHealthyFor && !v.settlingSpares(l, p):
-		// Rule 3: etcd's strict reconfiguration check counts a member only
-		// after 5 s connected; a voter promoted sooner blocks the next removal
-		// for up to 5 s, prolonging the n+1 (and any tie) by as much.
-		return readyIn(waitStep(RuleReadyLearner, "WaitingForLearner: %s healthy or connected for %s of %s", l.label(), settledFor(l), p.MinHealthyFor), settledFor(l), p), false
+	case v.tieNeedsIt(l, p):
+		// Rule 6 before rule 3: the removal that ends the tie would wait
+		// for l to be counted, and the tie with it; before the promotion
+		// the same wait costs no tie.
+		return readyIn(waitStep(RuleReadyLearner, "WaitingForLearner: promoting %s makes a tie, and the removal that ends it needs %s counted by etcd's strict reconfiguration check: healthy or connected for %s of %s",
+			l.label(), l.label(), settledFor(l), p.MinHealthyFor), settledFor(l), p), false
 	}
+	// Rule 3: etcd puts no time on a promotion, only the learner's log; a
+	// removal that needs the new voter counted waits for it (rule 4).
 	return Step{}, true
 }
 
 // early tells whether the ready learner l is promoted before etcd's strict
-// reconfiguration check counts it (settlingSpares).
+// reconfiguration check counts it.
 func early(l *member, p Policy) bool { return l.Healthy && settledFor(l) < p.MinHealthyFor }
 
-// settlingSpares tells whether learner l, healthy and caught up, may be
-// promoted before etcd's strict reconfiguration check counts it: the
-// promotion makes a tie, and the removal that ends it (sent in the same
-// call) leaves voters that etcd counts as a quorum without l. etcd checks
-// no connection time for a promotion, only the learner's log and the
-// started members; the 5 s matter only to a removal that needs l counted.
-// Waiting them out delays the tie's end: on real sites a learner's
-// snapshot join restarts its peer connections, and the tie's promotion
-// waited 5 s for a member its removal did not need. A promotion without a
-// removal in its call keeps the 5 s: the sidecar asks for them there. The
-// removal is planned as tieEndsAtOnce plans it: on the membership after
-// the promotion, with leadership where leaderBeforeTie would move it.
-func (v *view) settlingSpares(l *member, p Policy) bool {
+// tieNeedsIt tells whether learner l, caught up but not yet counted by
+// etcd's strict reconfiguration check (healthy or connected for less than
+// MinHealthyFor), is to wait before its promotion: the promotion makes a
+// tie, and the removal that ends it (sent in the same call) cannot follow
+// at once: the voters left would make no quorum that etcd counts without
+// l, or another rule holds that removal, which the 5 s may let pass. Any
+// other promotion goes at once: etcd checks no connection
+// time for a promotion, only the learner's log and the started members,
+// and a removal after it that needs l counted waits for it (rule 4) with
+// one more voter in the cluster, not in a tie. The removal is planned as
+// tieEndsAtOnce plans it: on the membership after the promotion, with
+// leadership where leaderBeforeTie would move it.
+func (v *view) tieNeedsIt(l *member, p Policy) bool {
+	if settledFor(l) >= p.MinHealthyFor {
+		return false
+	}
 	after := v.voterCounts()
 	after[l.Side]++
-	return v.makesTie(after) && v.tieEndsAtOnce(l, after, p)
+	return v.makesTie(after) && !v.tieEndsAtOnce(l, after, p)
 }
 
 // stuck tells whether learner l has not caught up and made no progress

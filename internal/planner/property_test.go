@@ -340,8 +340,8 @@ func (s *sim) apply(st Step) {
 		if target.Unstarted || target.missedPoll {
 			// etcd's leader judges a learner that does not answer (yet) by
 			// its log, and refuses it until that is caught up.
-			if !target.Learner || target.ConnectedFor < s.policy.MinHealthyFor {
-				s.fail("rule 3: promoted %s, which does not answer, not connected long enough (%+v)", target.name, target.Member)
+			if !target.Learner || target.ConnectedFor <= 0 {
+				s.fail("rule 3: promoted %s, which does not answer, without its raft connected (%+v)", target.name, target.Member)
 			}
 			if !target.logReady {
 				return // ErrLearnerNotReady: nothing changes
@@ -353,17 +353,11 @@ func (s *sim) apply(st Step) {
 			}
 		} else if !target.Learner || !target.Healthy || !target.CaughtUp {
 			s.fail("rule 3: promoted %s that was not ready (%+v)", target.name, target.Member)
-		} else if settledFor(&member{Member: target.Member}) < s.policy.MinHealthyFor {
-			// A learner etcd does not count yet (connected for less than
-			// 5 s) is promoted only into a tie whose removal does not
-			// need it; rule 4's check at every removal below asserts
-			// that etcd would take that removal.
-			after := s.sideCounts()
-			after[target.Side]++
-			if holder(s.sideCounts()) == "" || holder(after) != "" {
-				s.fail("rule 3: promoted %s, not counted by etcd yet, without making a tie (%+v)", target.name, target.Member)
-			}
 		}
+		// A learner etcd does not count yet (connected for less than 5 s)
+		// is promoted as any other: etcd puts no time on a promotion, and
+		// rule 4's check at every removal below asserts that etcd would
+		// take the removals after it.
 		target.Learner = false
 		s.recordConfig()
 	case MoveLeader:

@@ -73,7 +73,9 @@ type Options struct {
 	// EtcdArgs are appended to every member's etcd command line, as a
 	// pod's etcd configuration would set them (e.g. --max-learners).
 	EtcdArgs []string
-	// MinLearnerHealthy is the sidecars' promotion rule (default 5 s).
+	// MinLearnerHealthy is the sidecars' sidecar.Config.MinLearnerHealthy
+	// (default 5 s): how long a new voter must be connected before a
+	// removal sent with its promotion may count on it.
 	MinLearnerHealthy time.Duration
 	// WrapSidecar, when set, wraps each pod's sidecar handler; tests use it
 	// to inject faults and to watch the calls.
