@@ -100,7 +100,7 @@ fault-matrix: test-binaries ## every fault in every phase of a live move (40 mov
 	$(GO) test -count=1 -timeout 60m -v -run TestLiveMoveSurvivesPodDeletion ./internal/site -args -pod-deletions=full
 
 # One move per row, one at a time: each runs two sites of real parts.
-site-fault-matrix: test-binaries ## faults of druid's and druid-stretch's side (druid or the controller killed, CRDs re-applied, status dropped, fields deleted, a partition, busy cores) at each phase of a live move between real sites and of a rebalance (36 moves; writes the table into docs/reliability.md)
+site-fault-matrix: test-binaries ## faults of druid's and druid-stretch's side (druid or the controller killed, CRDs re-applied, status dropped, fields deleted, a partition, busy cores) at each phase of a live move between real sites and of a rebalance (41 moves; writes the table into docs/reliability.md)
 	$(GO) test -count=1 -timeout 240m -v -run TestSiteFaultMatrix ./internal/site -args -site-faults=full -site-faults.write=$(CURDIR)/docs/reliability.md
 
 # golangci-lint (its linters, go vet among them, in .golangci.yml; its

@@ -103,6 +103,8 @@ type siteFault struct {
 	inject func(ctx context.Context, s *faultScene) error
 	// partition: requests may fail while the sites are cut apart.
 	partition bool
+	// twoSites: the fault needs two sites (a rebalance has one).
+	twoSites bool
 }
 
 var siteFaults = []siteFault{
@@ -111,6 +113,13 @@ var siteFaults = []siteFault{
 	{id: "controller-killed", name: fmt.Sprintf("druid-stretch's controller killed, a new one after %.0f s", controllerDownFor.Seconds()),
 		inject: func(ctx context.Context, s *faultScene) error {
 			return s.stepping.RestartDruidStretch(ctx, controllerDownFor)
+		}},
+	// The source's controller steps little in a move (the destination's
+	// retires the source's members), but a new one must take nothing back:
+	// no retired member re-added, no member of the move's removed.
+	{id: "source-controller-killed", name: fmt.Sprintf("the source site's druid-stretch controller killed, a new one after %.0f s", controllerDownFor.Seconds()), twoSites: true,
+		inject: func(ctx context.Context, s *faultScene) error {
+			return s.a.RestartDruidStretch(ctx, controllerDownFor)
 		}},
 	{id: "crds-reapplied", name: "druid's CRDs re-applied in both sites",
 		inject: func(ctx context.Context, s *faultScene) error {
@@ -134,7 +143,7 @@ var siteFaults = []siteFault{
 		inject: func(ctx context.Context, s *faultScene) error {
 			return withFieldsGone(ctx, s.stepping, s.key, s.eps, fieldsGoneFor, s.logf)
 		}},
-	{id: "partition", name: fmt.Sprintf("partition between the sites (%.0f s)", partitionLength.Seconds()), partition: true,
+	{id: "partition", name: fmt.Sprintf("partition between the sites (%.0f s)", partitionLength.Seconds()), partition: true, twoSites: true,
 		inject: func(ctx context.Context, s *faultScene) error {
 			if err := s.a.Partition(s.b); err != nil {
 				return err
@@ -188,12 +197,13 @@ func (r siteFaultRow) faultName() string {
 }
 
 // siteFaultRows are every fault at every phase, then the busy cores. A
-// rebalance has no partition row: its members are in one site.
+// rebalance has no row of a fault between or of a second site: its
+// members are in one site.
 func siteFaultRows() []siteFaultRow {
 	var rows []siteFaultRow
 	for _, p := range siteFaultPhases {
 		for _, f := range siteFaults {
-			if p.rebalance && f.partition {
+			if p.rebalance && f.twoSites {
 				continue
 			}
 			rows = append(rows, siteFaultRow{phase: p, fault: f})
