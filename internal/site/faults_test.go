@@ -224,12 +224,14 @@ type siteFaultResult struct {
 }
 
 // TestSiteFaultMatrix is the real-site fault lane: the live move of
-// TestLiveMoveBetweenRealSites, once per row, with one fault put into
-// druid's or druid-stretch's side of the sites at one phase of the move
-// (druid's manager killed, druid-stretch's controller killed and replaced,
-// druid's CRDs re-applied, status.membership dropped, the sites cut apart
-// for partitionLength), or the cores kept busy for the whole move. Each
-// row passes what a move must: it completes (or, aborted, ends with the
+// TestLiveMoveBetweenRealSites (or, in the rebalance phase, the rebalance
+// of TestRebalanceBetweenNodeGroups), once per row, with one fault put
+// into druid's or druid-stretch's side of the sites at one phase of the
+// move (druid's manager killed, the stepping or the source site's
+// druid-stretch controller killed and replaced, druid's CRDs re-applied,
+// status.membership dropped, the EtcdMembership deleted for a while, the
+// sites cut apart for partitionLength), or the cores kept busy for the
+// whole move. Each row passes what a move must: it completes (or, aborted, ends with the
 // source's members), no acknowledged write is lost, both histories are
 // linearizable, the cluster never has fewer than MoveReplicas voters and
 // stays one cluster, no etcd member crashes, and no request fails at
