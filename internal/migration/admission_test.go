@@ -85,12 +85,14 @@ func newWebhook(t *testing.T, namespace string) *webhook {
 	})
 	// The API server takes a moment to see a new configuration: a write
 	// refused by the down server shows it does.
-	probe := &v1alpha1.Etcd{}
-	g.Eventually(func() error {
-		return srcClient.Get(t.Context(), client.ObjectKey{Namespace: namespace, Name: "etcd-main"}, probe)
-	}).Should(Succeed())
+	// Each try reads the Etcd afresh: a probe the API server admitted
+	// before it saw the configuration moved the resourceVersion on, and
+	// a stale copy would then only ever be refused as a conflict.
 	g.Eventually(func() string {
-		p := probe.DeepCopy()
+		p := &v1alpha1.Etcd{}
+		if err := srcClient.Get(t.Context(), client.ObjectKey{Namespace: namespace, Name: "etcd-main"}, p); err != nil {
+			return err.Error()
+		}
 		p.Annotations = map[string]string{"migration-test/probe": time.Now().String()}
 		err := srcClient.Update(t.Context(), p)
 		if err == nil {
