@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -9,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -78,8 +78,8 @@ type ClientHold struct {
 }
 
 // leaderPoll is how often a hold with UntilLeader asks the local member
-// for its leader: a Status call on the member's own host, cheap beside
-// the transfer it waits for.
+// for its leader: a Status call on the member's own host (localPoll),
+// cheap beside the transfer it waits for.
 const leaderPoll = 5 * time.Millisecond
 
 // ClientGateStatus is the gate's state after a drain or hold call.
@@ -531,8 +531,15 @@ func (s *Server) releaseOnLeader(release func(), leader uint64, max time.Duratio
 	defer cancel()
 	tick := time.NewTicker(leaderPoll)
 	defer tick.Stop()
+	poll := localPoll{s: s}
 	for {
-		st, err := pb.NewMaintenanceClient(s.local.ActiveConnection()).Status(ctx, &pb.StatusRequest{})
+		st, err := poll.status(ctx)
+		if errors.Is(err, errLocalRemoving) {
+			// The member leaves: its clients stay held until the hold ends
+			// by itself, and it is not asked again.
+			s.log.V(1).Info("the local member's removal is under way: no longer waiting for it to see the new leader", "leader", fmt.Sprintf("%x", leader))
+			return
+		}
 		if err == nil && st.Leader == leader {
 			s.log.V(1).Info("leader transfer seen by the local member: hold released", "leader", fmt.Sprintf("%x", leader))
 			release()

@@ -446,6 +446,48 @@ func TestDrainOfARemovedMemberStays(t *testing.T) {
 	g.Expect(gate.Ready()).To(BeFalse())
 }
 
+// A hold waits for its member to see the new leader by asking the member
+// for its status, many times a second. A member asked for its status while
+// it applies its own removal panics (etcd issue 21966), so the wait stops
+// asking once the member's removal is under way: the member removed while
+// its clients are held leaves the cluster and exits without a panic.
+func TestHeldMemberRemovedWithoutAPanic(t *testing.T) {
+	testbin.Need(t)
+	g := NewWithT(t)
+	c := etcdtest.Start(t, etcdtest.Options{Names: etcdtest.Numbered("m", 3)})
+	leader, follower := leaderAndFollower(t, c)
+	sc, _, _ := gatedSidecar(t, c, follower)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	g.Eventually(func() error { return sc.Ready(ctx) }).WithTimeout(10 * time.Second).Should(Succeed())
+	o := gateLock(t, sc)
+	// The hold waits for the third member to lead, which never happens:
+	// its wait asks for the follower's status until the hold ends.
+	var until string
+	for _, m := range c.MemberList(g) {
+		if m.Name != follower.Name && m.Name != leader.Name {
+			until = fmt.Sprintf("%x", m.ID)
+		}
+	}
+	via := sidecar.NewClient(leader.SidecarURL, leader.ClientTLSConfig())
+	// Each try begins a new hold, so the one in force at the removal has
+	// most of its time left; etcd refuses the removal until every member
+	// was connected for 5 s.
+	retryWhile(g, sidecar.ReasonUnhealthyCluster, 30*time.Second, func() error {
+		_ = sc.ReleaseClients(ctx, o)
+		if _, err := sc.HoldClients(ctx, sidecar.ClientHold{Seconds: sidecar.MaxClientHold.Seconds(), UntilLeader: until}, o); err != nil {
+			return StopTrying("holding the follower's clients").Wrap(err)
+		}
+		_, err := via.Remove(ctx, follower.Name, o)
+		return err
+	})
+	g.Expect(c.MemberList(g)).NotTo(ContainElement(HaveField("Name", follower.Name)), "the follower was removed")
+	g.Eventually(follower.Running).WithTimeout(15*time.Second).Should(BeFalse(), "etcd stops once it applied its own removal")
+	log := follower.LogTail(-1)
+	g.Expect(log).To(ContainSubstring("the member has been permanently removed from the cluster"))
+	g.Expect(log).NotTo(ContainSubstring("failed to find local ID"), "the member panicked while it applied its own removal")
+}
+
 // gateLock takes the membership lock through sc for a process of the
 // holder controller-a and returns the lock headers its gate calls carry:
 // only the lock's holder drains or holds a member's clients.

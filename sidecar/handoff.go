@@ -82,7 +82,10 @@ type Handoff struct {
 // leads a cluster with another voter; otherwise it does nothing and
 // returns nil. Call it when the pod ends, before etcd stops.
 func (s *Server) HandOffLeadership(ctx context.Context) (*Handoff, error) {
-	st, err := pb.NewMaintenanceClient(s.local.ActiveConnection()).Status(ctx, &pb.StatusRequest{})
+	st, err := s.localStatus(ctx)
+	if errors.Is(err, errLocalRemoving) {
+		return nil, nil // leaving: the planner removes no leader, so it does not lead
+	}
 	if err != nil {
 		return nil, fmt.Errorf("asking the local member whether it leads: %w", err)
 	}

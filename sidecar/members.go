@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -641,9 +640,10 @@ func checkTransferee(v *view, name string) *Error {
 	return nil
 }
 
-// localLeads asks the local member whether it leads.
+// localLeads asks the local member whether it leads; a member whose
+// removal is under way is not asked (localStatus) and answers an error.
 func (s *Server) localLeads(ctx context.Context) (bool, error) {
-	st, err := pb.NewMaintenanceClient(s.local.ActiveConnection()).Status(ctx, &pb.StatusRequest{})
+	st, err := s.localStatus(ctx)
 	if err != nil {
 		return false, err
 	}
