@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -484,8 +485,8 @@ func TestHeldMemberRemovedWithoutAPanic(t *testing.T) {
 	g.Expect(c.MemberList(g)).NotTo(ContainElement(HaveField("Name", follower.Name)), "the follower was removed")
 	g.Eventually(follower.Running).WithTimeout(15*time.Second).Should(BeFalse(), "etcd stops once it applied its own removal")
 	log := follower.LogTail(-1)
+	g.Expect(strings.Contains(log, "failed to find local ID")).To(BeFalse(), "the member panicked while it applied its own removal:\n%s", follower.LogTail(40))
 	g.Expect(log).To(ContainSubstring("the member has been permanently removed from the cluster"))
-	g.Expect(log).NotTo(ContainSubstring("failed to find local ID"), "the member panicked while it applied its own removal")
 }
 
 // gateLock takes the membership lock through sc for a process of the
