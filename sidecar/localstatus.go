@@ -21,9 +21,10 @@ var errLocalRemoving = errors.New("the local member's removal is under way: it i
 // within the RemovalGrace that every removal waits after its tombstone.
 const localStatusClear = tombstoneStaleness / 2
 
-// localPoll asks the local member for its status, the way every caller on
-// this sidecar must: only after a read of the removal tombstones, on the
-// member itself, found none for it. A removal writes its tombstone and
+// localPoll asks the local member for its status, the way every call of
+// this sidecar to its own member must outside the background poll (which
+// reads the tombstones itself, pollMembers): only after a read of the
+// removal tombstones, on the member itself, found none for it. A removal writes its tombstone and
 // waits RemovalGrace before etcd applies it, and the member applies the
 // tombstone before the removal that follows it in the log, so a status
 // call that starts soon after a clear read never meets the removal's
@@ -56,9 +57,11 @@ func (p *localPoll) status(ctx context.Context) (*pb.StatusResponse, error) {
 }
 
 // localNotRemoving reads the removal tombstones from the local member (a
-// serializable read, which etcd serves without asking whether the member is
-// a learner) and returns errLocalRemoving when one names the member, or
-// when this sidecar sent the member's removal itself.
+// serializable read: etcd asks whether a member is a learner before it
+// serves a read only after it found the member in its member list, so a
+// read does not panic the way a status call does) and returns
+// errLocalRemoving when one names the member, or when this sidecar sent
+// the member's removal itself.
 func (s *Server) localNotRemoving(ctx context.Context) error {
 	resp, err := s.local.Get(ctx, tombstonePrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSerializable())
 	if err != nil {
