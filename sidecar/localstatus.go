@@ -59,7 +59,9 @@ func (p *localPoll) status(ctx context.Context) (*pb.StatusResponse, error) {
 // localNotRemoving reads the removal tombstones from the local member (a
 // serializable read: etcd asks whether a member is a learner before it
 // serves a read only after it found the member in its member list, so a
-// read does not panic the way a status call does) and returns
+// read panics only when the removal is applied between those two checks,
+// where a status call panics for the whole second the removed member
+// still serves) and returns
 // errLocalRemoving when one names the member, or when this sidecar sent
 // the member's removal itself.
 func (s *Server) localNotRemoving(ctx context.Context) error {
