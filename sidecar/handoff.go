@@ -223,12 +223,12 @@ func (s *Server) leavingMembers(ctx context.Context) map[uint64]bool {
 		s.log.Info("the members' drain marks could not be read; the handoff's successor may be a drained member", "error", err.Error())
 		out = map[uint64]bool{}
 	}
-	resp, err := s.local.Get(ctx, tombstonePrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSerializable())
+	removing, _, err := s.localRemovals(ctx)
 	if err != nil {
 		s.log.Info("the removal tombstones could not be read; the handoff's successor may be a member being removed", "error", err.Error())
-		resp = &clientv3.GetResponse{}
+		removing = s.removingIDs(nil)
 	}
-	for id := range s.removingIDs(resp.Kvs) {
+	for id := range removing {
 		out[id] = true
 	}
 	return out

@@ -56,21 +56,30 @@ func (p *localPoll) status(ctx context.Context) (*pb.StatusResponse, error) {
 	return pb.NewMaintenanceClient(p.s.local.ActiveConnection()).Status(ctx, &pb.StatusRequest{})
 }
 
-// localNotRemoving reads the removal tombstones from the local member (a
-// serializable read: etcd asks whether a member is a learner before it
-// serves a read only after it found the member in its member list, so a
-// read panics only when the removal is applied between those two checks,
-// where a status call panics for the whole second the removed member
-// still serves) and returns
-// errLocalRemoving when one names the member, or when this sidecar sent
-// the member's removal itself.
+// localNotRemoving returns errLocalRemoving when the local member's
+// removal is under way (localRemovals).
 func (s *Server) localNotRemoving(ctx context.Context) error {
-	resp, err := s.local.Get(ctx, tombstonePrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSerializable())
+	removing, self, err := s.localRemovals(ctx)
 	if err != nil {
-		return fmt.Errorf("reading the removal tombstones from the local member: %w", err)
+		return err
 	}
-	if s.removingIDs(resp.Kvs)[resp.Header.GetMemberId()] {
+	if removing[self] {
 		return errLocalRemoving
 	}
 	return nil
+}
+
+// localRemovals reads the removal tombstones from the local member and
+// returns the members being removed (removingIDs: the tombstones and the
+// removals this sidecar sent) with the local member's ID. The read is
+// serializable: etcd asks whether a member is a learner before it serves a
+// read only after it found the member in its member list, so a read panics
+// only when the removal is applied between those two checks, where a
+// status call panics for the whole second the removed member still serves.
+func (s *Server) localRemovals(ctx context.Context) (removing map[uint64]bool, self uint64, err error) {
+	resp, err := s.local.Get(ctx, tombstonePrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSerializable())
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading the removal tombstones from the local member: %w", err)
+	}
+	return s.removingIDs(resp.Kvs), resp.Header.GetMemberId(), nil
 }
