@@ -336,6 +336,19 @@ func (s *Server) noteView(v *view, removing map[uint64]bool) {
 func (s *Server) pollMembers(ctx context.Context, v *view, removing map[uint64]bool, conns []*clientv3.Client, connErrs []error, readAt time.Time) {
 	var wg sync.WaitGroup
 	errs := make([]string, len(v.members))
+	var progress *raftProgress
+	wg.Go(func() {
+		// The leader's word on the members whose polls find no client
+		// port; a member that does not lead has none to give.
+		pctx, cancel := context.WithTimeout(ctx, s.cfg.StatusTimeout)
+		defer cancel()
+		p, err := s.readRaftProgress(pctx)
+		if err != nil {
+			s.log.V(1).Info("cannot read the local member's raft status; members that do not answer count as down", "error", err.Error())
+			return
+		}
+		progress = p
+	})
 	for i, m := range v.members {
 		switch {
 		case removing[m.pb.ID]:
@@ -415,6 +428,8 @@ func (s *Server) pollMembers(ctx context.Context, v *view, removing map[uint64]b
 		a.HealthyForSeconds = healthyFor.Seconds()
 		if !removing[m.pb.ID] {
 			a.ConnectedForSeconds = s.connectedForLocked(m.pb.ID, healthyFor, now).Seconds()
+			a.Replicating = m.pb.ID != s.localID && progress.leads() && progress.id == s.localID &&
+				progress.id == v.leaderID && progress.replicating(m.pb.ID) && a.ConnectedForSeconds > 0
 		}
 	}
 	if s.transport.of != 0 && s.transport.of == s.localID {

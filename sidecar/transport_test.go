@@ -9,6 +9,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	"github.com/druid-stretch/druid-stretch/internal/localetcd"
 	"github.com/druid-stretch/druid-stretch/internal/testbin"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
@@ -143,4 +144,55 @@ func BenchmarkParseTransport(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// TestLeaderSidecarReportsReplication: only the leader's sidecar says
+// whose raft its member replicates to (the leader's raft.status on
+// /debug/vars): every running follower, and no longer one that stopped.
+// A follower's sidecar has no such word.
+func TestLeaderSidecarReportsReplication(t *testing.T) {
+	testbin.Need(t)
+	tc := startCluster(t, 3, clusterOptions{})
+	g := NewWithT(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	var leader, follower, stopped *localetcd.Member
+	g.Eventually(func(g Gomega) {
+		l, err := tc.client(tc.Members[0]).Members(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		name := leaderName(l)
+		g.Expect(name).NotTo(BeEmpty())
+		leader, follower, stopped = nil, nil, nil
+		for _, m := range tc.Members {
+			switch {
+			case m.Name == name:
+				leader = m
+			case follower == nil:
+				follower = m
+			default:
+				stopped = m
+			}
+		}
+	}).WithTimeout(30 * time.Second).WithPolling(250 * time.Millisecond).Should(Succeed())
+
+	replicating := func(g Gomega, via *localetcd.Member) map[string]bool {
+		l, err := tc.client(via).Members(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(leaderName(l)).To(Equal(leader.Name), "the leader stays")
+		out := map[string]bool{}
+		for _, m := range l.Members {
+			out[m.Name] = m.Replicating
+		}
+		return out
+	}
+	g.Eventually(func(g Gomega) {
+		g.Expect(replicating(g, leader)).To(Equal(map[string]bool{leader.Name: false, follower.Name: true, stopped.Name: true}))
+	}).WithTimeout(30 * time.Second).WithPolling(250 * time.Millisecond).Should(Succeed())
+	g.Expect(replicating(g, follower)).To(Equal(map[string]bool{leader.Name: false, follower.Name: false, stopped.Name: false}),
+		"a follower's sidecar has no word on replication")
+
+	g.Expect(stopped.Stop(ctx)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(replicating(g, leader)).To(Equal(map[string]bool{leader.Name: false, follower.Name: true, stopped.Name: false}))
+	}).WithTimeout(30 * time.Second).WithPolling(250 * time.Millisecond).Should(Succeed())
 }

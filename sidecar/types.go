@@ -168,6 +168,14 @@ type Member struct {
 	// counts on that member, and a learner has it before it serves
 	// clients. 0 when not known.
 	ConnectedForSeconds float64 `json:"connectedForSeconds"`
+	// Replicating means this sidecar's member leads, its raft sends the
+	// member the log entry by entry (raft's StateReplicate, with the
+	// member's log at 90 % of the leader's commit or more) and its
+	// transport has the member connected: the member's raft runs and
+	// votes, whether or not it serves clients yet (a voter promoted right
+	// after a snapshot join serves clients only once etcd retried its
+	// publish). Only the leader's sidecar sets it.
+	Replicating bool `json:"replicating,omitempty"`
 }
 
 // LockStatus names the membership lock holder, the token of the process

@@ -55,6 +55,13 @@ type Member struct {
 	// a timeout), as opposed to an answer with errors (an alarm): it says
 	// nothing of the member's raft, which ConnectedFor may show running.
 	Unanswered bool
+	// Replicating means the leader's raft sends the member the log entry
+	// by entry, its log close to the leader's, and the leader's transport
+	// has it connected: the leader's word that the member's raft runs and
+	// votes, whether or not it serves clients. Known only when the caller
+	// observed through the leader's sidecar; ConnectedFor is then the
+	// leader's view.
+	Replicating bool
 	// NoProgressFor is, for a learner, how long its raft index has not advanced
 	// (for an unstarted learner: how long ago it was added); 0 while advancing.
 	NoProgressFor time.Duration
@@ -486,7 +493,22 @@ func (v *view) learnerMayJoin(p Policy) bool {
 // neither healthy nor a voter whose raft has run, connected, for
 // MinHealthyFor without answering polls yet.
 func holdsChanges(m *member, p Policy) bool {
-	return !m.Healthy && !connectedUnstarted(m, p) && !connectedUnanswered(m, p)
+	return !m.Healthy && !connectedUnstarted(m, p) && !connectedUnanswered(m, p) && !replicatingStayer(m)
+}
+
+// replicatingStayer tells whether m, a voter that stays and serves no
+// client yet (it has not published itself, or its poll got no answer),
+// is one the leader's raft replicates to: its raft runs and votes, which
+// is what rule 1 asks of a voter, without waiting MinHealthyFor for a
+// transport's word. A voter promoted right after its snapshot join is the
+// case: etcd publishes it only when it retries the publish the snapshot
+// swallowed, seconds after it votes. One that answered with errors (an
+// alarm) still holds every change, and so does a departing one, whose
+// removal needs its sidecar to drain its clients. It counts for no
+// removal's quorum (rule 4): the sidecar that takes a removal is a
+// follower's, with no word from the leader, and counts voters that answer.
+func replicatingStayer(m *member) bool {
+	return !m.Healthy && m.Replicating && (m.Unstarted || m.Unanswered) && m.role != departing
 }
 
 // connectedUnstarted tells whether m has not published itself yet (it

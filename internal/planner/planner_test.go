@@ -53,6 +53,13 @@ func refusing(m Member) Member {
 	return m
 }
 
+// replicating is m as the leader's sidecar saw it: its raft replicates to
+// m, and its transport has m connected for d.
+func replicating(m Member, d time.Duration) Member {
+	m.Replicating, m.ConnectedFor = true, d
+	return m
+}
+
 // alarmed is m answering its poll with an alarm.
 func alarmed(m Member) Member {
 	m.Healthy, m.HealthyFor, m.Problem = false, 0, "etcdserver: mvcc: database space exceeded"
@@ -208,6 +215,25 @@ func TestRule1HealthyClusterFirst(t *testing.T) {
 			obs:    obs(lead(voter("a-0", "a")), voter("a-1", "a"), connected(refusing(voter("b-0", "b")), time.Minute)),
 			want:   Desired{Add: []Want{want("b-0", "b")}, Keep: []string{"a-0"}, Remove: []string{"a-1"}},
 			expect: expect{kind: Wait, rule: RuleQuorum, reason: "removing a-1 would leave 1 of 2 voters healthy"}},
+		{name: "a voter the leader replicates to holds no change before 5 s connected, although it serves no client yet",
+			obs:    obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a"), replicating(refusing(voter("b-0", "b")), time.Second), learner("b-1", "b")),
+			want:   Desired{Add: []Want{want("b-0", "b"), want("b-1", "b")}, Keep: []string{"a-0", "a-1", "a-2"}},
+			expect: expect{kind: Promote, member: "b-1", rule: RuleReadyLearner}},
+		{name: "nor one that has not published itself yet",
+			obs:    obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a"), promoted(replicating(unstarted("b-0", "b", 0), time.Second)), learner("b-1", "b")),
+			want:   Desired{Add: []Want{want("b-0", "b"), want("b-1", "b")}, Keep: []string{"a-0", "a-1", "a-2"}},
+			expect: expect{kind: Promote, member: "b-1", rule: RuleReadyLearner}},
+		{name: "the leader's replication does not excuse an alarm",
+			obs:    obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a"), replicating(alarmed(voter("b-0", "b")), time.Minute), learner("b-1", "b")),
+			want:   Desired{Add: []Want{want("b-0", "b"), want("b-1", "b")}, Keep: []string{"a-0", "a-1", "a-2"}},
+			expect: expect{kind: Wait, rule: RuleHealthyCluster, reason: "voter b-0 is unhealthy: etcdserver: mvcc: database space exceeded"}},
+		{name: "nor a departing voter's missed poll: it is not removed as down, and it holds the next change",
+			obs: obs(lead(voter("a-0", "a")), replicating(slowPoll(voter("a-1", "a")), time.Second), voter("a-2", "a")), want: moveAB,
+			expect: expect{kind: Wait, rule: RuleHealthyCluster, reason: "departing voter a-1 did not answer: context deadline exceeded, yet its raft is connected (for 1s)"}},
+		{name: "the last source member goes right after the last promotion, before the new voter published itself: the leader replicates to it",
+			obs:    obs(lead(voter("b-0", "b")), voter("b-1", "b"), promoted(replicating(unstarted("b-2", "b", 0), 300*time.Millisecond)), voter("a-2", "a")),
+			want:   moveAB,
+			expect: expect{kind: Remove, member: "a-2", rule: RuleInterleave}},
 		{name: "a learner that is down does not hold removals", obs: obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a"), voter("b-0", "b"), down(learner("b-1", "b"))),
 			want:   Desired{Add: []Want{want("b-0", "b"), want("b-1", "b")}, Keep: []string{"a-0", "a-1"}, Remove: []string{"a-2"}},
 			expect: expect{kind: Wait, rule: RuleReadyLearner, reason: "WaitingForLearner: b-1 is not answering"}},
@@ -350,6 +376,10 @@ func TestRule3PromoteReadyLearner(t *testing.T) {
 
 func TestRule4KeepHealthyQuorum(t *testing.T) {
 	runCases(t, []ruleCase{
+		{name: "a removal does not count a voter that does not answer polls, though the leader replicates to it: the sidecar that takes the removal counts voters that answer",
+			obs:    obs(lead(voter("b-0", "b")), replicating(refusing(voter("b-1", "b")), time.Minute), promoted(replicating(unstarted("b-2", "b", 0), time.Minute)), voter("a-2", "a")),
+			want:   moveAB,
+			expect: expect{kind: Wait, rule: RuleQuorum, reason: "removing a-2 would leave 1 of 3 voters healthy and connected for 5s"}},
 		{name: "two of three down: removing one leaves one healthy of two",
 			obs: obs(lead(voter("a-0", "a")), down(voter("a-1", "a")), down(voter("a-2", "a"))), want: moveAB,
 			expect: expect{kind: Wait, rule: RuleQuorum, reason: "removing a-1 would leave 1 of 2 voters healthy and connected for 5s, below a quorum of 2"}},

@@ -407,9 +407,11 @@ func (s *sim) checkHealthy(st Step) {
 	for _, m := range s.voters() {
 		stays := !slices.Contains(s.want.Remove, m.name)
 		connected := m.missedPoll && m.ConnectedFor >= s.policy.MinHealthyFor && stays
+		// The leader's word that its raft runs, for one that stays.
+		replicated := s.replicates(m) && stays && (m.missedPoll || m.Unstarted)
 		joining := st.Kind == AddLearner && stays && m.ConnectedFor > 0 && (m.missedPoll || m.Unstarted)
 		healing := st.Kind == Promote && st.Rule == RuleHealthyCluster && !stays
-		if !m.Healthy && !s.runsUnstarted(m) && !connected && !joining && !healing {
+		if !m.Healthy && !s.runsUnstarted(m) && !connected && !replicated && !joining && !healing {
 			s.fail("rule 1: %s while voter %s is down", st, m.name)
 		}
 	}
@@ -528,6 +530,13 @@ func (s *sim) settled() bool {
 		}
 	}
 	return s.leader() != nil
+}
+
+// replicates reports whether the leader's raft replicates to m, as the
+// leader's sidecar would report it: m runs (neither dead nor down), its
+// raft is connected, and its log is caught up.
+func (s *sim) replicates(m *simMember) bool {
+	return !m.Leader && !m.dead && m.downFor == 0 && m.ConnectedFor > 0 && !m.stuck && (m.logReady || !m.Learner)
 }
 
 // runsUnstarted reports whether voter m, promoted before it published
@@ -695,8 +704,13 @@ func (s *sim) recordConfig() {
 
 func (s *sim) observe() Observed {
 	var obs Observed
+	// Half the observations come through the leader's sidecar, which
+	// tells whose raft its own replicates to.
+	viaLeader := s.leader() != nil && s.rng.Intn(2) == 0
 	for _, m := range s.members {
-		obs.Members = append(obs.Members, m.Member)
+		pm := m.Member
+		pm.Replicating = viaLeader && s.replicates(m)
+		obs.Members = append(obs.Members, pm)
 	}
 	s.rng.Shuffle(len(obs.Members), func(i, j int) { obs.Members[i], obs.Members[j] = obs.Members[j], obs.Members[i] })
 	return obs

@@ -395,7 +395,7 @@ func (r *Runner) keepRunning(ctx context.Context, p *pod, e *v1alpha1.Etcd) {
 		if err != nil {
 			p.failures++
 			p.next = time.Now().Add(backoff(p.failures))
-			r.log.V(1).Info("pod did not start; retrying after backoff", "pod", p.String(), "state", string(state), "backoff", backoff(p.failures).String(), "error", firstLine(err.Error()))
+			r.log.Info("pod did not start; retrying after backoff", "pod", p.String(), "state", string(state), "backoff", backoff(p.failures).String(), "error", firstLine(err.Error()))
 			return
 		}
 		p.failures, p.wasRunning = 0, true
