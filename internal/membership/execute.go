@@ -119,6 +119,11 @@ func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []End
 		removal = *plan.ThenRemove // the same call removes this member
 	}
 	via, ok := c.via(obs, endpoints, removal, plan.Input, plan.Step.Kind == planner.MoveLeader || plan.ThenRemove != nil)
+	if plan.ThenRemoveAtLeader {
+		if e, found := c.leaderEndpoint(obs, endpoints); found {
+			via, ok = e, true
+		}
+	}
 	if !ok {
 		res.Outcome, res.Reason, res.RetryAfter, res.SidecarFailed = Retry, ReasonNoSidecar, time.Second, true
 		res.Err = fmt.Errorf("no sidecar other than that of %s answers, and a %s is never sent through the member it removes", stepTarget(plan.Step), plan.Step.Kind)
@@ -401,6 +406,17 @@ func (c *Cluster) via(obs *Observation, endpoints []Endpoint, s planner.Step, in
 	}
 	if fallback != nil {
 		return *fallback, true
+	}
+	return Endpoint{}, false
+}
+
+// leaderEndpoint is the sidecar of the observed leader, when it answered
+// the observation's poll and no call to it failed lately.
+func (c *Cluster) leaderEndpoint(obs *Observation, endpoints []Endpoint) (Endpoint, bool) {
+	for _, e := range endpoints {
+		if m := obs.Member(e.Member); e.URL != "" && m != nil && m.IsLeader && m.Healthy && !c.erredRecently(e) {
+			return e, true
+		}
 	}
 	return Endpoint{}, false
 }

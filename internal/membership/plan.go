@@ -60,6 +60,12 @@ type Plan struct {
 	// ThenRetiring is Retiring for that removal.
 	ThenRemove   *planner.Step
 	ThenRetiring bool
+	// ThenRemoveAtLeader says the leader's own strict reconfiguration
+	// check counts enough voters for ThenRemove right after the promotion,
+	// as the leader's sidecar saw its transport: the tie then goes through
+	// the leader's sidecar, where both changes commit without crossing to
+	// another member first, instead of through a follower (removalVia).
+	ThenRemoveAtLeader bool
 	// Unretire are members whose retirement records this holder wrote and
 	// that the target now wants (Add or Keep): the records must go so that
 	// the member may join again.
@@ -123,10 +129,41 @@ func (c *Cluster) Plan(obs *Observation, t Target, progress *Progress, pending *
 			if next := planner.Next(after, p.Desired, policy); next.Kind == planner.Remove {
 				p.ThenRemove = &next
 				p.ThenRetiring = slices.Contains(t.Remove, next.Member)
+				p.ThenRemoveAtLeader = leaderCountsRemoval(obs, after.Members, next, policy.MinHealthyFor)
 			}
 		}
 	}
 	return p
+}
+
+// leaderCountsRemoval tells whether the removal rm, sent to the leader
+// with the voters as in ms, passes the leader's strict reconfiguration
+// check (etcd's mayRemoveMember): the voters its transport has had
+// connected for minConnected, itself included and the member removed
+// counted, less one, make a quorum of the voters but one. Only an
+// observation through the leader's sidecar tells: ConnectedFor is then the
+// leader's view (Input), the one that check reads. A leader re-dates a
+// voter's connection when the voter applies a snapshot, so right after a
+// snapshot join it counts less than a follower would.
+func leaderCountsRemoval(obs *Observation, ms []planner.Member, rm planner.Step, minConnected time.Duration) bool {
+	via := obs.Member(obs.Via.Member)
+	if via == nil || !via.IsLeader || !strings.EqualFold(obs.List.TransportOf, via.ID) || minConnected <= 0 {
+		return false
+	}
+	voters, active := 0, 0
+	for _, m := range ms {
+		if m.Learner {
+			continue
+		}
+		voters++
+		if strings.EqualFold(m.ID, via.ID) || m.ConnectedFor >= minConnected {
+			active++
+		}
+		if strings.EqualFold(m.ID, rm.ID) && m.Leader {
+			return false // rule 5: never the leader, and never through it
+		}
+	}
+	return active-1 >= 1+(voters-1)/2
 }
 
 // projectPromotion is the membership right after the promotion s.

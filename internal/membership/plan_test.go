@@ -228,3 +228,42 @@ func TestInputTimesAVotersBreak(t *testing.T) {
 	g.Expect(downFor(t0.Add(32*time.Second), a0, up)).To(BeZero(), "back")
 	g.Expect(downFor(t0.Add(33*time.Second), a0, down)).To(BeZero(), "a new break")
 }
+
+// TestTiePlannedAtTheLeader: a promotion that makes a tie goes, with the
+// removal that ends it, through the leader's sidecar when the observation
+// came through it and the leader's own strict reconfiguration check counts
+// the removal; observed through a follower's sidecar, the tie keeps to a
+// follower (the leader's view is unknown there).
+func TestTiePlannedAtTheLeader(t *testing.T) {
+	g := NewWithT(t)
+	c, err := membership.New(membership.Config{Holder: "ctl"})
+	g.Expect(err).NotTo(HaveOccurred())
+	member := func(id, name string, leader bool) sidecar.Member {
+		m := voter(id, name, leader)
+		m.ConnectedForSeconds = 60
+		return m
+	}
+	learner := member("b4", "b-4", false)
+	learner.IsLearner = true
+	target := membership.Target{
+		Add:    []planner.Want{{Name: "b-3", PeerURLs: []string{"https://b-3:2380"}, Side: "b"}, {Name: "b-4", PeerURLs: []string{"https://b-4:2380"}, Side: "b"}},
+		Remove: []string{"a-0", "a-1"},
+		Side:   func(string) string { return "a" },
+	}
+	for _, tc := range []struct {
+		name, via string
+		atLeader  bool
+	}{
+		{"observed through the leader's sidecar", "a-0", true},
+		{"observed through a follower's", "a-1", false},
+	} {
+		obs := observation(t0, member("a0", "a-0", true), member("a1", "a-1", false), member("b3", "b-3", false), learner)
+		obs.Via = membership.Endpoint{Member: tc.via}
+		obs.List.TransportOf = obs.Member(tc.via).ID
+		p := c.Plan(obs, target, membership.NewProgress(nil), nil, planner.Policy{MinHealthyFor: 5 * time.Second, MaxLearners: 1})
+		g.Expect(p.Step.Kind).To(Equal(planner.Promote), "%s: %s", tc.name, p.Step)
+		g.Expect(p.ThenRemove).NotTo(BeNil(), "%s: the promotion makes the tie", tc.name)
+		g.Expect(p.ThenRemove.Member).To(Equal("a-1"), tc.name)
+		g.Expect(p.ThenRemoveAtLeader).To(Equal(tc.atLeader), tc.name)
+	}
+}

@@ -3,6 +3,7 @@ package membership
 import (
 	"strings"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 
@@ -105,6 +106,58 @@ func TestRemovalGoesThroughAFollower(t *testing.T) {
 			got, ok := c.via(obs, endpoints, tc.step, in, false)
 			g.Expect(ok).To(BeTrue())
 			g.Expect(got.Member).To(Equal(tc.want))
+		})
+	}
+}
+
+// TestTieAtTheLeaderWhenItsCheckCounts: the tie (a promotion with the
+// removal that ends it) goes through the leader's sidecar only when the
+// observation came through it and the leader's strict reconfiguration
+// check, as its transport showed, passes the removal right after the
+// promotion: the voters connected to the leader for 5 s (the leader and
+// the member removed included) less one make a quorum of the voters but
+// one. The leader re-dates a new voter's connection after its snapshot
+// join; a follower does not, so otherwise the tie stays with removalVia.
+func TestTieAtTheLeaderWhenItsCheckCounts(t *testing.T) {
+	const settled = 5 * time.Second
+	rm := planner.Step{Kind: planner.Remove, Member: "a-1", ID: "id-a-1"}
+	for _, tc := range []struct {
+		name        string
+		members     []viaMember // after the promotion; the first answered the observation
+		connected   map[string]time.Duration
+		transportOf string // default: the first member's
+		want        bool
+	}{
+		{name: "every voter connected to the leader for 5 s",
+			members:   []viaMember{{"a-0", "leader"}, {"a-1", "follower"}, {"b-0", "follower"}, {"b-1", "follower"}},
+			connected: map[string]time.Duration{"a-1": time.Minute, "b-0": time.Minute, "b-1": time.Minute}, want: true},
+		{name: "the voter just promoted re-dated by its snapshot, but the others make the quorum",
+			members:   []viaMember{{"a-0", "leader"}, {"a-1", "follower"}, {"b-0", "follower"}, {"b-1", "follower"}},
+			connected: map[string]time.Duration{"a-1": time.Minute, "b-0": time.Minute, "b-1": time.Second}, want: true},
+		{name: "two voters re-dated: the leader's check would refuse, a follower's would not",
+			members:   []viaMember{{"a-0", "leader"}, {"a-1", "follower"}, {"b-0", "follower"}, {"b-1", "follower"}},
+			connected: map[string]time.Duration{"a-1": time.Minute, "b-0": 4 * time.Second, "b-1": time.Second}},
+		{name: "observed through a follower: its transport is not the leader's",
+			members:   []viaMember{{"b-0", "follower"}, {"a-0", "leader"}, {"a-1", "follower"}, {"b-1", "follower"}},
+			connected: map[string]time.Duration{"a-0": time.Minute, "a-1": time.Minute, "b-1": time.Minute}},
+		{name: "the leader's sidecar answered without its transport",
+			members:   []viaMember{{"a-0", "leader"}, {"a-1", "follower"}, {"b-0", "follower"}, {"b-1", "follower"}},
+			connected: map[string]time.Duration{"a-1": time.Minute, "b-0": time.Minute, "b-1": time.Minute}, transportOf: "none"},
+		{name: "learners do not count",
+			members:   []viaMember{{"a-0", "leader"}, {"a-1", "follower"}, {"b-0", "follower"}, {"b-1", "learner"}, {"b-2", "learner"}},
+			connected: map[string]time.Duration{"a-1": time.Minute, "b-0": time.Second, "b-1": time.Minute, "b-2": time.Minute}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			obs, _, in := viaCluster(tc.members...)
+			obs.List.TransportOf = "id-" + tc.members[0].name
+			if tc.transportOf != "" {
+				obs.List.TransportOf = tc.transportOf
+			}
+			for i := range in.Members {
+				in.Members[i].ConnectedFor = tc.connected[in.Members[i].Name]
+			}
+			g.Expect(leaderCountsRemoval(obs, in.Members, rm, settled)).To(Equal(tc.want))
 		})
 	}
 }
