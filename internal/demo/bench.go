@@ -70,14 +70,14 @@ func Bench(ctx context.Context, cases []BenchCase, base SiteOptions, progress io
 }
 
 // WriteBenchTable prints the results as a table, one row per case: the
-// move's figures (with the hand-scripted baseline's time and the ratio of
-// the two when the case ran it), then the kube-apiservers' clients' (failed requests and
+// move's figures (its membership part beside it, with the hand-scripted
+// baseline's time and the ratios of each to it when the case ran it), then the kube-apiservers' clients' (failed requests and
 // the longest write gap per server, in the report's server order; lost
 // acknowledged writes and linearizability over all), then the own etcd
 // client's failed requests.
 func WriteBenchTable(w io.Writer, results []BenchResult) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	_, _ = fmt.Fprintln(tw, "RTT\tkeys\tmove s\tbaseline s\tratio\ttie s\tno leader s\tfailed per server\tmax gap ms per server\tlost\tlinearizable\town client failed\t")
+	_, _ = fmt.Fprintln(tw, "RTT\tkeys\tmove s\tmembership s\tbaseline s\tratio\tmembership ratio\ttie s\tno leader s\tfailed per server\tmax gap ms per server\tlost\tlinearizable\town client failed\t")
 	for _, r := range results {
 		rep := r.Report
 		var failed, gaps []string
@@ -89,12 +89,18 @@ func WriteBenchTable(w io.Writer, results []BenchResult) error {
 		if h := rep.APIHistory; h != nil {
 			lost, linearizable = fmt.Sprintf("%d", h.LostAcknowledgedWrites), fmt.Sprintf("%v", h.Linearizable)
 		}
-		base, ratio := "-", "-"
+		membership, base, ratio, mratio := "-", "-", "-", "-"
+		if rep.MembershipSeconds > 0 {
+			membership = fmt.Sprintf("%.1f", rep.MembershipSeconds)
+		}
 		if b := rep.Baseline; b != nil {
 			base, ratio = fmt.Sprintf("%.1f", b.MoveSeconds), fmt.Sprintf("%.2f", rep.Ratio())
+			if rep.MembershipSeconds > 0 {
+				mratio = fmt.Sprintf("%.2f", rep.MembershipRatio())
+			}
 		}
-		_, _ = fmt.Fprintf(tw, "%s\t%d\t%.1f\t%s\t%s\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%d\t\n",
-			r.Case.RTT, r.Case.PreloadKeys, rep.MigrationSeconds, base, ratio, rep.TieSeconds, rep.NoLeaderSeconds,
+		_, _ = fmt.Fprintf(tw, "%s\t%d\t%.1f\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%d\t\n",
+			r.Case.RTT, r.Case.PreloadKeys, rep.MigrationSeconds, membership, base, ratio, mratio, rep.TieSeconds, rep.NoLeaderSeconds,
 			strings.Join(failed, " / "), strings.Join(gaps, " / "), lost, linearizable, rep.FailedRequests)
 	}
 	return tw.Flush()

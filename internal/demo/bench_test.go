@@ -15,7 +15,7 @@ func TestWriteBenchTable(t *testing.T) {
 	results := []BenchResult{{
 		Case: BenchCase{RTT: 180 * time.Millisecond, PreloadKeys: 1000},
 		Report: report.Report{
-			MigrationSeconds: 231.1, TieSeconds: 0.19, NoLeaderSeconds: 0.09, FailedRequests: 11,
+			MigrationSeconds: 231.1, MembershipSeconds: 11.5, TieSeconds: 0.19, NoLeaderSeconds: 0.09, FailedRequests: 11,
 			KubeAPIServers: []report.APIServer{{Name: "site-a", MaxWriteGapMs: 220}, {Name: "site-b", Failed: 2, MaxWriteGapMs: 874}},
 			APIHistory:     &report.APIHistory{Linearizable: true},
 			Baseline:       &report.Baseline{MoveSeconds: 23.11},
@@ -29,10 +29,10 @@ func TestWriteBenchTable(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	g.Expect(lines).To(HaveLen(3))
 	g.Expect(strings.Join(strings.Fields(lines[0]), " ")).To(Equal(
-		"RTT keys move s baseline s ratio tie s no leader s failed per server max gap ms per server lost linearizable own client failed"))
+		"RTT keys move s membership s baseline s ratio membership ratio tie s no leader s failed per server max gap ms per server lost linearizable own client failed"))
 	g.Expect(strings.Fields(lines[1])).To(Equal([]string{
-		"180ms", "1000", "231.1", "23.1", "10.00", "0.19", "0.09", "0", "/", "2", "220", "/", "874", "0", "true", "11"}))
-	g.Expect(strings.Fields(lines[2])).To(Equal([]string{"0s", "100000", "100.0", "-", "-", "0.00", "0.00", "-", "-", "0"}),
+		"180ms", "1000", "231.1", "11.5", "23.1", "10.00", "0.50", "0.19", "0.09", "0", "/", "2", "220", "/", "874", "0", "true", "11"}))
+	g.Expect(strings.Fields(lines[2])).To(Equal([]string{"0s", "100000", "100.0", "-", "-", "-", "-", "0.00", "0.00", "-", "-", "0"}),
 		"a run without a baseline or kube-apiserver figures prints - for them")
 }
 

@@ -178,7 +178,9 @@ func RunOnSites(ctx context.Context, o SiteOptions) (rep report.Report, err erro
 	rep.MigrationSeconds = run.MoveTook.Seconds()
 	rep.TieSeconds = run.TieSeconds
 	rep.EtcdCrashes = run.EtcdCrashes
-	rep.Steps = timeline(rep.Steps, rep.StartedAt, run.Membership.TimedTransitions(), run.CompactionJobs)
+	transitions := run.Membership.TimedTransitions()
+	rep.MembershipSeconds = membershipPart(transitions).Seconds()
+	rep.Steps = timeline(rep.Steps, rep.StartedAt, transitions, run.CompactionJobs)
 	ownOffset := run.Own.StartedAt.Sub(rep.StartedAt)
 	rep.AddOwnClient(run.Own, ownOffset)
 	if rep.NoLeaderSeconds, err = noLeaderOnSites(sites, run); err != nil {
@@ -250,6 +252,26 @@ func timeline(marks []report.Step, start time.Time, changes []site.Transition, j
 	}
 	slices.SortStableFunc(out, func(a, b report.Step) int { return cmp.Compare(a.AtSeconds, b.AtSeconds) })
 	return out
+}
+
+// membershipPart is the time from the first add to the last removal the
+// member list showed; 0 without both.
+func membershipPart(changes []site.Transition) time.Duration {
+	var first, last time.Time
+	for _, t := range changes {
+		for _, c := range t.Changes {
+			switch {
+			case c.Kind == site.ConfChangeAdd && first.IsZero():
+				first = t.At
+			case c.Kind == site.ConfChangeRemove:
+				last = t.At
+			}
+		}
+	}
+	if first.IsZero() || !last.After(first) {
+		return 0
+	}
+	return last.Sub(first)
 }
 
 // noLeaderOnSites is the time during the move in which no member was

@@ -43,6 +43,31 @@ func TestTimelineMergesStepsAndAddsMembershipChangesAndCompactions(t *testing.T)
 	}), "a step without its end keeps no duration")
 }
 
+// TestMembershipPart: the membership part of a move runs from the first
+// add the member list showed to the last removal, whatever else came
+// between; without an add and a removal after it there is none.
+func TestMembershipPart(t *testing.T) {
+	g := NewWithT(t)
+	start := time.Date(2026, 11, 30, 14, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return start.Add(time.Duration(s * float64(time.Second))) }
+	add := site.MemberChange{Kind: site.ConfChangeAdd, Text: "add learner (unnamed)"}
+	promote := site.MemberChange{Kind: site.ConfChangePromote, Text: "promote etcd-main-3"}
+	remove := site.MemberChange{Kind: site.ConfChangeRemove, Text: "remove etcd-main-0"}
+	move := []site.Transition{
+		{At: at(3), Changes: []site.MemberChange{add}},
+		{At: at(9.5), Changes: []site.MemberChange{promote}},
+		{At: at(10), Changes: []site.MemberChange{add}},
+		{At: at(14.25), Changes: []site.MemberChange{promote, remove}},
+		{At: at(20), Changes: []site.MemberChange{remove}},
+		{At: at(25), Changes: []site.MemberChange{promote}},
+	}
+	g.Expect(membershipPart(move)).To(Equal(17 * time.Second))
+	g.Expect(membershipPart(move[:2])).To(BeZero(), "no removal yet")
+	g.Expect(membershipPart([]site.Transition{{At: at(1), Changes: []site.MemberChange{remove}}, {At: at(2), Changes: []site.MemberChange{add}}})).To(BeZero(),
+		"a removal before the first add is no move's part")
+	g.Expect(membershipPart(nil)).To(BeZero())
+}
+
 func TestRunOnSitesRefusesANegativeRTTBeforeStartingAnything(t *testing.T) {
 	g := NewWithT(t)
 	dir := t.TempDir()

@@ -43,6 +43,12 @@ type Report struct {
 
 	// MigrationSeconds is how long the move took, first step to last.
 	MigrationSeconds float64 `json:"migrationSeconds"`
+	// MembershipSeconds is the membership part of the move: from the
+	// first learner's add to the last removal, as the cluster's member
+	// list showed them (0 when the run saw no such pair). The rest of the
+	// move is the pods' start before the first add and the clients'
+	// switch, when it comes after the last removal.
+	MembershipSeconds float64 `json:"membershipSeconds,omitempty"`
 	// TieSeconds is the time no side held a majority (a partition between
 	// the clusters would have stalled writes).
 	TieSeconds float64 `json:"tieSeconds"`
@@ -133,6 +139,15 @@ func (r Report) Ratio() float64 {
 		return 0
 	}
 	return r.MigrationSeconds / r.Baseline.MoveSeconds
+}
+
+// MembershipRatio is the move's membership part over the baseline's move,
+// which is membership changes only (0 without either).
+func (r Report) MembershipRatio() float64 {
+	if r.Baseline == nil || r.Baseline.MoveSeconds == 0 {
+		return 0
+	}
+	return r.MembershipSeconds / r.Baseline.MoveSeconds
 }
 
 // Preload is the data written before the run.
@@ -318,6 +333,9 @@ func (r Report) WriteText(out io.Writer) error {
 		line("  order\tthe destination took the majority first, holding %d source member(s) until the clients switched", r.HeldSourceMembers)
 	}
 	line("  migration time\t%.2f s", r.MigrationSeconds)
+	if r.MembershipSeconds > 0 {
+		line("  membership part\t%.2f s (the first learner's add to the last removal)", r.MembershipSeconds)
+	}
 	line("  time in tie\t%.2f s", r.TieSeconds)
 	line("  time without leader\t%.2f s", r.NoLeaderSeconds)
 	switch {
