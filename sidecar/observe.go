@@ -297,6 +297,7 @@ func (s *Server) noteView(v *view, removing map[uint64]bool) {
 	defer s.mu.Unlock()
 	var eps []string
 	present := map[uint64]bool{}
+	s.localLed = s.localID != 0 && v.leaderID == s.localID
 	for _, m := range v.members {
 		present[m.pb.ID] = true
 		if m.pb.ID == s.localID {
@@ -339,7 +340,15 @@ func (s *Server) pollMembers(ctx context.Context, v *view, removing map[uint64]b
 	var progress *raftProgress
 	wg.Go(func() {
 		// The leader's word on the members whose polls find no client
-		// port; a member that does not lead has none to give.
+		// port; a member that does not lead has none to give, and etcd
+		// stops the world for a moment to serve /debug/vars (its Go
+		// memory statistics), so only a member seen leading is asked.
+		s.mu.Lock()
+		led := s.localLed
+		s.mu.Unlock()
+		if !led {
+			return
+		}
 		pctx, cancel := context.WithTimeout(ctx, s.cfg.StatusTimeout)
 		defer cancel()
 		p, err := s.readRaftProgress(pctx)

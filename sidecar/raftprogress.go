@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"strconv"
-	"strings"
 )
 
 // raftProgress is the local member's raft status as etcd publishes it on
@@ -53,21 +51,12 @@ func (p *raftProgress) replicating(id uint64) bool {
 // /debug/vars. It asks the member's HTTP handler for a published variable
 // only: no etcd request that could meet the member's own removal.
 func (s *Server) readRaftProgress(ctx context.Context) (*raftProgress, error) {
-	u := strings.TrimSuffix(s.cfg.Endpoints[0], "/") + "/debug/vars"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	body, err := s.getLocal(ctx, "/debug/vars", "the local member's raft status")
 	if err != nil {
 		return nil, err
 	}
-	resp, err := s.metricsClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("reading the local member's raft status: %w", err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
-		return nil, fmt.Errorf("reading the local member's raft status: %s answered %s", u, resp.Status)
-	}
-	return parseRaftProgress(io.LimitReader(resp.Body, 4<<20))
+	defer func() { _ = body.Close() }()
+	return parseRaftProgress(io.LimitReader(body, 4<<20))
 }
 
 // parseRaftProgress reads etcd's /debug/vars document and returns its

@@ -199,10 +199,13 @@ type Server struct {
 	// recordsClosing counts the step records being closed (fence.go).
 	recordsClosing sync.WaitGroup
 
-	mu            sync.Mutex
-	closed        bool
-	localID       uint64
-	localLearner  bool
+	mu           sync.Mutex
+	closed       bool
+	localID      uint64
+	localLearner bool
+	// localLed: the latest observation found the local member leading;
+	// only then does a poll read its raft progress (readRaftProgress).
+	localLed      bool
 	peers         *clientv3.Client // voters other than the local member
 	peerEndpoints []string
 	memberConns   map[uint64]*memberConn

@@ -139,21 +139,33 @@ func (s *Server) scrapeTransportIfStale(ctx context.Context) {
 
 // transportPeers are the remote members of the local member's transport.
 func (s *Server) transportPeers(ctx context.Context, local uint64) (map[uint64]peerState, error) {
-	u := strings.TrimSuffix(s.cfg.Endpoints[0], "/") + "/metrics"
+	body, err := s.getLocal(ctx, "/metrics", "the local member's metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = body.Close() }()
+	return parseTransport(body, local)
+}
+
+// getLocal GETs path from the local member's client URL, over the same
+// TLS and dialer as the etcd clients; what names the read in its errors.
+// The caller closes the body.
+func (s *Server) getLocal(ctx context.Context, path, what string) (io.ReadCloser, error) {
+	u := strings.TrimSuffix(s.cfg.Endpoints[0], "/") + path
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, err
 	}
 	resp, err := s.metricsClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("reading the local member's metrics: %w", err)
+		return nil, fmt.Errorf("reading %s: %w", what, err)
 	}
-	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
-		return nil, fmt.Errorf("reading the local member's metrics: %s answered %s", u, resp.Status)
+		_ = resp.Body.Close()
+		return nil, fmt.Errorf("reading %s: %s answered %s", what, u, resp.Status)
 	}
-	return parseTransport(resp.Body, local)
+	return resp.Body, nil
 }
 
 // parseTransport reads etcd's metrics text and returns, per remote member
