@@ -353,7 +353,7 @@ func (s *Server) pollMembers(ctx context.Context, v *view, removing map[uint64]b
 		defer cancel()
 		p, err := s.readRaftProgress(pctx)
 		if err != nil {
-			s.log.V(1).Info("cannot read the local member's raft status; members that do not answer count as down", "error", err.Error())
+			s.log.V(1).Info("cannot read the local member's raft status; this poll reports no member as replicating", "error", err.Error())
 			return
 		}
 		progress = p
