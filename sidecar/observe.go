@@ -437,7 +437,7 @@ func (s *Server) pollMembers(ctx context.Context, v *view, removing map[uint64]b
 		a.HealthyForSeconds = healthyFor.Seconds()
 		if !removing[m.pb.ID] {
 			a.ConnectedForSeconds = s.connectedForLocked(m.pb.ID, healthyFor, now).Seconds()
-			a.Replicating = m.pb.ID != s.localID && progress.leads() && progress.id == s.localID &&
+			a.Replicating = m.pb.ID != s.localID && progress != nil && progress.id == s.localID &&
 				progress.id == v.leaderID && progress.replicating(m.pb.ID) && a.ConnectedForSeconds > 0
 		}
 	}
