@@ -262,8 +262,12 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// trafficQuiet is the longest the live view goes without a traffic line.
+const trafficQuiet = 10 * time.Second
+
 // liveView prints the progress: the migration's steps, the controllers'
-// membership steps, and once a second the traffic and the members.
+// membership steps, the members whenever their roles change, and the
+// traffic when it has news (see run).
 type liveView struct {
 	out   io.Writer
 	env   *Env
@@ -295,7 +299,12 @@ func (v *liveView) run() {
 	defer close(v.done)
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	last := ""
+	var (
+		last          string
+		printedStep   string
+		printedFailed int64
+		printedAt     time.Time
+	)
 	for {
 		select {
 		case <-v.quit:
@@ -306,8 +315,15 @@ func (v *liveView) run() {
 		v.mu.Lock()
 		step := v.phase
 		v.mu.Unlock()
-		v.printf("[%s] writes %d, failed %d, retries %d, last write %s (%s ago)", step, s.Writes, s.Failed, s.Retries,
-			s.LastWriteLatency.Round(100*time.Microsecond), s.SinceLastAcknowledgedWrite.Round(time.Millisecond))
+		// The traffic line is checked every second but printed only when
+		// it says something new: a step began, a request failed, writes
+		// stall, or trafficQuiet passed. A test's log then keeps the
+		// moments that matter within the first screens.
+		if step != printedStep || s.Failed != printedFailed || s.SinceLastAcknowledgedWrite >= time.Second || time.Since(printedAt) >= trafficQuiet {
+			printedStep, printedFailed, printedAt = step, s.Failed, time.Now()
+			v.printf("[%s] writes %d, failed %d, retries %d, last write %s (%s ago)", step, s.Writes, s.Failed, s.Retries,
+				s.LastWriteLatency.Round(100*time.Microsecond), s.SinceLastAcknowledgedWrite.Round(time.Millisecond))
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		src, dst, err := v.env.Read(ctx)
 		cancel()

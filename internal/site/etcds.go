@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -72,13 +73,17 @@ func (s *Site) CreateEtcd(ctx context.Context, namespace string, edit func(*unst
 
 // WaitEtcdReady waits until druid reports the Etcd Ready, with its current
 // spec reconciled and replicas ready members. On timeout the error says
-// what druid and the pods said last.
+// what druid, the StatefulSet and the pods said last: druid's Ready
+// follows the StatefulSet's rollout (its revisions), which druid starts
+// when a reconciled spec changes the pod template.
 func (s *Site) WaitEtcdReady(ctx context.Context, key client.ObjectKey, replicas int32, timeout time.Duration) error {
-	var last string
+	var last, readErr string
 	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, timeout, true, func(ctx context.Context) (bool, error) {
 		var e v1alpha1.Etcd
 		if err := s.Client.Get(ctx, key, &e); err != nil {
-			last = err.Error()
+			// Kept apart from last: the read that fails as the wait
+			// runs out would otherwise hide what druid said before.
+			readErr = err.Error()
 			return false, nil
 		}
 		switch {
@@ -94,10 +99,46 @@ func (s *Site) WaitEtcdReady(ctx context.Context, key client.ObjectKey, replicas
 		return false, nil
 	})
 	if err != nil {
-		pods, _ := s.PodSummary(ctx, key)
-		return fmt.Errorf("etcd %s in %s is not Ready after %s: %s; pods: %s", key, s.opts.ClusterIdentity, timeout, last, pods)
+		if last == "" {
+			last = "never read"
+		}
+		if readErr != "" {
+			last += " (last read error: " + readErr + ")"
+		}
+		// The wait's context may have run out with the wait: describe the
+		// objects under a context of their own.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		return fmt.Errorf("etcd %s in %s is not Ready after %s: %s; statefulset: %s; pods: %s",
+			key, s.opts.ClusterIdentity, timeout, last, s.statefulSetSummary(dctx, key), s.podSummaryOrError(dctx, key))
 	}
 	return nil
+}
+
+// statefulSetSummary describes the rollout of the Etcd's StatefulSet as
+// druid's readiness check reads it: generations, ready, current and
+// updated replicas, and the current and update revisions.
+func (s *Site) statefulSetSummary(ctx context.Context, key client.ObjectKey) string {
+	var sts appsv1.StatefulSet
+	if err := s.Client.Get(ctx, key, &sts); err != nil {
+		return err.Error()
+	}
+	st := sts.Status
+	line := fmt.Sprintf("generation %d observed %d, %d ready, %d current, %d updated",
+		sts.Generation, st.ObservedGeneration, st.ReadyReplicas, st.CurrentReplicas, st.UpdatedReplicas)
+	if st.CurrentRevision != st.UpdateRevision {
+		line += fmt.Sprintf(", rolling from revision %s to %s", st.CurrentRevision, st.UpdateRevision)
+	}
+	return line
+}
+
+// podSummaryOrError is PodSummary, or the error that kept it from being read.
+func (s *Site) podSummaryOrError(ctx context.Context, key client.ObjectKey) string {
+	pods, err := s.PodSummary(ctx, key)
+	if err != nil {
+		return err.Error()
+	}
+	return pods
 }
 
 // WaitVoters waits until druid-stretch reports n voters for the Etcd.
