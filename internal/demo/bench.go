@@ -39,8 +39,8 @@ func (c BenchCase) label() string {
 	return l
 }
 
-// RepeatedCases are the runs of every RTT and preload (rtt-major, as
-// BenchCases), each runs times in a row, numbered when runs is above 1.
+// RepeatedCases are the runs of every RTT and preload, RTT by RTT, each
+// runs times in a row, numbered when runs is above 1.
 func RepeatedCases(rtts []time.Duration, keys []int, runs int) []BenchCase {
 	var out []BenchCase
 	for _, rtt := range rtts {
