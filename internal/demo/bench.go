@@ -45,12 +45,12 @@ func RepeatedCases(rtts []time.Duration, keys []int, runs int) []BenchCase {
 	var out []BenchCase
 	for _, rtt := range rtts {
 		for _, k := range keys {
-			if runs <= 1 {
-				out = append(out, BenchCase{RTT: rtt, PreloadKeys: k})
-				continue
-			}
-			for i := 1; i <= runs; i++ {
-				out = append(out, BenchCase{RTT: rtt, PreloadKeys: k, Run: i})
+			for i := 1; i <= max(runs, 1); i++ {
+				c := BenchCase{RTT: rtt, PreloadKeys: k}
+				if runs > 1 {
+					c.Run = i
+				}
+				out = append(out, c)
 			}
 		}
 	}
