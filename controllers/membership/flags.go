@@ -22,8 +22,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"how long a departing voter that is down is waited for before it is removed, when its removal would leave fewer voters than the target and no learner can be promoted first (its pod may be recreated)")
 	fs.DurationVar(&o.ProgressInterval, "progress-interval", DefaultProgressInterval,
 		"how often an Etcd whose membership changes is observed again while a step waits (a learner starting, catching up or settling): the longest such a wait's end goes unseen")
-	fs.IntVar(&o.MaxLearners, "max-learners", 1,
-		"learners that catch up at once (etcd's default is 1); above 1 the webhook also sets etcd's max-learners to it in the pods of the Etcds it manages")
+	fs.IntVar(&o.MaxLearners, "max-learners", DefaultMaxLearners,
+		"learners that catch up at once; above 1 the webhook also sets etcd's max-learners (etcd's own default is 1) to it in the pods of the Etcds it manages")
 	fs.BoolVar(&o.SidecarCAFromEtcd, "sidecar-ca-from-etcd", false,
 		"verify each Etcd's sidecars with the CA of its own spec.backup.tls.tlsCASecretRef (read from the Etcd's namespace; one CA per shoot) in place of --sidecar-ca-file")
 	fs.Var(&o.ManagedNamespaces, "manage-etcds-in-namespaces",

@@ -76,9 +76,11 @@ type Options struct {
 	// its pod may be recreated.
 	DownVoterGrace time.Duration
 	// MaxLearners is how many learners the planner lets catch up at once
-	// (default 1). Set it to the etcd members' --max-learners (etcd's
-	// default is 1): above 1, a move adds the members it still needs side
-	// by side before promoting them one by one. When etcd refuses a learner
+	// (default 1, what etcd accepts without --max-learners; the controller
+	// command's default is DefaultMaxLearners, and the command gives its
+	// webhook the same, which sets it in the etcd members' pods). Set it to
+	// the etcd members' --max-learners: above 1, a move adds the members
+	// it still needs side by side before promoting them one by one. When etcd refuses a learner
 	// for its limit, the controller plans with the learners it had, for
 	// that Etcd until the process restarts, and says so in an event.
 	MaxLearners int
@@ -122,6 +124,15 @@ type Options struct {
 // observation through a sidecar, and only an Etcd whose membership is
 // changing is looked at this often.
 const DefaultProgressInterval = 250 * time.Millisecond
+
+// DefaultMaxLearners is the controller command's --max-learners (and the
+// chart's controller.maxLearners): a three-member destination joins side
+// by side instead of one member after another, each start and snapshot
+// overlapping the others'. etcd's own default is 1; the command's webhook
+// raises it in the pods of the Etcds druid-stretch manages, and an etcd
+// that still refuses the second learner makes the controller plan with its
+// limit (an event says so).
+const DefaultMaxLearners = 3
 
 func (o *Options) setDefaults() {
 	if o.LearnerProgressTimeout <= 0 {

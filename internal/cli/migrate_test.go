@@ -148,12 +148,18 @@ func TestMigrateCommand(t *testing.T) {
 	unchanged(got, "--dry-run writes nothing")
 	_, err = run(append(base, "--dry-run", "-o", "wide")...)
 	g.Expect(exitCode(err)).To(Equal(ExitUsage))
-	// --hold-source puts switch-clients after retire-source; it needs the
-	// switch command, and a count of members.
-	out, err = run(append(base, "--dry-run", "--switch-clients-command", "true", "--hold-source", "1")...)
+	// With the switch command, retire-source comes before switch-clients
+	// by default (one source member held); --hold-source 0 switches the
+	// clients first. An explicit hold needs the switch command, and a
+	// count of members.
+	out, err = run(append(base, "--dry-run", "--switch-clients-command", "true")...)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(out).To(MatchRegexp(`3\. retire-source +sets the destination's policy to Retire`))
 	g.Expect(out).To(MatchRegexp(`4\. switch-clients +runs --switch-clients-command`))
+	out, err = run(append(base, "--dry-run", "--switch-clients-command", "true", "--hold-source", "0")...)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(MatchRegexp(`3\. switch-clients +runs --switch-clients-command`))
+	g.Expect(out).To(MatchRegexp(`4\. retire-source +sets the destination's policy to Retire`))
 	_, err = run(append(base, "--dry-run", "--hold-source", "1")...)
 	g.Expect(err).To(MatchError(ContainSubstring("--hold-source 1 needs --switch-clients-command")))
 	g.Expect(exitCode(err)).To(Equal(ExitUsage))

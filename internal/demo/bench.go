@@ -75,8 +75,10 @@ func Bench(ctx context.Context, cases []BenchCase, base SiteOptions, progress io
 		o.ReportPath, o.PlotPath, o.Dir = "", "", ""
 		if base.Dir != "" {
 			// One folder per case, kept: a slow row can be traced in
-			// its sites' logs afterwards.
+			// its sites' logs afterwards, and the moment of its longest
+			// write gap in its report and plot.
 			o.Dir = filepath.Join(base.Dir, c.dirName())
+			o.ReportPath, o.PlotPath = filepath.Join(o.Dir, "report.json"), filepath.Join(o.Dir, "plot.svg")
 		}
 		start := time.Now()
 		_, _ = fmt.Fprintf(progress, "bench: %s ...", c.label())

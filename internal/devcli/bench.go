@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/druid-stretch/druid-stretch/controllers/membership"
 	"github.com/druid-stretch/druid-stretch/internal/demo"
 )
 
@@ -62,8 +63,8 @@ root, like the demo; each run takes 6-9 minutes on a 2-core machine.`,
 	f.IntVar(&o.PreloadValueSize, "preload-value-size", 1024, "size in bytes of each preloaded value")
 	f.DurationVar(&o.Before, "before", 5*time.Second, "client traffic before each move")
 	f.DurationVar(&o.After, "after", 5*time.Second, "client traffic after each move")
-	f.IntVar(&o.MaxLearners, "max-learners", 1, maxLearnersUsage)
-	f.Int32Var(&o.HoldSource, "hold-source", 0, holdSourceUsage)
+	f.IntVar(&o.MaxLearners, "max-learners", membership.DefaultMaxLearners, maxLearnersUsage)
+	f.Int32Var(&o.HoldSource, "hold-source", DefaultHoldSource, holdSourceUsage)
 	f.StringVar(&o.Dir, "dir", "", "keep each run's sites (their logs, the pods' files) in a folder of this one named after the run, such as rtt-180ms-keys-10000 (default: a temporary folder per run, removed)")
 	f.BoolVar(&o.Baseline, "baseline", true, "after each move, run the hand-scripted clientv3 move (same members, data and sites) and print its time and the ratio")
 	return cmd

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/druid-stretch/druid-stretch/controllers/membership"
 	"github.com/druid-stretch/druid-stretch/internal/demo"
 	"github.com/druid-stretch/druid-stretch/internal/report"
 )
@@ -26,14 +27,19 @@ druid-stretch from its chart, and a node stand-in that runs the pods: the real
 etcdbrctl, etcd and the druid-stretch sidecar), peered --rtt apart. A shoot's
 etcd-main is created in A; a shoot kube-apiserver runs in each site on its own
 site's etcd client Service, with client-go clients writing and reading through
-it. The Etcd then moves live to B, with the clients switched to B's
-kube-apiserver before any member of A goes, and the report says per
+it. The Etcd then moves live to B: B's members join as learners side by
+side, B takes the majority while one member of A stays for A's clients
+(--hold-source), the clients switch to B's kube-apiserver, and the last
+member of A goes; the report says per
 kube-apiserver: requests by outcome and failure class, the longest write gap,
 /readyz over time; over all of them: lost acknowledged writes and
 linearizability; and migration time, time in tie, time without a leader, etcd
 panics. The binaries are built on first use (hack/test-binaries.sh).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.GEP39 && !cmd.Flags().Changed("hold-source") {
+				o.HoldSource = 0 // GEP-39's stages hold no member
+			}
 			o.Out = cmd.OutOrStdout()
 			rep, err := runOnSites(cmd.Context(), o)
 			if err != nil {
@@ -52,15 +58,19 @@ panics. The binaries are built on first use (hack/test-binaries.sh).`,
 	f.StringVar(&o.PlotPath, "plot", "", "draw the kube-apiservers' write latency, their /readyz and the own client's writes over time, steps marked, into this .svg file")
 	f.StringVar(&o.Dir, "dir", "", "folder for the sites' logs and the pods' files (default: a temporary folder, removed afterwards)")
 	f.BoolVar(&o.KeepDir, "keep", false, "keep the temporary folder with the logs")
-	f.IntVar(&o.MaxLearners, "max-learners", 1, maxLearnersUsage)
-	f.Int32Var(&o.HoldSource, "hold-source", 0, holdSourceUsage)
-	f.BoolVar(&o.GEP39, "gep39", false, "move as Gardener's GEP-39 does: druid's own Etcd fields only, stage by stage; the destination's members take a member name prefix and ordinals from 0 (not with --hold-source)")
+	f.IntVar(&o.MaxLearners, "max-learners", membership.DefaultMaxLearners, maxLearnersUsage)
+	f.Int32Var(&o.HoldSource, "hold-source", DefaultHoldSource, holdSourceUsage)
+	f.BoolVar(&o.GEP39, "gep39", false, "move as Gardener's GEP-39 does: druid's own Etcd fields only, stage by stage; the destination's members take a member name prefix and ordinals from 0; nothing is held (--hold-source does not apply)")
 	f.BoolVar(&o.Baseline, "baseline", false, "after the move, run a hand-scripted clientv3 move of the same cluster on the same sites and report its time beside the product's")
 	return cmd
 }
 
 // maxLearnersUsage is the help of --max-learners, which demo and bench share.
 const maxLearnersUsage = "druid-stretch's --max-learners on both sites: how many destination members join as learners at once (etcd's max-learners is set to match)"
+
+// DefaultHoldSource is the demo's and the bench's --hold-source: the
+// migrate command's default order when it switches the clients.
+const DefaultHoldSource = 1
 
 // holdSourceUsage is the help of --hold-source, which demo and bench share.
 const holdSourceUsage = "0: the source's clients switch before any source member goes; N above 0: the destination takes the majority first, holding N source members for the source's clients until they are switched (its kube-apiserver then starts on a quorum in its own site)"

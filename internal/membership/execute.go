@@ -231,7 +231,7 @@ func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []End
 		if m := obs.Member(cmp.Or(plan.Step.ID, plan.Step.Member)); m != nil {
 			transferee = m.ID
 		}
-		release := c.holdClients(ctx, members(obs, endpoints), transferee, onSideOf(plan.Input, plan.Step.ID))
+		release := c.holdClients(ctx, servingVoters(obs, endpoints), transferee, onSideOf(plan.Input, plan.Step.ID))
 		defer release()
 	}
 	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
@@ -322,15 +322,21 @@ func onSideOf(in planner.Observed, id string) func(Endpoint) bool {
 	}
 }
 
-// members are the endpoints whose member is in the observed cluster: the
-// sidecar of a pod whose etcd is not a member yet has no clients to hold,
-// and one still starting may accept a connection and answer nothing
-// (measured: a TLS handshake timing out after 10 s, all of it before the
-// transfer).
-func members(obs *Observation, endpoints []Endpoint) []Endpoint {
+// servingVoters are the endpoints of the voters obs saw serving clients:
+// the members whose gates have clients to hold. The sidecar of a pod whose
+// etcd is not a member yet has none, and one still starting may accept a
+// connection and answer nothing (a TLS handshake timing out after 10 s,
+// all of it before the transfer); a learner serves none (no client Service
+// lists it), and its sidecar cannot read the membership lock a hold takes
+// (etcd serves a learner no such read); nor does a voter that answered no
+// poll, such as one promoted right after its snapshot join that has not
+// published itself yet, whose sidecar's lock read waits on its etcd. A
+// hold that does not answer is left only after holdCallTimeout, and every
+// gate held before it keeps its clients waiting that long.
+func servingVoters(obs *Observation, endpoints []Endpoint) []Endpoint {
 	var out []Endpoint
 	for _, e := range endpoints {
-		if obs.Member(e.Member) != nil {
+		if m := obs.Member(e.Member); m != nil && !m.IsLearner && m.Healthy {
 			out = append(out, e)
 		}
 	}

@@ -217,6 +217,9 @@ func (m *Mover) Move(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if err := m.checkHold(src, p); err != nil {
+			return err
+		}
 		var step func(context.Context, *v1alpha1.Etcd, *v1alpha1.Etcd) error
 		switch p {
 		case move.PhaseCompleted:
@@ -436,13 +439,35 @@ func (m *Mover) retireSource(ctx context.Context, src, _ *v1alpha1.Etcd) error {
 	// Without HoldSource no source member is held back: the clients were
 	// switched before.
 	hold := m.o.HoldSource
-	if hold > 0 && hold >= src.Spec.Replicas {
-		return fmt.Errorf("migration: HoldSource %d would hold every one of the source's %d members: hold fewer, so that the destination can take the majority", hold, src.Spec.Replicas)
+	if err := m.checkHold(src, move.PhaseDestinationJoined); err != nil {
+		return err
 	}
 	if err := m.patchAdvertised(ctx, func(e *v1alpha1.Etcd) { move.RetireSource(e, n, hold) }); err != nil {
 		return err
 	}
 	return m.wait(ctx, move.StepRetireSource, func(_, dst *v1alpha1.Etcd) bool { return move.SourceRetired(dst) || move.SourceHeld(dst) })
+}
+
+// checkHold refuses a HoldSource that would hold every member of the
+// source src, while the move in phase p has not retired any: the
+// destination could never take the majority. Checked before the first
+// step too, so that a source too small for the hold (a one-member source
+// and the migrate command's default) is refused before anything changes
+// rather than once the destination has joined.
+func (m *Mover) checkHold(src *v1alpha1.Etcd, p move.MovePhase) error {
+	hold := m.o.HoldSource
+	if hold <= 0 || src == nil || m.o.GEP39 != nil {
+		return nil
+	}
+	switch p {
+	case move.PhaseNotStarted, move.PhasePreparingSource, move.PhaseSourcePrepared, move.PhaseJoiningDestination, move.PhaseDestinationJoined:
+	default:
+		return nil
+	}
+	if hold >= src.Spec.Replicas {
+		return fmt.Errorf("migration: HoldSource %d (the migrate command's --hold-source) would hold every one of the source's %d members, and the destination could never take the majority: hold fewer (0 switches the clients before any source member goes)", hold, src.Spec.Replicas)
+	}
+	return nil
 }
 
 // switchClients runs the caller's switch of the source site's clients.

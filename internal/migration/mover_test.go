@@ -82,13 +82,19 @@ func run(m *testing.M) int {
 // with its EtcdMembership.
 func setup(t *testing.T) (namespace string, src *v1alpha1.Etcd) {
 	t.Helper()
+	return setupWith(t, 3)
+}
+
+// setupWith is setup with a source of the given replicas.
+func setupWith(t *testing.T, replicas int32) (namespace string, src *v1alpha1.Etcd) {
+	t.Helper()
 	g := NewWithT(t)
 	namespace = fmt.Sprintf("mover-%d", time.Now().UnixNano())
 	for _, c := range []client.Client{srcClient, dstClient} {
 		g.Expect(c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}})).To(Succeed())
 	}
 	src = &v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Name: "etcd-main", Namespace: namespace}}
-	src.Spec.Replicas = 3
+	src.Spec.Replicas = replicas
 	src.Spec.Labels = map[string]string{"app": "etcd-statefulset"}
 	// Opted in, as a source is before a move: its EtcdMembership exists.
 	src.Spec.OrdinalStart = ptr.To[int32](0)
@@ -390,6 +396,26 @@ func TestHeldSourceMemberIsReleasedAfterTheSwitch(t *testing.T) {
 	g.Expect(get(t, srcClient, ns)).To(Equal(srcBefore), "the source is not touched by the switch")
 }
 
+// A hold the source cannot give (the migrate command's default of one
+// held member, on a one-member source) is refused before the first step:
+// the source is not prepared and no destination is created, instead of
+// the move stopping once the destination has joined.
+func TestHoldSourceRefusedBeforeAnythingChanges(t *testing.T) {
+	g := NewWithT(t)
+	ns, _ := setupWith(t, 1)
+	srcBefore := get(t, srcClient, ns)
+
+	var calls int
+	err := mover(t, ns, nil, func(o *migration.Options) {
+		o.HoldSource = 1
+		o.SwitchClients = func(context.Context) error { calls++; return nil }
+	}).Move(context.Background())
+	g.Expect(err).To(MatchError(ContainSubstring("HoldSource 1 (the migrate command's --hold-source) would hold every one of the source's 1 members")))
+	g.Expect(get(t, srcClient, ns)).To(Equal(srcBefore), "the source is not prepared")
+	g.Expect(get(t, dstClient, ns)).To(BeNil(), "no destination Etcd is created")
+	g.Expect(calls).To(BeZero())
+}
+
 // With HoldSource the joined destination is told to retire the source
 // while holding that many of its members, and the clients are not switched
 // before: the switch waits for SourceHeld. A hold of every source member
@@ -407,7 +433,7 @@ func TestHoldSourceRetiresBeforeTheSwitch(t *testing.T) {
 		o.SwitchClients = func(context.Context) error { calls++; return nil }
 	}
 	err := mover(t, ns, nil, switching, holding(3)).Move(context.Background())
-	g.Expect(err).To(MatchError(ContainSubstring("HoldSource 3 would hold every one of the source's 3 members")))
+	g.Expect(err).To(MatchError(ContainSubstring("HoldSource 3 (the migrate command's --hold-source) would hold every one of the source's 3 members")))
 	g.Expect(get(t, srcClient, ns)).To(Equal(srcBefore))
 	g.Expect(get(t, dstClient, ns)).To(Equal(dstBefore))
 	g.Expect(calls).To(BeZero())

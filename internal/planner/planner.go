@@ -769,6 +769,17 @@ func (v *view) promote(l *member, p Policy) Step {
 		// the voters that stay must make the quorum without it.
 		return waitStep(RuleInterleave, "WaitingForLearner: promoting %s makes a tie, and the removal that ends it would need %s to serve clients", l.label(), l.label())
 	}
+	if !l.Healthy && !l.Replicating && v.makesTie(after) {
+		// Rule 6: the promotion that makes a tie goes in one call with the
+		// removal that ends it, and that removal's member has its clients
+		// drained first. etcd refuses the promotion of a learner whose log
+		// the leader does not see caught up; each refusal would undo a
+		// drain its clients already waited through. A learner that answers
+		// no poll is promoted into a tie only on the leader's word that
+		// its raft replicates; any other promotion costs nothing when
+		// refused and goes on etcd's own check.
+		return waitStep(RuleInterleave, "WaitingForLearner: promoting %s makes a tie, whose removal drains a member's clients first; %s answers no poll yet, and the leader does not report its log caught up", l.label(), l.label())
+	}
 	if s, move := v.leaderBeforeTie(after, nil); move {
 		return s
 	}

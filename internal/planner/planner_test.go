@@ -596,12 +596,15 @@ func TestRule6TieWithAnUnstartedLearner(t *testing.T) {
 	base := []Member{voter("a-0", "a"), voter("a-1", "a"), voter("a-2", "a"), lead(voter("b-0", "b")), voter("b-1", "b")}
 	with := func(extra Member) Observed { return obs(append(slices.Clone(base), extra)...) }
 	runCases(t, []ruleCase{
-		{name: "an unstarted learner is promoted into a tie that the next removal ends without it",
-			obs: with(connected(unstarted("b-2", "b", 20*time.Second), time.Minute)), want: moveAB,
+		{name: "an unstarted learner the leader replicates to is promoted into a tie that the next removal ends without it",
+			obs: with(replicating(unstarted("b-2", "b", 20*time.Second), time.Minute)), want: moveAB,
 			expect: expect{kind: Promote, member: "b-2", rule: RuleReadyLearner, reason: "does not answer polls yet"}},
+		{name: "an unstarted learner without the leader's word on its log waits: the tie's removal would drain a member's clients for a promotion etcd may refuse",
+			obs: with(connected(unstarted("b-2", "b", 20*time.Second), time.Minute)), want: moveAB,
+			expect: expect{kind: Wait, rule: RuleInterleave, reason: "b-2 answers no poll yet, and the leader does not report its log caught up"}},
 		{name: "with the leader on the side that loses the majority, the unstarted learner is promoted too; the leader moves after the tie",
 			obs: obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a"), voter("b-0", "b"), voter("b-1", "b"),
-				connected(unstarted("b-2", "b", 20*time.Second), time.Minute)), want: moveAB,
+				replicating(unstarted("b-2", "b", 20*time.Second), time.Minute)), want: moveAB,
 			expect: expect{kind: Promote, member: "b-2", rule: RuleReadyLearner}},
 		{name: "a leader that is the last departing voter on its side moves before the promotion that makes the tie its removal would end",
 			obs:    obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("b-0", "b"), learner("b-1", "b")),

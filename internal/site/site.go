@@ -74,9 +74,9 @@ type Options struct {
 	// controller starts a compaction Job. 0: the chart's default,
 	// 1,000,000, which a test's traffic never reaches.
 	CompactionEventsThreshold int64
-	// MaxLearners is the chart's controller.maxLearners (default 1): the
-	// learners the controller adds at once, and etcd's max-learners in the
-	// pods of the Etcds druid-stretch manages.
+	// MaxLearners is the chart's controller.maxLearners (0: the chart's
+	// default): the learners the controller adds at once, and etcd's
+	// max-learners in the pods of the Etcds druid-stretch manages.
 	MaxLearners int
 	// ClusterIdentity names the site's druid-stretch controller in the
 	// membership lock and retirement records (default "site"); peered

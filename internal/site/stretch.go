@@ -45,7 +45,6 @@ sidecar:
   clientGateBackendPort: 12379
   clientCASecretName: druid-stretch-sidecar-client-ca
 controller:
-  maxLearners: %d
   manageEtcdsInNamespaces: gardener.cloud/role=shoot
 `
 
@@ -67,7 +66,12 @@ func (s *Site) startDruidStretch(ctx context.Context) error {
 	if identity == "" {
 		identity = "site"
 	}
-	values, err := chart.ParseValues(fmt.Sprintf(stretchValues, identity, max(s.opts.MaxLearners, 1)))
+	doc := fmt.Sprintf(stretchValues, identity)
+	if s.opts.MaxLearners > 0 {
+		// stretchValues ends inside the controller block.
+		doc += fmt.Sprintf("  maxLearners: %d\n", s.opts.MaxLearners)
+	}
+	values, err := chart.ParseValues(doc)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package chart
 import (
 	"crypto/x509"
 	"encoding/pem"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
+
+	"github.com/druid-stretch/druid-stretch/controllers/membership"
 )
 
 // chartOption is one documented way to install the chart: its values (over
@@ -95,6 +98,8 @@ var chartOptions = []chartOption{
 			g.Expect(args).To(HaveKeyWithValue("--learner-progress-timeout", "5m"))
 			g.Expect(args).To(HaveKeyWithValue("--min-learner-healthy", "5s"))
 			g.Expect(args).To(HaveKeyWithValue("--progress-interval", "250ms"))
+			g.Expect(args).To(HaveKeyWithValue("--max-learners", strconv.Itoa(membership.DefaultMaxLearners)),
+				"the chart gives the controller's own default: a three-member destination joins side by side")
 			g.Expect(args).To(HaveKeyWithValue("--zap-log-level", "info"))
 			g.Expect(args).To(HaveKeyWithValue("--sidecar-image", c.Image), "the sidecar defaults to the controller image")
 			g.Expect(args).To(HaveKeyWithValue("--sidecar-image-pull-policy", "IfNotPresent"))
