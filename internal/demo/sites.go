@@ -47,8 +47,8 @@ type SiteOptions struct {
 	// Out receives the progress and the report (default os.Stdout).
 	Out io.Writer
 	// MaxLearners is druid-stretch's controller.maxLearners on both sites
-	// (0: the chart's default, 1): above 1 the destination's members join
-	// as learners side by side.
+	// (0: the chart's default): above 1 the destination's members join as
+	// learners side by side.
 	MaxLearners int
 	// HoldSource is the move's HoldSource (0: the clients switch before
 	// any source member goes; above 0: the destination takes the majority
@@ -180,7 +180,7 @@ func RunOnSites(ctx context.Context, o SiteOptions) (rep report.Report, err erro
 	rep.EtcdCrashes = run.EtcdCrashes
 	transitions := run.Membership.TimedTransitions()
 	rep.MembershipSeconds = membershipPart(transitions).Seconds()
-	rep.Steps = timeline(rep.Steps, rep.StartedAt, transitions, run.CompactionJobs)
+	rep.Steps = timeline(rep.Steps, rep.StartedAt, transitions, run.CompactionJobs, run.Progress)
 	ownOffset := run.Own.StartedAt.Sub(rep.StartedAt)
 	rep.AddOwnClient(run.Own, ownOffset)
 	if rep.NoLeaderSeconds, err = noLeaderOnSites(sites, run); err != nil {
@@ -206,7 +206,7 @@ func RunOnSites(ctx context.Context, o SiteOptions) (rep report.Report, err erro
 		if err := report.PlotRunSVG(o.PlotPath, report.RunPlot{
 			Requests: run.APIRequests, Servers: run.API.Servers,
 			Own: run.Own.Series, OwnOffset: ownOffset,
-			Marks: report.Markers(rep.Steps),
+			Marks: report.Markers(slices.DeleteFunc(slices.Clone(rep.Steps), func(s report.Step) bool { return strings.HasPrefix(s.Name, progressPrefix) })),
 		}); err != nil {
 			return rep, err
 		}
@@ -217,9 +217,12 @@ func RunOnSites(ctx context.Context, o SiteOptions) (rep report.Report, err erro
 
 // timeline merges each step's start and end mark into one step with its
 // duration, and adds the membership changes the polls saw ("etcd: promote
-// etcd-main-3") and druid's compaction Jobs (from their creation, lasting
-// until they ended), all in time order on the clock that starts at start.
-func timeline(marks []report.Step, start time.Time, changes []site.Transition, jobs []site.CompactionJob) []report.Step {
+// etcd-main-3"), druid's compaction Jobs (from their creation, lasting
+// until they ended) and what the membership controllers reported for
+// minProgress or longer (the step under way, or what it waited for, such
+// as etcd's 5 s strict reconfiguration check: what a step's time went
+// on), all in time order on the clock that starts at start.
+func timeline(marks []report.Step, start time.Time, changes []site.Transition, jobs []site.CompactionJob, progress []site.Progress) []report.Step {
 	out := make([]report.Step, 0, len(marks)+len(changes))
 	open := map[string]int{} // step name -> its index in out
 	for _, m := range marks {
@@ -250,9 +253,23 @@ func timeline(marks []report.Step, start time.Time, changes []site.Transition, j
 		}
 		out = append(out, s)
 	}
+	for _, p := range progress {
+		if d := p.End.Sub(p.Start); d >= minProgress {
+			out = append(out, report.Step{Name: fmt.Sprintf("%s%s: %s", progressPrefix, p.Site, p.Message), AtSeconds: p.Start.Sub(start).Seconds(), At: p.Start, DurationSeconds: d.Seconds()})
+		}
+	}
 	slices.SortStableFunc(out, func(a, b report.Step) int { return cmp.Compare(a.AtSeconds, b.AtSeconds) })
 	return out
 }
+
+// progressPrefix begins the name of a controller's report in a timeline;
+// the plot marks the steps and changes only.
+const progressPrefix = "controller in "
+
+// minProgress is the shortest report of a controller a timeline lists:
+// the controllers look again at a changing membership every 250 ms, and
+// shorter ones are the steps' own round trips.
+const minProgress = 500 * time.Millisecond
 
 // membershipPart is the time from the first add to the last removal the
 // member list showed; 0 without both.

@@ -12,7 +12,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/internal/site"
 )
 
-func TestTimelineMergesStepsAndAddsMembershipChangesAndCompactions(t *testing.T) {
+func TestTimelineMergesStepsAndAddsMembershipChangesCompactionsAndProgress(t *testing.T) {
 	g := NewWithT(t)
 	start := time.Date(2026, 11, 25, 20, 0, 0, 0, time.UTC)
 	marks := []report.Step{
@@ -30,10 +30,15 @@ func TestTimelineMergesStepsAndAddsMembershipChangesAndCompactions(t *testing.T)
 		{Site: "site-a", Created: start.Add(20 * time.Second), Ended: start.Add(32500 * time.Millisecond), Succeeded: true},
 		{Site: "site-b", Created: start.Add(100 * time.Second)},
 	}
-	got := timeline(marks, start, changes, jobs)
+	progress := []site.Progress{
+		{Site: "site-b", Message: "WaitingForLearner: etcd-main-3 is catching up with the leader", Start: start.Add(8 * time.Second), End: start.Add(11 * time.Second)},
+		{Site: "site-b", Message: "a report shorter than minProgress", Start: start.Add(12 * time.Second), End: start.Add(12200 * time.Millisecond)},
+	}
+	got := timeline(marks, start, changes, jobs, progress)
 	g.Expect(got).To(Equal([]report.Step{
 		{Name: "join-destination", AtSeconds: 6.5, DurationSeconds: 54.75},
 		{Name: "etcd: add learner (unnamed)", AtSeconds: 7, At: start.Add(7 * time.Second)},
+		{Name: "controller in site-b: WaitingForLearner: etcd-main-3 is catching up with the leader", AtSeconds: 8, At: start.Add(8 * time.Second), DurationSeconds: 3},
 		{Name: "druid: compaction Job in site-a, completed", AtSeconds: 20, At: start.Add(20 * time.Second), DurationSeconds: 12.5},
 		{Name: "etcd: promote etcd-main-3", AtSeconds: 40, At: start.Add(40 * time.Second)},
 		{Name: "druid: compaction Job in site-b, not ended", AtSeconds: 100, At: start.Add(100 * time.Second)},

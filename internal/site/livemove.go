@@ -390,6 +390,11 @@ type LiveMoveRun struct {
 	// of both sites, from CreateSource to the end of Run, in the order
 	// they appeared.
 	CompactionJobs []CompactionJob
+	// Progress is what both sites' membership controllers reported of
+	// the changes under way (their EtcdMembership's
+	// MembershipProgressing), from the start of the traffic to the end of
+	// the move, in the order the reports began.
+	Progress []Progress
 }
 
 // MoveEnded is when the move's last step ended.
@@ -476,6 +481,8 @@ func (m *LiveMove) run(ctx context.Context) (*LiveMoveRun, error) {
 	closers = append(closers, cli.Close)
 	run.Membership = RecordMembership(cli)
 	closers = append(closers, func() error { run.Membership.Stop(); return nil })
+	progress := RecordProgress([]*Site{a, b}, m.Key())
+	closers = append(closers, func() error { run.Progress = progress.Stop(); return nil })
 
 	// The clients that matter: client-go clients of the shoot's
 	// kube-apiservers, one per site, each on the etcd client Service of its
