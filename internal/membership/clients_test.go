@@ -181,13 +181,13 @@ func TestHoldTheTransfereeSideLast(t *testing.T) {
 	g.Expect(events.list()[6:]).To(ConsistOf("DELETE m-0", "DELETE m-1", "DELETE m-3"), "release ends every hold")
 }
 
-// Only the gates of the voters that serve clients are held: the sidecar of
+// Only the gates of the voters that may serve clients are held: the sidecar of
 // a pod whose etcd is not a member yet has no clients, and one still
 // starting may take the connection and answer nothing, which held the
 // transfer back for a TLS handshake timeout (10 s) in an end-to-end run;
-// a learner has no clients either, nor a voter that answered no poll, and
-// the hold of a voter not published yet waits out the call's timeout while
-// the gates already held keep their clients waiting.
+// a learner has no clients either, nor a voter not published yet, whose
+// hold waits out the call's timeout while the gates already held keep
+// their clients waiting.
 func TestOnlyServingVotersGatesAreHeld(t *testing.T) {
 	g := NewWithT(t)
 	c, err := New(Config{Holder: "test"})
@@ -207,12 +207,15 @@ func TestOnlyServingVotersGatesAreHeld(t *testing.T) {
 		t.Cleanup(s.Close)
 		return s.URL
 	}
+	published := []string{"https://m.example:2379"}
 	obs := &Observation{List: &sidecar.MemberList{Members: []sidecar.Member{
-		{ID: "a0", Name: "m-0", Healthy: true}, {ID: "b3", Name: "m-3", Healthy: true},
-		{ID: "b4", Name: "m-4", IsLearner: true, Healthy: true},
-		{ID: "b6", Name: "m-6", Unanswered: true}, // promoted, not published yet
+		{ID: "a0", Name: "m-0", ClientURLs: published, Healthy: true},
+		{ID: "b3", Name: "m-3", ClientURLs: published, Healthy: true},
+		{ID: "b4", Name: "m-4", ClientURLs: published, IsLearner: true, Healthy: true},
+		{ID: "b6", Name: "m-6", Unanswered: true},                        // promoted, not published yet
+		{ID: "b7", Name: "m-7", ClientURLs: published, Unanswered: true}, // published; its last poll timed out
 	}}}
-	endpoints := []Endpoint{{Member: "m-0", URL: gate("m-0")}, {Member: "m-3", URL: gate("m-3")}, {Member: "m-4", URL: gate("m-4")}, {Member: "m-5", URL: gate("m-5")}, {Member: "m-6", URL: gate("m-6")}}
+	endpoints := []Endpoint{{Member: "m-0", URL: gate("m-0")}, {Member: "m-3", URL: gate("m-3")}, {Member: "m-4", URL: gate("m-4")}, {Member: "m-5", URL: gate("m-5")}, {Member: "m-6", URL: gate("m-6")}, {Member: "m-7", URL: gate("m-7")}}
 
 	release := c.holdClients(context.Background(), servingVoters(obs, endpoints), "b3", func(e Endpoint) bool { return e.Member == "m-3" })
 	release()
@@ -221,9 +224,10 @@ func TestOnlyServingVotersGatesAreHeld(t *testing.T) {
 	lock := " test/" + c.Token()
 	g.Expect(called).To(ContainElements("POST /v1/clients/hold m-0"+lock, "POST /v1/clients/hold m-3"+lock, "DELETE /v1/clients/hold m-0"+lock, "DELETE /v1/clients/hold m-3"+lock),
 		"every hold and release carries the lock headers")
+	g.Expect(called).To(ContainElement("POST /v1/clients/hold m-7"+lock), "a published voter whose poll failed may still have clients")
 	g.Expect(called).NotTo(ContainElement(ContainSubstring(" m-5")), "the sidecar of a pod that is no member is not called")
 	g.Expect(called).NotTo(ContainElement(ContainSubstring(" m-4")), "a learner's sidecar is not called: no client reaches a learner, and etcd serves it no lock read")
-	g.Expect(called).NotTo(ContainElement(ContainSubstring(" m-6")), "nor the sidecar of a voter that answered no poll: it serves no client, and its lock read would wait on its etcd")
+	g.Expect(called).NotTo(ContainElement(ContainSubstring(" m-6")), "nor the sidecar of a voter not published yet: it serves no client, and its lock read would wait on its etcd")
 }
 
 // The connections are warmed before the hold with a call the sidecar

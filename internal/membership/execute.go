@@ -322,21 +322,23 @@ func onSideOf(in planner.Observed, id string) func(Endpoint) bool {
 	}
 }
 
-// servingVoters are the endpoints of the voters obs saw serving clients:
-// the members whose gates have clients to hold. The sidecar of a pod whose
-// etcd is not a member yet has none, and one still starting may accept a
+// servingVoters are the endpoints of the voters that may have clients:
+// those etcd knows a client URL of. The sidecar of a pod whose etcd is not
+// a member yet has no clients, and one still starting may accept a
 // connection and answer nothing (a TLS handshake timing out after 10 s,
-// all of it before the transfer); a learner serves none (no client Service
+// all of it before the transfer); a learner has none (no client Service
 // lists it), and its sidecar cannot read the membership lock a hold takes
-// (etcd serves a learner no such read); nor does a voter that answered no
-// poll, such as one promoted right after its snapshot join that has not
-// published itself yet, whose sidecar's lock read waits on its etcd. A
-// hold that does not answer is left only after holdCallTimeout, and every
-// gate held before it keeps its clients waiting that long.
+// (etcd serves a learner no such read); nor has a voter that has not
+// published itself, such as one promoted right after its snapshot join,
+// whose sidecar's lock read waits on its etcd. A hold that does not answer
+// is left only after holdCallTimeout, and every gate held before it keeps
+// its clients waiting that long. A published voter that did not answer
+// the last poll is still held: its clients may reach it when the
+// observer does not, and a proposal of theirs the old leader drops fails.
 func servingVoters(obs *Observation, endpoints []Endpoint) []Endpoint {
 	var out []Endpoint
 	for _, e := range endpoints {
-		if m := obs.Member(e.Member); m != nil && !m.IsLearner && m.Healthy {
+		if m := obs.Member(e.Member); m != nil && !m.IsLearner && len(m.ClientURLs) > 0 {
 			out = append(out, e)
 		}
 	}

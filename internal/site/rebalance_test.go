@@ -151,7 +151,7 @@ func TestRebalanceBetweenNodeGroups(t *testing.T) {
 	// the transfer's hold ends in well under a second on a quiet machine
 	// (docs/benchmarks.md); a busy one stretches it.
 	expectKubeAPIServersSawNothing(t, out.api, s)
-	expectInterleavedMove(t, r.history, appliedConfChanges(t, s, r.e.Namespace, "etcd-main-3"), "an old member", false)
+	expectInterleavedMove(t, r.history, appliedConfChanges(t, s, r.e.Namespace, "etcd-main-3"), "an old member")
 	tie, polledTies := r.history.LongestTie(func(name string) bool { return memberOrdinal(name) >= 3 })
 	t.Logf("polls saw the voters tied %d time(s), the longest for %s; the controller measured %d tie(s), %.3f s in all",
 		polledTies, tie, ties, tieSum)
