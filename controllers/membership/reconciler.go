@@ -80,9 +80,10 @@ type Options struct {
 	// command's default is DefaultMaxLearners, and the command gives its
 	// webhook the same, which sets it in the etcd members' pods). Set it to
 	// the etcd members' --max-learners: above 1, a move adds the members
-	// it still needs side by side before promoting them one by one. When etcd refuses a learner
-	// for its limit, the controller plans with the learners it had, for
-	// that Etcd until the process restarts, and says so in an event.
+	// it still needs side by side before promoting them one by one. When
+	// etcd refuses a learner for its limit, the controller plans with the
+	// learners it had, for that Etcd until the process restarts, and says
+	// so in an event.
 	MaxLearners int
 	// ProgressInterval is the requeue while steps are under way (default
 	// DefaultProgressInterval): the longest a wait that ends by itself goes

@@ -46,8 +46,8 @@ type ProgressRecorder struct {
 	open    map[string]int // site -> index in reports of the report standing there
 }
 
-// progressPollInterval is how often a ProgressRecorder reads the statuses: the
-// controllers look again at a changing membership every 250 ms.
+// progressPollInterval is how often a ProgressRecorder reads the statuses:
+// the controllers look again at a changing membership every 250 ms.
 const progressPollInterval = 200 * time.Millisecond
 
 // RecordProgress starts recording the progress reports of key's
@@ -96,12 +96,12 @@ func (r *ProgressRecorder) see(site string, c *metav1.Condition, now time.Time) 
 	defer r.mu.Unlock()
 	i, ok := r.open[site]
 	if ok {
-		w := &r.reports[i]
-		if c != nil && c.Status == metav1.ConditionTrue && c.Reason == w.Reason && sameProgress(c.Message, w.Message) {
-			w.End = now
+		p := &r.reports[i]
+		if c != nil && c.Status == metav1.ConditionTrue && c.Reason == p.Reason && sameProgress(c.Message, p.Message) {
+			p.End = now
 			return
 		}
-		w.End = now
+		p.End = now
 		delete(r.open, site)
 	}
 	if c == nil || c.Status != metav1.ConditionTrue || c.Reason == "" {
