@@ -199,7 +199,7 @@ The URL templates say how the other cluster reaches each member; they take
 	f.BoolVar(&gep39, "gep39", false, "move as Gardener's GEP-39 does: write only druid's own Etcd fields, stage by stage (SourceEtcdPreparedForPeerJoin, DestinationEtcdPeersJoined, "+
 		"EtcdMigrationComplete, SourceSeedCleanup); the destination gets --destination-member-name-prefix, ordinals from 0 and spec.etcd.bootstrapWithExistingCluster")
 	f.StringSliceVar(&sourceClientEndpoints, "source-client-endpoints", nil, "with --gep39: the source's client endpoints as the destination reaches them (spec.etcd.bootstrapWithExistingCluster.clientEndpoints)")
-	f.Int32Var(&holdSource, "hold-source", 1, "with --switch-clients-command: run retire-source first, holding this many source members for the source site's clients, "+
+	f.Int32Var(&holdSource, "hold-source", migration.DefaultHoldSource, "with --switch-clients-command: run retire-source first, holding this many source members for the source site's clients, "+
 		"and the command once the destination holds the majority; the held members go after it. The destination's kube-apiserver then starts on a quorum in its own site "+
 		"instead of reading across the sites, and the source's clients meet the removals and the leader transfer, through their members' client gates. "+
 		"0 runs the command before any source member goes; a source of one member needs 0. Without --switch-clients-command (and with --gep39) nothing is held")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/controllers/membership"
 	"github.com/druid-stretch/druid-stretch/internal/demo"
+	"github.com/druid-stretch/druid-stretch/internal/migration"
 	"github.com/druid-stretch/druid-stretch/internal/report"
 )
 
@@ -59,7 +60,7 @@ panics. The binaries are built on first use (hack/test-binaries.sh).`,
 	f.StringVar(&o.Dir, "dir", "", "folder for the sites' logs and the pods' files (default: a temporary folder, removed afterwards)")
 	f.BoolVar(&o.KeepDir, "keep", false, "keep the temporary folder with the logs")
 	f.IntVar(&o.MaxLearners, "max-learners", membership.DefaultMaxLearners, maxLearnersUsage)
-	f.Int32Var(&o.HoldSource, "hold-source", DefaultHoldSource, holdSourceUsage)
+	f.Int32Var(&o.HoldSource, "hold-source", migration.DefaultHoldSource, holdSourceUsage)
 	f.BoolVar(&o.GEP39, "gep39", false, "move as Gardener's GEP-39 does: druid's own Etcd fields only, stage by stage; the destination's members take a member name prefix and ordinals from 0; nothing is held (--hold-source does not apply)")
 	f.BoolVar(&o.Baseline, "baseline", false, "after the move, run a hand-scripted clientv3 move of the same cluster on the same sites and report its time beside the product's")
 	return cmd
@@ -67,10 +68,6 @@ panics. The binaries are built on first use (hack/test-binaries.sh).`,
 
 // maxLearnersUsage is the help of --max-learners, which demo and bench share.
 const maxLearnersUsage = "druid-stretch's --max-learners on both sites: how many destination members join as learners at once (etcd's max-learners is set to match)"
-
-// DefaultHoldSource is the demo's and the bench's --hold-source: the
-// migrate command's default order when it switches the clients.
-const DefaultHoldSource = 1
 
 // holdSourceUsage is the help of --hold-source, which demo and bench share.
 const holdSourceUsage = "0: the source's clients switch before any source member goes; N above 0: the destination takes the majority first, holding N source members for the source's clients until they are switched (its kube-apiserver then starts on a quorum in its own site)"

@@ -448,6 +448,13 @@ func (m *Mover) retireSource(ctx context.Context, src, _ *v1alpha1.Etcd) error {
 	return m.wait(ctx, move.StepRetireSource, func(_, dst *v1alpha1.Etcd) bool { return move.SourceRetired(dst) || move.SourceHeld(dst) })
 }
 
+// DefaultHoldSource is the source members a move that switches the
+// clients holds unless told otherwise (the migrate command's, the demo's
+// and the bench's --hold-source): the destination's kube-apiserver then
+// starts on a quorum inside its own site instead of reading across the
+// sites.
+const DefaultHoldSource int32 = 1
+
 // checkHold refuses a HoldSource that would hold every member of the
 // source src, while the move in phase p has not retired any: the
 // destination could never take the majority. Checked before the first

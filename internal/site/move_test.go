@@ -416,13 +416,9 @@ func expectInterleavedMove(t *testing.T, history *MembershipHistory, applied []C
 	// Which learner is promoted first is whichever is ready first, so the
 	// new members too are named by role only.
 	changes := slices.DeleteFunc(slices.Clone(shape), func(s string) bool { return s == add })
+	newMember := strings.NewReplacer("promote etcd-main-3", "promote a new member", "promote etcd-main-4", "promote a new member", "promote etcd-main-5", "promote a new member")
 	for i, s := range changes {
-		for _, n := range []string{"etcd-main-3", "etcd-main-4", "etcd-main-5"} {
-			changes[i] = strings.Replace(s, "promote "+n, "promote a new member", 1)
-			if changes[i] != s {
-				break
-			}
-		}
+		changes[i] = newMember.Replace(s)
 	}
 	// On a busy machine a poll may still fall between etcd's two commits
 	// of the tie's sidecar call and see them apart; how long the tie lasted
