@@ -124,6 +124,13 @@ type JoinStatus struct {
 	Admission *Admission `json:"admission,omitempty"`
 	// Initialization is the state the wrapper was last told.
 	Initialization string `json:"initialization"`
+	// ConfiguredForSeconds is how long ago etcd-wrapper took this member's
+	// configuration to join with (an admission, no data), on the sidecar's
+	// clock: its etcd runs with it since, and has asked the cluster for its
+	// membership once one round trip to a voter has passed. 0 when the
+	// wrapper has taken none since it last began to initialise, since this
+	// sidecar started, or once the member has data.
+	ConfiguredForSeconds float64 `json:"configuredForSeconds,omitempty"`
 }
 
 // Waiting reports whether the member waits for the controller: no data and
@@ -138,6 +145,9 @@ type joiner struct {
 
 	mu    sync.Mutex
 	state string // the wrapper's initialisation state
+	// configured is when the wrapper last took a configuration to join
+	// with; zero once it initialises again (its etcd stopped).
+	configured time.Time
 	// peerURLsChecked: advertisePeerURLs ran (once per process).
 	peerURLsChecked bool
 }
@@ -167,6 +177,7 @@ func (s *Server) joinRoutes(mux *http.ServeMux) {
 	j := s.joiner
 	mux.HandleFunc("GET /initialization/start", func(w http.ResponseWriter, r *http.Request) {
 		j.mu.Lock()
+		j.configured = time.Time{}
 		if j.state == InitNew {
 			j.state = InitProgress
 			s.log.Info("etcd-wrapper asks to initialise", "member", j.self.Name, "mode", r.URL.Query().Get("mode"))
@@ -181,7 +192,7 @@ func (s *Server) joinRoutes(mux *http.ServeMux) {
 	})
 	mux.HandleFunc("GET /config", func(w http.ResponseWriter, r *http.Request) {
 		s.advertisePeerURLs(r.Context())
-		b, err := j.config()
+		b, joining, err := j.config()
 		if err != nil {
 			var apiErr *Error
 			if !errors.As(err, &apiErr) {
@@ -193,7 +204,12 @@ func (s *Server) joinRoutes(mux *http.ServeMux) {
 			_ = json.NewEncoder(w).Encode(errorBody{Reason: apiErr.Reason, Message: apiErr.Message})
 			return
 		}
-		s.log.Info("served etcd's configuration", "member", j.self.Name)
+		if joining {
+			j.mu.Lock()
+			j.configured = time.Now()
+			j.mu.Unlock()
+		}
+		s.log.Info("served etcd's configuration", "member", j.self.Name, "joining", joining)
 		w.Header().Set("Content-Type", "application/yaml")
 		_, _ = w.Write(b)
 	})
@@ -204,6 +220,9 @@ func (s *Server) joinRoutes(mux *http.ServeMux) {
 		}
 		j.mu.Lock()
 		st.Initialization = j.state
+		if !j.configured.IsZero() && !st.HasData {
+			st.ConfiguredForSeconds = time.Since(j.configured).Seconds()
+		}
 		j.mu.Unlock()
 		return http.StatusOK, st, nil
 	})
@@ -233,6 +252,9 @@ func (s *Server) joinRoutes(mux *http.ServeMux) {
 func (j *joiner) initializationStatus(s *Server) string {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	// The wrapper polls only while it initialises: the etcd that took the
+	// last configuration no longer runs.
+	j.configured = time.Time{}
 	if j.state == InitProgress || j.state == InitNew {
 		st, err := j.status()
 		switch {
@@ -263,22 +285,22 @@ func (j *joiner) status() (*JoinStatus, error) {
 }
 
 // config is etcd's configuration for this member: with the admission's
-// initial cluster and state, or, for a member that has data, with itself
-// as the initial cluster (etcd reads its membership from its log then and
-// ignores both).
-func (j *joiner) config() ([]byte, error) {
+// initial cluster and state (joining), or, for a member that has data, with
+// itself as the initial cluster (etcd reads its membership from its log
+// then and ignores both).
+func (j *joiner) config() (b []byte, joining bool, err error) {
 	st, err := j.status()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	var b []byte
 	switch {
 	case st.Admission != nil && !st.HasData:
+		joining = true
 		b, err = j.file.ForMember(j.self, st.Admission.InitialCluster, st.Admission.State)
 	case st.HasData:
 		b, err = j.file.ForMember(j.self, etcdconfig.FormatInitialCluster([]etcdconfig.Member{j.self}), etcdconfig.StateExisting)
 	default:
-		return nil, &Error{StatusCode: http.StatusServiceUnavailable, Reason: ReasonNotAdmitted,
+		return nil, false, &Error{StatusCode: http.StatusServiceUnavailable, Reason: ReasonNotAdmitted,
 			Message: fmt.Sprintf("member %s has no data and druid-stretch has not admitted it yet", j.self.Name)}
 	}
 	if err == nil && j.cfg.ListenClientURLs != "" {
@@ -287,7 +309,7 @@ func (j *joiner) config() ([]byte, error) {
 	if err == nil && j.cfg.MaxLearners > 0 {
 		b, err = etcdconfig.With(b, etcdconfig.KeyMaxLearners, j.cfg.MaxLearners)
 	}
-	return b, err
+	return b, joining, err
 }
 
 func (j *joiner) admit(a Admission) (*JoinStatus, *Error) {

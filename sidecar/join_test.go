@@ -315,3 +315,51 @@ func TestAdmissionToExistingIsSticky(t *testing.T) {
 		g.Expect(os.ReadFile(admissionFile)).To(Equal([]byte(`{"state":`)))
 	})
 }
+
+// The controller adds the next learner once this one's etcd has asked the
+// cluster for its membership (rule 2); GET /v1/join tells how long ago the
+// wrapper took the configuration it started etcd with, and forgets it once
+// the wrapper initialises again (its etcd stopped) or the member has data.
+func TestJoinTellsWhenEtcdTookItsConfiguration(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	url, data := joiningSidecar(t)
+	cl := sidecar.NewClient(url, nil)
+	configuredFor := func() float64 {
+		t.Helper()
+		st, err := cl.Join(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		return st.ConfiguredForSeconds
+	}
+
+	g.Expect(initStatus(t, url)).To(Equal(sidecar.InitNew))
+	code, _ := get(t, url+"/config")
+	g.Expect(code).To(Equal(http.StatusServiceUnavailable))
+	g.Expect(configuredFor()).To(BeZero(), "a refused /config starts no etcd")
+
+	cluster := "etcd-main-0=http://etcd-main-0.etcd-main-peer.a.svc:2380,etcd-main-3=http://etcd-main-3.etcd-main-peer.ns.svc:2380"
+	_, err := cl.Admit(ctx, sidecar.Admission{State: "existing", InitialCluster: cluster, MemberID: "8e9e05c52164694d"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(initStatus(t, url)).To(Equal(sidecar.InitSuccessful))
+	g.Expect(configuredFor()).To(BeZero(), "admitted, but the wrapper has not taken its configuration")
+
+	code, _ = get(t, url+"/config")
+	g.Expect(code).To(Equal(http.StatusOK))
+	first := configuredFor()
+	g.Expect(first).To(BeNumerically(">", 0))
+	g.Expect(configuredFor()).To(BeNumerically(">", first), "counted from the fetch")
+
+	g.Expect(initStatus(t, url)).To(Equal(sidecar.InitSuccessful))
+	g.Expect(configuredFor()).To(BeZero(), "the wrapper initialises again: the etcd it started is gone")
+
+	code, _ = get(t, url+"/config")
+	g.Expect(code).To(Equal(http.StatusOK))
+	g.Expect(configuredFor()).To(BeNumerically(">", 0))
+	wal := filepath.Join(data, "new.etcd", "member", "wal")
+	g.Expect(os.MkdirAll(wal, 0o700)).To(Succeed())
+	g.Expect(os.WriteFile(filepath.Join(wal, "0000000000000000-0000000000000000.wal"), []byte("x"), 0o600)).To(Succeed())
+	g.Expect(configuredFor()).To(BeZero(), "with data the member no longer joins")
+	code, _ = get(t, url+"/config")
+	g.Expect(code).To(Equal(http.StatusOK))
+	g.Expect(configuredFor()).To(BeZero(), "a configuration to restart from its log is no join")
+}

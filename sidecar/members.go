@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -78,11 +79,77 @@ func (s *Server) addLearner(r *http.Request) (int, any, *Error) {
 		step.failed(e)
 		return 0, nil, e
 	}
-	step.succeeded(true, "")
 	m := resp.Member
+	if low := lowestVoterID(resp.Members); m.ID < low {
+		var e *Error
+		if m, e = s.addForHigherID(ctx, req, m, low); e != nil {
+			step.failed(e)
+			return 0, nil, e
+		}
+	}
+	step.succeeded(true, "")
 	return http.StatusCreated, ChangeResult{Changed: true, Member: Member{
 		ID: formatID(m.ID), Name: m.Name, PeerURLs: orEmpty(m.PeerURLs), ClientURLs: orEmpty(m.ClientURLs), IsLearner: m.IsLearner,
 	}}, nil
+}
+
+// maxIDRolls bounds how often addForHigherID adds a learner again.
+const maxIDRolls = 3
+
+// addForHigherID adds learner m again, in a later second, while its ID is
+// below every voter's (lowest): a joining etcd asks the members in ID
+// order whether a downgrade is enabled and takes the first answer, a
+// linearizable read that a learner still catching up answers only once it
+// has, so every learner joining after m would wait in its own start for
+// m's catch-up. etcd derives a member's ID from its peer URLs and the
+// second of its add. m has not started (its pod waits for the admission
+// the controller gives once this call answers), and etcd puts no health
+// check on a learner's removal. A removal that fails keeps m, which only
+// joins slower; an add that fails after the removal is this call's error,
+// with no learner left, and the caller adds it again.
+func (s *Server) addForHigherID(ctx context.Context, req AddMemberRequest, m *etcdserverpb.Member, lowest uint64) (*etcdserverpb.Member, *Error) {
+	for try := 0; try < maxIDRolls && m.ID < lowest; try++ {
+		added := time.Now()
+		err := s.withCluster(ctx, func(c *clientv3.Client) error {
+			_, err := c.MemberRemove(ctx, m.ID)
+			return err
+		})
+		if err != nil {
+			s.log.Info("keeping a learner whose ID is below every voter's: removing it to add it again failed", "member", req.Name, "id", formatID(m.ID), "error", err.Error())
+			return m, nil
+		}
+		// The next second by this host's clock, which the local member,
+		// which stamps the add, shares.
+		next := time.NewTimer(time.Until(added.Truncate(time.Second).Add(time.Second)))
+		select {
+		case <-ctx.Done():
+			next.Stop()
+			return nil, etcdError("adding the learner again for a higher member ID", ctx.Err())
+		case <-next.C:
+		}
+		var resp *clientv3.MemberAddResponse
+		err = s.withCluster(ctx, func(c *clientv3.Client) (err error) {
+			resp, err = c.MemberAddAsLearner(ctx, req.PeerURLs)
+			return err
+		})
+		if err != nil {
+			return nil, etcdError("adding the learner again for a higher member ID", err)
+		}
+		s.log.Info("added a learner again for a member ID above a voter's: joining members ask the lowest ID first", "member", req.Name, "was", formatID(m.ID), "id", formatID(resp.Member.ID), "lowestVoter", formatID(lowest))
+		m = resp.Member
+	}
+	return m, nil
+}
+
+// lowestVoterID is the lowest ID of the voters among members (0 if none).
+func lowestVoterID(members []*etcdserverpb.Member) uint64 {
+	var low uint64
+	for _, m := range members {
+		if !m.IsLearner && (low == 0 || m.ID < low) {
+			low = m.ID
+		}
+	}
+	return low
 }
 
 // promote answers POST /v1/members/{name}/promote.

@@ -431,7 +431,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 		s.converged(plan.Step.Reason)
 		return ctrl.Result{RequeueAfter: r.convergedPoll(e, obs)}, nil
 	case planner.Wait:
-		r.logWait(ctx, key, plan.Step)
+		r.logWait(ctx, key, plan)
 		word := waitWord(plan.Step.Reason)
 		if plan.Step.Rule == planner.RuleTargetSize {
 			// The members this controller waits for are the other
@@ -471,7 +471,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 		s.blocked(conditionReason(word), plan.Step.Reason)
 		return r.backoff(key, 0), nil
 	}
-	r.logWait(ctx, key, plan.Step)
+	r.logWait(ctx, key, plan)
 	return r.execute(ctx, s, key, obs, eps, plan, progress)
 }
 
@@ -482,8 +482,10 @@ var durations = regexp.MustCompile(`[0-9][0-9.]*(ns|µs|ms|s|m|h)`)
 // tells where a reconfiguration spent its time between the steps it
 // executed; status.conditions keeps only the latest. A wait's figures
 // (how long a member has been connected, and so on) change on every poll
-// and do not count as a new wait.
-func (r *Reconciler) logWait(ctx context.Context, key types.NamespacedName, s planner.Step) {
+// and do not count as a new wait. The members as the planner saw them go
+// with it: they are what the wait can be checked against.
+func (r *Reconciler) logWait(ctx context.Context, key types.NamespacedName, plan membership.Plan) {
+	s := plan.Step
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if s.Kind != planner.Wait {
@@ -495,7 +497,7 @@ func (r *Reconciler) logWait(ctx context.Context, key types.NamespacedName, s pl
 		return
 	}
 	r.waiting[key] = cause
-	logf.FromContext(ctx).Info("membership step waits", "rule", s.Rule, "reason", s.Reason)
+	logf.FromContext(ctx).Info("membership step waits", "rule", s.Rule, "reason", s.Reason, "members", planner.Detail(plan.Input.Members))
 }
 
 // execute runs one change and reports it.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/druid-stretch/druid-stretch/internal/etcdconfig"
 	"github.com/druid-stretch/druid-stretch/internal/peerurl"
@@ -42,7 +43,9 @@ type Joiner struct {
 
 // Admit admits every joiner whose member obs shows as a learner that has not
 // started yet and whose sidecar waits for an admission, or holds one to a
-// membership that has changed since. It returns the members admitted. A
+// membership that has changed since. It returns the members admitted, and
+// notes in obs.Configured how long each such learner's etcd has run with
+// its configuration. A
 // sidecar that is not etcd-wrapper's server (no admission to give: the
 // member starts on its own) or does not answer yet is skipped; the next
 // reconcile asks again.
@@ -86,6 +89,12 @@ func (c *Cluster) admitLearner(ctx context.Context, obs *Observation, j Joiner, 
 			return false, nil
 		}
 		return false, fmt.Errorf("asking the sidecar of %s whether it waits: %w", j.Member, err)
+	}
+	if st.ConfiguredForSeconds > 0 {
+		if obs.Configured == nil {
+			obs.Configured = map[string]time.Duration{}
+		}
+		obs.Configured[strings.ToLower(m.ID)] = time.Duration(st.ConfiguredForSeconds * float64(time.Second))
 	}
 	a := sidecar.Admission{State: etcdconfig.StateExisting, InitialCluster: initialCluster(obs, m.ID, j.Member), MemberID: m.ID}
 	if st.HasData {

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,21 +32,18 @@ advertise-client-urls:
   etcd-main-0: [http://etcd-main-0.etcd-main-peer.ns.svc:2379]
 `
 
-// TestAdmissionFollowsTheMembership: a learner admitted while the cluster
-// had four members, which another learner joined before it started, is
-// admitted again with the five: etcd refuses to join with an initial
-// cluster that does not list exactly the cluster's members (seen on real
-// sites with learners added side by side), and etcd-wrapper asks the
-// sidecar for its configuration again. An admission that still fits is
-// left alone.
-func TestAdmissionFollowsTheMembership(t *testing.T) {
+// peer4 is the peer URL of the joining pod etcd-main-4.
+const peer4 = "http://etcd-main-4.etcd-main-peer.ns.svc:2380"
+
+// joiningPod serves the sidecar of the joining pod etcd-main-4 as
+// etcd-wrapper's server, with a data volume under a temporary folder.
+func joiningPod(t *testing.T) *httptest.Server {
+	t.Helper()
 	g := NewWithT(t)
-	ctx := context.Background()
 	dir := t.TempDir()
 	config := filepath.Join(dir, "etcd.conf.yaml")
 	g.Expect(os.MkdirAll(filepath.Join(dir, "data"), 0o700)).To(Succeed()) // the pod's data volume
 	g.Expect(os.WriteFile(config, []byte(admitConfig+"data-dir: "+filepath.Join(dir, "data", "new.etcd")+"\n"), 0o600)).To(Succeed())
-	const peer4 = "http://etcd-main-4.etcd-main-peer.ns.svc:2380"
 	srv, err := sidecar.New(sidecar.Config{
 		Endpoints:                    []string{"http://127.0.0.1:1"},
 		InsecureAllowUnauthenticated: true,
@@ -58,7 +56,20 @@ func TestAdmissionFollowsTheMembership(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	hs := httptest.NewServer(srv)
 	t.Cleanup(func() { hs.Close(); _ = srv.Close() })
+	return hs
+}
 
+// TestAdmissionFollowsTheMembership: a learner admitted while the cluster
+// had four members, which another learner joined before it started, is
+// admitted again with the five: etcd refuses to join with an initial
+// cluster that does not list exactly the cluster's members (seen on real
+// sites with learners added side by side), and etcd-wrapper asks the
+// sidecar for its configuration again. An admission that still fits is
+// left alone.
+func TestAdmissionFollowsTheMembership(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	hs := joiningPod(t)
 	c, err := membership.New(membership.Config{Holder: "test"})
 	g.Expect(err).NotTo(HaveOccurred())
 	voter := func(i, id string) sidecar.Member {
@@ -165,4 +176,57 @@ func TestAdmissionLeavesAStartedLearnerAlone(t *testing.T) {
 	g.Expect(admitted).To(BeEmpty())
 	g.Expect(err).To(MatchError(And(ContainSubstring("asking the sidecar of etcd-main-4 whether it waits"), ContainSubstring("context deadline exceeded"))))
 	g.Expect(accepted.Load()).To(BeNumerically(">=", 1), "the sidecar of a learner that has not started is asked")
+}
+
+// TestAdmissionTellsHowLongTheLearnersEtcdRuns: the next learner joins once
+// this one's etcd has asked the cluster for its members (planner rule 2),
+// so Admit notes how long the learner's etcd has run with its
+// configuration, as the pod's sidecar says, and the planner's input
+// carries it.
+func TestAdmissionTellsHowLongTheLearnersEtcdRuns(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	hs := joiningPod(t)
+	c, err := membership.New(membership.Config{Holder: "test"})
+	g.Expect(err).NotTo(HaveOccurred())
+	members := []sidecar.Member{
+		{ID: "a0", Name: "etcd-main-0", PeerURLs: []string{"http://etcd-main-0.etcd-main-peer.ns.svc:2380"}, IsLeader: true, Healthy: true},
+		{ID: "B4", PeerURLs: []string{peer4}, IsLearner: true},
+	}
+	observe := func() *membership.Observation {
+		return &membership.Observation{List: &sidecar.MemberList{Members: slices.Clone(members)}, At: time.Now()}
+	}
+	joiners := []membership.Joiner{{Member: "etcd-main-4", PeerURLs: []string{peer4}, Sidecar: hs.URL}}
+	configuredFor := func(o *membership.Observation) time.Duration {
+		in := c.Input(o, membership.Target{}, membership.NewProgress(nil))
+		for _, m := range in.Members {
+			if m.ID == "B4" {
+				return m.ConfiguredFor
+			}
+		}
+		t.Fatalf("no member B4 in %+v", in.Members)
+		return 0
+	}
+
+	o := observe()
+	admitted, err := c.Admit(ctx, o, joiners)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(admitted).To(Equal([]string{"etcd-main-4"}))
+	g.Expect(configuredFor(o)).To(BeZero(), "admitted just now: its etcd has not taken the configuration")
+
+	resp, err := hs.Client().Get(hs.URL + "/config") // the wrapper takes it
+	g.Expect(err).NotTo(HaveOccurred())
+	_ = resp.Body.Close()
+	g.Expect(resp.StatusCode).To(Equal(200))
+	o = observe()
+	admitted, err = c.Admit(ctx, o, joiners)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(admitted).To(BeEmpty())
+	g.Expect(configuredFor(o)).To(BeNumerically(">", 0))
+
+	members[1].ConnectedForSeconds = 1 // its raft runs: its sidecar is not asked again
+	o = observe()
+	_, err = c.Admit(ctx, o, joiners)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(configuredFor(o)).To(BeZero())
 }

@@ -339,6 +339,11 @@ type Observation struct {
 	Began time.Time
 	// Failures are the sidecars asked before Via, and why they failed.
 	Failures []EndpointError
+	// Configured is, by lower-case member ID, how long before the
+	// observation each learner that had not started its raft had run etcd
+	// with the configuration it joins with, as its sidecar told Admit.
+	// Absent when unknown: not asked, not answered, or not taken yet.
+	Configured map[string]time.Duration
 }
 
 // Member returns the observed member with the given name or hex ID.

@@ -232,6 +232,7 @@ func (c *Cluster) Input(obs *Observation, t Target, progress *Progress) planner.
 		}
 		if m.IsLearner {
 			pm.NoProgressFor = progress.NoProgressFor(m.ID, obs.At)
+			pm.ConfiguredFor = obs.Configured[strings.ToLower(m.ID)]
 		}
 		pm.DownFor = c.downFor(m.ID, pm.Healthy, obs.At)
 		in.Members = append(in.Members, pm)

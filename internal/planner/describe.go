@@ -65,3 +65,45 @@ func plural(n int, word string) string {
 	}
 	return word + "s"
 }
+
+// Detail lists each member with what the planner weighs of it, for logs:
+// e.g. "a-0 voter leader healthy 1m0s; b-1 learner unstarted connected
+// 2.5s replicating".
+func Detail(members []Member) string {
+	var out []string
+	for _, m := range members {
+		f := []string{(&member{Member: m, name: m.Name}).label()}
+		if m.Side != "" {
+			f = append(f, "side "+m.Side)
+		}
+		if m.Learner {
+			f = append(f, "learner")
+		} else {
+			f = append(f, "voter")
+		}
+		flag := func(on bool, word string) {
+			if on {
+				f = append(f, word)
+			}
+		}
+		flag(m.Leader, "leader")
+		if m.Healthy {
+			f = append(f, "healthy "+m.HealthyFor.String())
+		}
+		flag(m.Learner && m.CaughtUp, "caught-up")
+		flag(m.Unstarted, "unstarted")
+		flag(m.Unanswered, "unanswered")
+		if m.ConnectedFor > 0 {
+			f = append(f, "connected "+m.ConnectedFor.String())
+		}
+		flag(m.Replicating, "replicating")
+		if m.ConfiguredFor > 0 {
+			f = append(f, "configured "+m.ConfiguredFor.String())
+		}
+		if m.Problem != "" {
+			f = append(f, "problem "+m.Problem)
+		}
+		out = append(out, strings.Join(f, " "))
+	}
+	return strings.Join(out, "; ")
+}

@@ -62,6 +62,11 @@ type Member struct {
 	// observed through the leader's sidecar; ConnectedFor is then the
 	// leader's view.
 	Replicating bool
+	// ConfiguredFor is, for a learner whose raft is not connected yet, how
+	// long its etcd has run with the configuration it joins with (its pod's
+	// sidecar served it); compared with Policy.LearnerStagger (rule 2). 0
+	// when unknown.
+	ConfiguredFor time.Duration
 	// NoProgressFor is, for a learner, how long its raft index has not advanced
 	// (for an unstarted learner: how long ago it was added); 0 while advancing.
 	NoProgressFor time.Duration
@@ -125,6 +130,12 @@ type Policy struct {
 	LearnerProgressTimeout time.Duration
 	// MaxLearners is etcd's limit on learners (--max-learners).
 	MaxLearners int
+	// LearnerStagger is how long a joining learner's etcd runs with its
+	// configuration before the membership may change again (rule 2): its
+	// first request asks a voter for the cluster's members, one round trip
+	// between the sites with a TLS handshake, and compares them with its
+	// initial cluster; a change before that fails its start.
+	LearnerStagger time.Duration
 	// DownVoterGrace is how long a departing voter that is down is waited
 	// for when its removal would leave fewer voters than the target and no
 	// learner can be promoted first: a pod being recreated comes back within
@@ -136,8 +147,13 @@ type Policy struct {
 // DefaultPolicy returns etcd's own figures: strict reconfiguration counts a
 // member after 5 s connected, and etcd allows one learner.
 func DefaultPolicy() Policy {
-	return Policy{MinHealthyFor: 5 * time.Second, LearnerProgressTimeout: 5 * time.Minute, MaxLearners: 1, DownVoterGrace: DefaultDownVoterGrace}
+	return Policy{MinHealthyFor: 5 * time.Second, LearnerProgressTimeout: 5 * time.Minute, MaxLearners: 1, DownVoterGrace: DefaultDownVoterGrace, LearnerStagger: DefaultLearnerStagger}
 }
+
+// DefaultLearnerStagger covers the joining etcd's first request on a busy
+// machine: a TCP and a TLS handshake and the request itself, three round
+// trips of a link between seeds of up to a few hundred milliseconds.
+const DefaultLearnerStagger = 1500 * time.Millisecond
 
 // DefaultDownVoterGrace covers a pod's recreation on a busy node: etcd's
 // preStop wait and stop, the new pod's scheduling, backup-restore's check
@@ -157,6 +173,9 @@ func (p Policy) withDefaults() Policy {
 	}
 	if p.DownVoterGrace <= 0 {
 		p.DownVoterGrace = d.DownVoterGrace
+	}
+	if p.LearnerStagger <= 0 {
+		p.LearnerStagger = d.LearnerStagger
 	}
 	return p
 }
@@ -600,14 +619,18 @@ func (v *view) parallelLearners(ours []*member, p Policy) Step {
 		// Rule 6: in a tie only the removal that ends it comes next. A
 		// conflicting peer URL holds only this add; the learners under way
 		// go on.
-		if l := starting(v.ownLearners()); l != nil {
-			// Rule 2: a joining etcd asks every member for its version
-			// before it starts its raft, and one still doing the same
-			// accepts the connection but answers only once it has started:
-			// two members starting at once each wait out the other's
-			// request timeout (7-15 s measured), and the one configured
-			// before the other was added fails its start once.
-			held = startingWait(l, w)
+		if l := starting(v.ownLearners(), p); l != nil {
+			// Rule 2: a joining etcd first asks a member for the
+			// cluster's members and refuses to start unless they are
+			// exactly its initial cluster, so the next add waits until
+			// it has asked. It then asks every member it knows for its
+			// version before it starts its raft, and a member that is
+			// starting too accepts the connection but answers only once
+			// it has started: two members starting at once that know
+			// each other each wait out the other's request timeout. One
+			// added after the other asked is unknown to it, and waits
+			// only for the other's start.
+			held = startingWait(l, w, p)
 			if l.NoProgressFor < startingHold && !onlyLearner {
 				// The learners the target needs join first, so that they
 				// catch up side by side; a promotion waits the moment
@@ -645,7 +668,7 @@ func (v *view) parallelLearners(ours []*member, p Policy) Step {
 	// it was admitted with against the cluster's, and a removal in between
 	// fails that start.
 	waiting := ready == nil && !inTie
-	if rm := v.nextRemoval(); rm != nil && !(waiting && starting(ours) != nil) && v.removeFirst(rm, true, len(ours)) {
+	if rm := v.nextRemoval(); rm != nil && !(waiting && starting(ours, p) != nil) && v.removeFirst(rm, true, len(ours)) {
 		return v.removeVoter(rm, p, RuleInterleave, fmt.Sprintf("%s is departing", rm.label()))
 	}
 	if waiting && held.Kind == Wait {
@@ -663,12 +686,13 @@ func (v *view) parallelLearners(ours []*member, p Policy) Step {
 // about to, and the others go on without waiting for it.
 const startingHold = 30 * time.Second
 
-// starting is the first learner whose etcd has not started its raft yet, as
-// far as the caller saw: it does not serve clients and no transport has it
-// connected.
-func starting(learners []*member) *member {
+// starting is the first learner whose etcd may not have asked the cluster
+// for its members yet, as far as the caller saw: it serves no clients, no
+// transport has it connected, and its etcd has not run LearnerStagger with
+// its configuration (or the caller does not know that it has).
+func starting(learners []*member, p Policy) *member {
 	for _, l := range learners {
-		if l.Unstarted && !l.Healthy && l.ConnectedFor == 0 {
+		if l.Unstarted && !l.Healthy && l.ConnectedFor == 0 && l.ConfiguredFor < p.LearnerStagger {
 			return l
 		}
 	}
@@ -745,8 +769,14 @@ func removeStuck(l *member, p Policy) Step {
 }
 
 // startingWait is the wait of w's add while learner l starts (rule 2).
-func startingWait(l *member, w *Want) Step {
-	return waitStep(RuleOneLearner, "WaitingForLearner: %s has not started its etcd yet; %s joins once it has (two members starting at once wait on each other)", l.label(), w.Name)
+func startingWait(l *member, w *Want, p Policy) Step {
+	if l.ConfiguredFor > 0 {
+		s := waitStep(RuleOneLearner, "WaitingForLearner: %s's etcd took its configuration %s ago and asks the cluster for its members; %s joins %s after that take (a change before the ask fails its start)",
+			l.label(), l.ConfiguredFor, w.Name, p.LearnerStagger)
+		s.ReadyIn = p.LearnerStagger - l.ConfiguredFor
+		return s
+	}
+	return waitStep(RuleOneLearner, "WaitingForLearner: %s has not started its etcd yet; %s joins once it has asked the cluster for its members (a change before the ask fails its start)", l.label(), w.Name)
 }
 
 // settledFor is how long etcd's strict reconfiguration check has counted m
@@ -840,8 +870,8 @@ func (v *view) change(p Policy) Step {
 	add, rm := v.nextAdd(), v.nextRemoval()
 	if add == nil && rm == nil {
 		if w := v.nextLearnerOnly(); w != nil {
-			if l := starting(v.ownLearners()); l != nil {
-				return startingWait(l, w) // rule 2, as in parallelLearners
+			if l := starting(v.ownLearners(), p); l != nil {
+				return startingWait(l, w, p) // rule 2, as in parallelLearners
 			}
 			return v.addLearner(w, p)
 		}

@@ -30,6 +30,10 @@ func unstarted(name, side string, addedAgo time.Duration) Member {
 // it connected for d.
 func connected(m Member, d time.Duration) Member { m.ConnectedFor = d; return m }
 
+// configured is the unstarted learner m whose etcd has run d with the
+// configuration it joins with.
+func configured(m Member, d time.Duration) Member { m.ConfiguredFor = d; return m }
+
 func promoted(m Member) Member { m.Learner, m.NoProgressFor = false, 0; return m }
 
 func lead(m Member) Member { m.Leader = true; return m }
@@ -270,6 +274,10 @@ func TestRule2ParallelLearners(t *testing.T) {
 			expect: expect{kind: AddLearner, member: "b-0"}},
 		{name: "a second waits until the first's etcd runs", obs: with(unstarted("b-0", "b", time.Second)), want: moveAB, policy: three,
 			expect: expect{kind: Wait, rule: RuleOneLearner, reason: "WaitingForLearner: b-0 has not started its etcd yet; b-1 joins once it has"}},
+		{name: "a second once the first's etcd has asked the cluster for its members", obs: with(configured(unstarted("b-0", "b", 3*time.Second), 1600*time.Millisecond)), want: moveAB, policy: three,
+			expect: expect{kind: AddLearner, member: "b-1"}},
+		{name: "a second waits while the first's etcd may not have asked yet", obs: with(configured(unstarted("b-0", "b", 2*time.Second), 500*time.Millisecond)), want: moveAB, policy: three,
+			expect: expect{kind: Wait, rule: RuleOneLearner, reason: "WaitingForLearner: b-0's etcd took its configuration 500ms ago and asks the cluster for its members; b-1 joins 1.5s after that take"}},
 		{name: "a second while the first catches up, connected", obs: with(connected(unstarted("b-0", "b", time.Second), time.Second)), want: moveAB, policy: three,
 			expect: expect{kind: AddLearner, member: "b-1"}},
 		{name: "a third while two catch up", obs: with(learner("b-0", "b"), connected(unstarted("b-1", "b", time.Second), time.Second)), want: moveAB, policy: three,
@@ -294,6 +302,9 @@ func TestRule2ParallelLearners(t *testing.T) {
 		{name: "but not while a learner starts: a removal would fail its start",
 			obs: with(voter("b-0", "b"), notCaughtUp(learner("b-1", "b")), unstarted("b-2", "b", time.Second)), want: moveAB, policy: three,
 			expect: expect{kind: Wait, rule: RuleReadyLearner, reason: "WaitingForLearner: b-1 is catching up"}},
+		{name: "once the starting learner's etcd has asked, the removal goes",
+			obs: with(voter("b-0", "b"), notCaughtUp(learner("b-1", "b")), configured(unstarted("b-2", "b", 3*time.Second), 2*time.Second)), want: moveAB, policy: three,
+			expect: expect{kind: Remove, rule: RuleInterleave, reason: "is departing"}},
 		{name: "nor before the first promotion: the learners make up for the departing voters",
 			obs: with(notCaughtUp(learner("b-0", "b")), notCaughtUp(learner("b-1", "b")), notCaughtUp(learner("b-2", "b"))), want: moveAB, policy: three,
 			expect: expect{kind: Wait, rule: RuleReadyLearner}},
@@ -314,6 +325,18 @@ func TestRule2ParallelLearners(t *testing.T) {
 			obs: obs(voter("a-1", "a"), voter("a-2", "a"), lead(voter("b-0", "b")), voter("b-2", "b"), notCaughtUp(learner("b-1", "b"))), want: moveAB, policy: three,
 			expect: expect{kind: Remove, rule: RuleInterleave}},
 	})
+}
+
+// The stagger's wait says when it ends, so the controller polls then rather
+// than at its progress interval.
+func TestRule2StaggerSaysWhenItEnds(t *testing.T) {
+	g := NewWithT(t)
+	o := obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a"), configured(unstarted("b-0", "b", 2*time.Second), 400*time.Millisecond))
+	s := Next(o, moveAB, Policy{MaxLearners: 3, LearnerStagger: time.Second})
+	g.Expect(s.Kind).To(Equal(Wait), "%s", s)
+	g.Expect(s.ReadyIn).To(Equal(600 * time.Millisecond))
+	o.Members[3].ConfiguredFor = time.Second
+	g.Expect(Next(o, moveAB, Policy{MaxLearners: 3, LearnerStagger: time.Second}).Kind).To(Equal(AddLearner))
 }
 
 func notCaughtUp(m Member) Member {
