@@ -649,9 +649,7 @@ func (v *view) parallelLearners(ours []*member, p Policy) Step {
 		if s.Kind == Remove {
 			return s // rule 8: a stuck learner holds a slot for good
 		}
-		if ok && (ready == nil || early(ready, p) && !early(l, p)) {
-			// One etcd counts already goes before one it does not yet:
-			// the removals after it may need it counted.
+		if ok && (ready == nil || readiness(l, p) > readiness(ready, p)) {
 			ready = l
 		}
 		if i == 0 {
@@ -733,6 +731,22 @@ func (v *view) learnerState(l *member, p Policy) (Step, bool) {
 // early tells whether the ready learner l is promoted before etcd's strict
 // reconfiguration check counts it.
 func early(l *member, p Policy) bool { return l.Healthy && settledFor(l) < p.MinHealthyFor }
+
+// readiness ranks the ready learner l for promotion. One that answers
+// polls goes before one that does not yet: the removals after it, the one
+// that ends a tie above all, count only voters that answer, and a
+// promotion into a tie waits for a learner that does not. Among those that
+// answer, one etcd's strict reconfiguration check counts already goes
+// before one it does not yet: the removals after it may need it counted.
+func readiness(l *member, p Policy) int {
+	switch {
+	case !l.Healthy:
+		return 0
+	case early(l, p):
+		return 1
+	}
+	return 2
+}
 
 // tieNeedsIt tells whether learner l, caught up but not yet counted by
 // etcd's strict reconfiguration check (healthy or connected for less than
