@@ -252,11 +252,14 @@ type MemberChange struct {
 	Text string
 }
 
-// TimedTransitions are Transitions with when a poll first saw each.
+// TimedTransitions are Transitions with when a poll first saw each. A
+// learner the sidecar added and removed again at once, to add it again in
+// a later second for a higher member ID, is left out (readdedLearners).
 func (h *MembershipHistory) TimedTransitions() []Transition {
 	h.mu.Lock()
 	lists, seen := slices.Clone(h.lists), slices.Clone(h.seen)
 	h.mu.Unlock()
+	readded := readdedLearners(lists, seen)
 	var out []Transition
 	for i := 1; i < len(lists); i++ {
 		before, after := map[uint64]MemberState{}, map[uint64]MemberState{}
@@ -283,12 +286,55 @@ func (h *MembershipHistory) TimedTransitions() []Transition {
 				changes = append(changes, MemberChange{Kind: ConfChangeRemove, ID: id, Text: "remove " + m.Name})
 			}
 		}
+		changes = slices.DeleteFunc(changes, func(c MemberChange) bool { return readded[c.ID] })
+		if len(changes) == 0 {
+			continue
+		}
 		slices.SortFunc(changes, func(a, b MemberChange) int { return cmp.Compare(a.Text, b.Text) })
 		texts := make([]string, 0, len(changes))
 		for _, c := range changes {
 			texts = append(texts, c.Text)
 		}
 		out = append(out, Transition{At: seen[i], Change: strings.Join(texts, " + "), Changes: changes})
+	}
+	return out
+}
+
+// readdWindow bounds how long a learner the sidecar adds again for a
+// higher member ID stays: the removal follows the add at once, and the
+// new add comes within the second after.
+const readdWindow = 5 * time.Second
+
+// readdedLearners are the IDs of the learners that lists show only as
+// learners without a name (they never started), gone by the last list and
+// seen for less than readdWindow: the adds the sidecar took back to add
+// the learner again for a higher member ID.
+func readdedLearners(lists [][]MemberState, seen []time.Time) map[uint64]bool {
+	first, gone := map[uint64]time.Time{}, map[uint64]time.Time{}
+	started := map[uint64]bool{}
+	for i, list := range lists {
+		present := map[uint64]bool{}
+		for _, m := range list {
+			present[m.ID] = true
+			if m.Name != "" || !m.Learner {
+				started[m.ID] = true
+			}
+			if _, ok := first[m.ID]; !ok {
+				first[m.ID] = seen[i]
+			}
+			delete(gone, m.ID)
+		}
+		for id := range first {
+			if _, ok := gone[id]; !ok && !present[id] {
+				gone[id] = seen[i]
+			}
+		}
+	}
+	out := map[uint64]bool{}
+	for id, at := range gone {
+		if !started[id] && at.Sub(first[id]) < readdWindow {
+			out[id] = true
+		}
 	}
 	return out
 }

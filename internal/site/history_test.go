@@ -1,6 +1,7 @@
 package site
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -80,4 +81,36 @@ func TestFewestVoters(t *testing.T) {
 	g.Expect(n).To(Equal(2))
 	g.Expect(from).To(Equal(at.Add(time.Second)))
 	g.Expect(lasted).To(Equal(2 * time.Second))
+}
+
+// TestLearnersAddedAgainAreLeftOut: the sidecar removes a learner whose
+// member ID falls below every voter's and adds it again a second later;
+// the transitions name one add. A learner that started, or stayed long,
+// before its removal is a change like any other.
+func TestLearnersAddedAgainAreLeftOut(t *testing.T) {
+	g := NewWithT(t)
+	h := &MembershipHistory{}
+	at := time.Now()
+	voters := []MemberState{{ID: 0xa1, Name: "etcd-main-0"}, {ID: 0xa2, Name: "etcd-main-1"}}
+	with := func(ms ...MemberState) []MemberState { return append(slices.Clone(voters), ms...) }
+	for i, list := range [][]MemberState{
+		with(),
+		with(MemberState{ID: 0x01, Learner: true}), // added low, taken back
+		with(),
+		with(MemberState{ID: 0xb5, Learner: true}),
+		with(MemberState{ID: 0xb5, Name: "etcd-main-3", Learner: true}),
+		with(MemberState{ID: 0xb5, Name: "etcd-main-3"}),
+		with(MemberState{ID: 0xb5, Name: "etcd-main-3"}, MemberState{ID: 0xc7, Learner: true}),
+		with(MemberState{ID: 0xb5, Name: "etcd-main-3"}), // never started, but stayed 10 s
+	} {
+		h.lists = append(h.lists, list)
+		h.seen = append(h.seen, at.Add(time.Duration(i)*100*time.Millisecond))
+	}
+	h.seen[len(h.seen)-1] = h.seen[len(h.seen)-2].Add(10 * time.Second)
+	g.Expect(h.Transitions()).To(Equal([]string{
+		"add learner (unnamed)",
+		"promote etcd-main-3",
+		"add learner (unnamed)",
+		"remove ",
+	}))
 }
