@@ -127,9 +127,10 @@ type JoinStatus struct {
 	// ConfiguredForSeconds is how long ago etcd-wrapper took this member's
 	// configuration to join with (an admission, no data), on the sidecar's
 	// clock: its etcd runs with it since, and has asked the cluster for its
-	// membership once one round trip to a voter has passed. 0 when the
-	// wrapper has taken none since it last began to initialise, since this
-	// sidecar started, or once the member has data.
+	// membership once one round trip to a voter has passed; once it has
+	// data (its log, written after that check) it still runs with it. 0
+	// when the wrapper has taken none since it last began to initialise
+	// or since this sidecar started.
 	ConfiguredForSeconds float64 `json:"configuredForSeconds,omitempty"`
 }
 
@@ -220,7 +221,7 @@ func (s *Server) joinRoutes(mux *http.ServeMux) {
 		}
 		j.mu.Lock()
 		st.Initialization = j.state
-		if !j.configured.IsZero() && !st.HasData {
+		if !j.configured.IsZero() {
 			st.ConfiguredForSeconds = time.Since(j.configured).Seconds()
 		}
 		j.mu.Unlock()
