@@ -437,8 +437,9 @@ func (s *Server) pollMembers(ctx context.Context, v *view, removing map[uint64]b
 		a.HealthyForSeconds = healthyFor.Seconds()
 		if !removing[m.pb.ID] {
 			a.ConnectedForSeconds = s.connectedForLocked(m.pb.ID, healthyFor, now).Seconds()
-			a.Replicating = m.pb.ID != s.localID && progress != nil && progress.id == s.localID &&
-				progress.id == v.leaderID && progress.replicating(m.pb.ID) && a.ConnectedForSeconds > 0
+			leads := m.pb.ID != s.localID && progress != nil && progress.id == s.localID && progress.id == v.leaderID
+			a.Replicating = leads && progress.replicating(m.pb.ID) && a.ConnectedForSeconds > 0
+			a.BehindAtLeader = leads && progress.behind(m.pb.ID)
 		}
 	}
 	if s.transport.of != 0 && s.transport.of == s.localID {

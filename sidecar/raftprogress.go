@@ -47,6 +47,20 @@ func (p *raftProgress) replicating(id uint64) bool {
 	return ok && pr.state == "StateReplicate" && pr.match*10 >= p.commit*9
 }
 
+// behind tells whether the leader's raft has member id's log below 90 % of
+// its own: etcd's own test before it promotes a learner (its leader's
+// isLearnerReady compares the two match indexes), which refuses the
+// promotion meanwhile. False when this is no leader's status or the member
+// is not in it: that is not known here.
+func (p *raftProgress) behind(id uint64) bool {
+	if !p.leads() {
+		return false
+	}
+	pr, ok := p.members[id]
+	own := p.members[p.id]
+	return ok && own.match > 0 && pr.match*10 < own.match*9
+}
+
 // readRaftProgress reads the local member's raft status from its
 // /debug/vars. It asks the member's HTTP handler for a published variable
 // only: no etcd request that could meet the member's own removal.

@@ -24,12 +24,19 @@ func TestParseRaftProgress(t *testing.T) {
 	g.Expect(p.replicating(0xfd422379fda50e48)).To(BeFalse(), "probing: raft does not know it acknowledges")
 	g.Expect(p.replicating(0xa1)).To(BeFalse(), "replicate, but its log below 90 % of the commit")
 	g.Expect(p.replicating(0x42)).To(BeFalse(), "not in the progress at all")
+	// etcd's promotion test: a match at 90 % of the leader's own or more,
+	// whatever raft's state of it.
+	g.Expect(p.behind(0x91bc3c398fb3c146)).To(BeFalse())
+	g.Expect(p.behind(0xfd422379fda50e48)).To(BeFalse(), "probing, but its log is the leader's: etcd promotes it")
+	g.Expect(p.behind(0xa1)).To(BeTrue(), "80 % of the leader's match: etcd refuses its promotion")
+	g.Expect(p.behind(0x42)).To(BeFalse(), "not in the progress: not known to be behind")
 
 	const follower = `{"raft.status": {"id":"91bc3c398fb3c146","term":3,"vote":"8e9e05c52164694d","commit":1000,"lead":"8e9e05c52164694d","raftState":"StateFollower","applied":1000,"progress":{},"leadtransferee":"0"}}`
 	p, err = parseRaftProgress(strings.NewReader(follower))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(p.leads()).To(BeFalse())
 	g.Expect(p.replicating(0x8e9e05c52164694d)).To(BeFalse(), "a follower has no word on anyone")
+	g.Expect(p.behind(0x8e9e05c52164694d)).To(BeFalse(), "nor on who is behind")
 
 	_, err = parseRaftProgress(strings.NewReader(`{"raft.status": null}`))
 	g.Expect(err).To(MatchError(ContainSubstring("has no raft.status")))

@@ -176,6 +176,12 @@ type Member struct {
 	// after a snapshot join serves clients only once etcd retried its
 	// publish). Only the leader's sidecar sets it.
 	Replicating bool `json:"replicating,omitempty"`
+	// BehindAtLeader means this sidecar's member leads and its raft has
+	// the member's log below 90 % of its own: etcd's own test before it
+	// promotes a learner, which it refuses meanwhile (its snapshot, or the
+	// entries after it, are on their way). Only the leader's sidecar sets
+	// it, from its raft status; false where that is not known.
+	BehindAtLeader bool `json:"behindAtLeader,omitempty"`
 }
 
 // LockStatus names the membership lock holder, the token of the process

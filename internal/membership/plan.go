@@ -221,8 +221,8 @@ func (c *Cluster) Input(obs *Observation, t Target, progress *Progress) planner.
 		}
 		if transportVotes {
 			pm.ConnectedFor = time.Duration(m.ConnectedForSeconds * float64(time.Second))
-			// Only the leader's sidecar reports it, from its own raft.
-			pm.Replicating = m.Replicating
+			// Only the leader's sidecar reports them, from its own raft.
+			pm.Replicating, pm.BehindAtLeader = m.Replicating, m.BehindAtLeader
 		}
 		if !m.Healthy && !m.IsLearner && pm.ConnectedFor > 0 && c.wasDrained(m.ID, obs.At) {
 			// Its gate was closed for a removal that did not follow (see

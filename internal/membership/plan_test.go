@@ -174,7 +174,7 @@ func TestInputTrustsOnlyAVotersTransport(t *testing.T) {
 	c, err := membership.New(membership.Config{Holder: "input"})
 	g.Expect(err).NotTo(HaveOccurred())
 	// Named as the controller names the learner its last step added.
-	learner := sidecar.Member{ID: "b0", Name: "b-0", PeerURLs: []string{"https://b-0:2380"}, IsLearner: true, Error: "not started", ConnectedForSeconds: 7, Replicating: true}
+	learner := sidecar.Member{ID: "b0", Name: "b-0", PeerURLs: []string{"https://b-0:2380"}, IsLearner: true, Error: "not started", ConnectedForSeconds: 7, Replicating: true, BehindAtLeader: true}
 	a0 := voter("a0", "a-0", true)
 	a0.ConnectedForSeconds = 60
 	target := membership.Target{Add: want("b-0"), Keep: []string{"a-0"}}
@@ -195,6 +195,7 @@ func TestInputTrustsOnlyAVotersTransport(t *testing.T) {
 		g.Expect(in.Members[1].Unstarted).To(BeTrue(), tc.name)
 		g.Expect(in.Members[1].ConnectedFor).To(Equal(tc.connectedFor), tc.name)
 		g.Expect(in.Members[1].Replicating).To(Equal(tc.connectedFor > 0), tc.name+": the leader's word on replication comes with its transport's")
+		g.Expect(in.Members[1].BehindAtLeader).To(Equal(tc.connectedFor > 0), tc.name+": and its word on the log's share")
 		g.Expect(in.Members[0].Unstarted).To(BeFalse(), tc.name)
 	}
 }

@@ -97,6 +97,7 @@ func Detail(members []Member) string {
 			f = append(f, "connected "+m.ConnectedFor.String())
 		}
 		flag(m.Replicating, "replicating")
+		flag(m.BehindAtLeader, "behind-at-leader")
 		if m.ConfiguredFor > 0 {
 			f = append(f, "configured "+m.ConfiguredFor.String())
 		}

@@ -62,6 +62,11 @@ type Member struct {
 	// observed through the leader's sidecar; ConnectedFor is then the
 	// leader's view.
 	Replicating bool
+	// BehindAtLeader means the leader's raft has the learner's log below
+	// 90 % of its own, so etcd refuses its promotion: the leader's word,
+	// known like Replicating only when the caller observed through the
+	// leader's sidecar; false otherwise.
+	BehindAtLeader bool
 	// ConfiguredFor is, for a learner whose raft is not connected yet, how
 	// long its etcd has run with the configuration it joins with (its pod's
 	// sidecar served it); compared with Policy.LearnerStagger (rule 2). 0
@@ -711,6 +716,11 @@ func (v *view) learnerState(l *member, p Policy) (Step, bool) {
 	switch {
 	case stuck(l, p):
 		return removeStuck(l, p), false
+	case !l.Healthy && l.ConnectedFor > 0 && l.BehindAtLeader:
+		// Rule 3: etcd would refuse the promotion, and the caller would
+		// wait out the refusal before its next step (the next learner's
+		// add among them): the leader's word is enough to wait for.
+		return waitStep(RuleReadyLearner, "WaitingForLearner: %s does not answer polls yet, and the leader has its log below 90 %% of its own, where etcd refuses a promotion (its snapshot or the entries after it are on their way)", l.label()), false
 	case !l.Healthy && l.ConnectedFor > 0:
 		// Rule 3: a learner that does not answer polls yet (it has not
 		// published itself, or its client port is not reachable yet) can

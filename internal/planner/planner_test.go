@@ -59,6 +59,10 @@ func refusing(m Member) Member {
 
 // replicating is m as the leader's sidecar saw it: its raft replicates to
 // m, and its transport has m connected for d.
+// behindAtLeader is m as the leader's raft has it: its log below 90 % of
+// the leader's.
+func behindAtLeader(m Member) Member { m.BehindAtLeader = true; return m }
+
 func replicating(m Member, d time.Duration) Member {
 	m.Replicating, m.ConnectedFor = true, d
 	return m
@@ -407,6 +411,8 @@ func TestRule3PromoteReadyLearner(t *testing.T) {
 			expect: expect{kind: Promote, member: "b-0", rule: RuleReadyLearner, reason: "it does not answer polls yet, and etcd checks that its log is caught up"}},
 		{name: "started, not answering polls yet, connected for a moment: etcd judges its log", obs: with(connected(down(learner("b-0", "b")), 100*time.Millisecond)), want: moveAB,
 			expect: expect{kind: Promote, member: "b-0", reason: "it does not answer polls yet, and etcd checks that its log is caught up"}},
+		{name: "connected, not answering, and the leader has its log below etcd's 90 %: etcd would refuse, so it waits", obs: with(behindAtLeader(connected(unstarted("b-0", "b", 10*time.Second), 2*time.Second))), want: moveAB,
+			expect: expect{kind: Wait, rule: RuleReadyLearner, reason: "WaitingForLearner: b-0 does not answer polls yet, and the leader has its log below 90 % of its own"}},
 		{name: "started, not answering, not connected", obs: with(down(learner("b-0", "b"))), want: moveAB,
 			expect: expect{kind: Wait, rule: RuleReadyLearner, reason: "WaitingForLearner: b-0 is not answering yet, and its raft is not connected"}},
 		{name: "healthy for 3 s, connected for 5 s", obs: with(connected(young, 5*time.Second)), want: moveAB,
