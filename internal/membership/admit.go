@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -137,7 +138,7 @@ func (c *Cluster) PodsWaiting(ctx context.Context, joiners []Joiner) map[string]
 			defer cancel()
 			why := ""
 			if _, err := c.client(j.Sidecar, j.TLS).Join(jctx); err != nil && !notJoining(err) {
-				why = fmt.Sprintf("its pod's sidecar does not answer yet (%v)", err)
+				why = fmt.Sprintf("its pod's sidecar does not answer yet (%v)", dialError(err))
 			}
 			mu.Lock()
 			out[j.Member] = why
@@ -146,6 +147,17 @@ func (c *Cluster) PodsWaiting(ctx context.Context, joiners []Joiner) map[string]
 	}
 	wg.Wait()
 	return out
+}
+
+// dialError is the dial's own error within err when there is one ("dial
+// tcp 10.0.0.3:8090: connect: connection refused"), which says all a
+// wait for a pod needs; err otherwise.
+func dialError(err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) {
+		return op
+	}
+	return err
 }
 
 // Bootstrap admits every joiner with state "new" and the initial cluster of

@@ -716,11 +716,13 @@ func (v *view) learnerState(l *member, p Policy) (Step, bool) {
 	switch {
 	case stuck(l, p):
 		return removeStuck(l, p), false
-	case !l.Healthy && l.ConnectedFor > 0 && l.BehindAtLeader:
+	case l.BehindAtLeader:
 		// Rule 3: etcd would refuse the promotion, and the caller would
 		// wait out the refusal before its next step (the next learner's
-		// add among them): the leader's word is enough to wait for.
-		return waitStep(RuleReadyLearner, "WaitingForLearner: %s does not answer polls yet, and the leader has its log below 90 %% of its own, where etcd refuses a promotion (its snapshot or the entries after it are on their way)", l.label()), false
+		// add among them). The leader's word counts over the learner's
+		// own answer: the leader's acknowledgements of its log cross the
+		// sites and come later than the learner's own raft index.
+		return waitStep(RuleReadyLearner, "WaitingForLearner: the leader has %s's log below 90 %% of its own, where etcd refuses a promotion (its snapshot or the entries after it are on their way)", l.label()), false
 	case !l.Healthy && l.ConnectedFor > 0:
 		// Rule 3: a learner that does not answer polls yet (it has not
 		// published itself, or its client port is not reachable yet) can
