@@ -5,10 +5,8 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/druid-stretch/druid-stretch/internal/etcdconfig"
@@ -116,48 +114,6 @@ func (c *Cluster) admitLearner(ctx context.Context, obs *Observation, j Joiner, 
 		return false, fmt.Errorf("admitting %s as learner %s: %w", j.Member, m.ID, err)
 	}
 	return true, nil
-}
-
-// PodsWaiting asks the sidecars of joiners, members not in the cluster
-// yet, whether their pods run, all at once and each bounded like a member
-// list. It returns, by member name, why a pod cannot start its member yet
-// ("" when it can): a sidecar that answers runs in the pod, whose member
-// then starts once admitted (or on its own, where the sidecar does not
-// serve etcd-wrapper); one that does not answer is in a pod that is not
-// created, scheduled or started yet, and a learner added for it could not
-// start until it is.
-func (c *Cluster) PodsWaiting(ctx context.Context, joiners []Joiner) map[string]string {
-	out := make(map[string]string, len(joiners))
-	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
-	)
-	for _, j := range joiners {
-		wg.Go(func() {
-			jctx, cancel := context.WithTimeout(ctx, c.cfg.ObserveTimeout)
-			defer cancel()
-			why := ""
-			if _, err := c.client(j.Sidecar, j.TLS).Join(jctx); err != nil && !notJoining(err) {
-				why = fmt.Sprintf("its pod's sidecar does not answer yet (%v)", dialError(err))
-			}
-			mu.Lock()
-			out[j.Member] = why
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	return out
-}
-
-// dialError is the dial's own error within err when there is one ("dial
-// tcp 10.0.0.3:8090: connect: connection refused"), which says all a
-// wait for a pod needs; err otherwise.
-func dialError(err error) error {
-	var op *net.OpError
-	if errors.As(err, &op) {
-		return op
-	}
-	return err
 }
 
 // Bootstrap admits every joiner with state "new" and the initial cluster of

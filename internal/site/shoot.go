@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
@@ -242,13 +243,21 @@ func (k *ShootAPIServer) StartOnceMemberServes(ctx context.Context) error {
 // API endpoint points at the destination's.
 func (k *ShootAPIServer) Stop(ctx context.Context) error {
 	ns, name := k.deployment.Namespace, k.deployment.Name
-	scale, err := k.site.Kube.AppsV1().Deployments(ns).GetScale(ctx, name, metav1.GetOptions{})
+	// The deployment controller writes the Deployment too (its status,
+	// right after a start): a scale read before that write conflicts.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		scale, err := k.site.Kube.AppsV1().Deployments(ns).GetScale(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("reading the scale of the shoot kube-apiserver: %w", err)
+		}
+		scale.Spec.Replicas = 0
+		if _, err := k.site.Kube.AppsV1().Deployments(ns).UpdateScale(ctx, name, scale, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("scaling the shoot kube-apiserver to 0: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("reading the scale of the shoot kube-apiserver: %w", err)
-	}
-	scale.Spec.Replicas = 0
-	if _, err := k.site.Kube.AppsV1().Deployments(ns).UpdateScale(ctx, name, scale, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("scaling the shoot kube-apiserver to 0: %w", err)
+		return err
 	}
 	selector := metav1.FormatLabelSelector(k.deployment.Spec.Selector)
 	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
