@@ -37,7 +37,7 @@ import (
 // admitted it, and with the initial cluster the controller gave:
 //
 //	GET /v1/join   what this member is: name, URLs, data present, admission
-//	PUT /v1/join   admit it {"state","initialCluster","memberID"} (mutating)
+//	PUT /v1/join   admit it {"state","initialCluster","memberID","member"} (mutating)
 //
 // A member whose data directory holds etcd data starts at once: etcd then
 // ignores the initial cluster and rejoins with what its log says.
@@ -60,6 +60,13 @@ const ReasonHasData = "HasData"
 // cluster counts it as a member, and a bootstrap would start a second
 // cluster beside it.
 const ReasonAdmittedToExisting = "AdmittedToExisting"
+
+// ReasonWrongMember refuses an admission addressed to another member (its
+// Member field names another than this sidecar's): the controller reached
+// this pod under a name or a connection meant for another one, and an
+// admission for that other member would make this one join under the
+// other's learner ID.
+const ReasonWrongMember = "WrongMember"
 
 // ReasonNotAdmitted answers /config for a member the controller has not
 // admitted and that has no data.
@@ -108,6 +115,10 @@ type Admission struct {
 	// MemberID is the hex ID of the learner the controller added, for the
 	// record; empty for a bootstrap.
 	MemberID string `json:"memberID,omitempty"`
+	// Member is the name of the member the admission is for. A sidecar
+	// of another member refuses it (ReasonWrongMember) and keeps what it
+	// held. Empty (older controllers) is not checked.
+	Member string `json:"member,omitempty"`
 }
 
 // JoinStatus is what GET /v1/join answers.
@@ -317,6 +328,10 @@ func (j *joiner) admit(a Admission) (*JoinStatus, *Error) {
 	if a.State != etcdconfig.StateNew && a.State != etcdconfig.StateExisting {
 		return nil, &Error{StatusCode: http.StatusBadRequest, Reason: ReasonInvalidArgument,
 			Message: fmt.Sprintf("state %q: want %q or %q", a.State, etcdconfig.StateNew, etcdconfig.StateExisting)}
+	}
+	if a.Member != "" && a.Member != j.self.Name {
+		return nil, &Error{StatusCode: http.StatusConflict, Reason: ReasonWrongMember,
+			Message: fmt.Sprintf("the admission is for member %s, and this is the sidecar of member %s: nothing is admitted (the caller reached this pod under a name or a connection meant for %s)", a.Member, j.self.Name, a.Member)}
 	}
 	// The same check etcd would make at start, made now so that the
 	// controller hears of a bad initial cluster and the member never

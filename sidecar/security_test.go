@@ -650,6 +650,35 @@ func TestSecurityRefusals(t *testing.T) {
 					Answer: normalize(a.String()), Before: admitted(before.Admission), After: "unchanged"})
 			})
 		}
+		// An admission addressed to another member: the controller
+		// reached this pod under a name or a kept connection meant for
+		// another one (two pods of the same name, one per seed). Refused
+		// whether or not the member holds an admission already.
+		for _, row := range []struct {
+			input string
+			url   func() string
+		}{
+			{"a member not admitted yet", func() string { u, _ := joiningSidecarWith(t, func(*sidecar.Joining) {}); return u }},
+			{"a member admitted already", func() string { return joinURL }},
+		} {
+			t.Run("wrong member: "+row.input, func(t *testing.T) {
+				g := NewWithT(t)
+				url := row.url()
+				cl := sidecar.NewClient(url, nil)
+				before, err := cl.Join(t.Context())
+				g.Expect(err).NotTo(HaveOccurred())
+				body := `{"state":"existing","initialCluster":"` + existing + `","memberID":"8e9e05c52164694d","member":"site-b-etcd-main-3"}`
+				req, err := http.NewRequest(http.MethodPut, url+"/v1/join", strings.NewReader(body))
+				g.Expect(err).NotTo(HaveOccurred())
+				a := send(http.DefaultClient, req)
+				refused(409, sidecar.ReasonWrongMember)(g, a)
+				after, err := cl.Join(t.Context())
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(after.Admission).To(Equal(before.Admission), "the admission changed")
+				table.Add(refusaldoc.Row{Input: "an admission for another member, to " + row.input + " " + body, Target: "PUT /v1/join",
+					Answer: normalize(a.String()), Before: admitted(before.Admission), After: "unchanged"})
+			})
+		}
 	}
 
 	// Last but one: the answer frees the only slot just after it is sent.

@@ -23,6 +23,7 @@ import (
 
 	druidv1alpha1 "github.com/gardener/etcd-druid/api/core/v1alpha1"
 
+	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
 	"github.com/druid-stretch/druid-stretch/internal/membership"
@@ -274,7 +275,21 @@ func (r *Reconciler) lookupPeerHosts(ctx context.Context, peerURLs []string, dom
 // name is published by the EndpointSlice controller, never here.
 func (r *Reconciler) ownPod(e *v1alpha1.Etcd, hostname string) bool {
 	o, ok := members.PodOrdinal(e, hostname)
-	return ok && (members.LocalOrdinals(e).Contains(o) || members.PodWindow(e).Contains(o))
+	if !ok {
+		return false
+	}
+	if _, joins := stretchv1alpha1.FromBootstrap(e); joins && o >= int64(e.Spec.GetOrdinalStart()) {
+		// A GEP-39 destination counts its ordinals from 0 like its source
+		// and grows to the source's size: created with one replica fewer,
+		// scaled up once its first members joined. Every source pod name
+		// is one of its own pods' names, now or after that scale-up.
+		// Published for the source's pod, the name would still lead there
+		// when the destination's pod of that name is created, and the
+		// controller, asking that pod's sidecar for its admission, would
+		// ask the source's member instead.
+		return true
+	}
+	return members.LocalOrdinals(e).Contains(o) || members.PodWindow(e).Contains(o)
 }
 
 // inClusterHostname returns the first label of rawURL's host when the host

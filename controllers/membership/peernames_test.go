@@ -15,6 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	druidv1alpha1 "github.com/gardener/etcd-druid/api/core/v1alpha1"
+
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/sidecar"
@@ -123,4 +125,53 @@ func mustMetrics(g Gomega) *Metrics {
 	m, err := NewMetrics(prometheus.NewRegistry())
 	g.Expect(err).NotTo(HaveOccurred())
 	return m
+}
+
+// TestPeerNamesOfAGEP39DestinationLeaveItsPodsNames: a GEP-39 destination
+// counts its ordinals from 0 like its source and is created with one
+// replica fewer, then scaled up. The source's pod names are all names of
+// its own pods, now or after the scale-up, so none is published for the
+// source: a published etcd-main-2 would still lead to the source's pod when
+// the destination's etcd-main-2 is created, and the controller would ask the
+// source member's sidecar for that pod's admission. Without the bootstrap
+// field (a move with its own ordinals) the name is published.
+func TestPeerNamesOfAGEP39DestinationLeaveItsPodsNames(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	scheme, err := Scheme()
+	g.Expect(err).NotTo(HaveOccurred())
+	c := fake.NewClientBuilder().WithScheme(scheme).Build()
+	r, err := NewReconciler(Dependencies{
+		Client: c, APIReader: c, Resolver: DNSResolver{}, Recorder: events.NewFakeRecorder(10),
+		Metrics: mustMetrics(g),
+	}, Options{ClusterIdentity: "seed-b", LookupHost: func(_ context.Context, host string) ([]string, error) {
+		return []string{"10.2.0.12"}, nil
+	}})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	source := func(i string) (druidv1alpha1.BootstrapExistingMember, sidecar.Member) {
+		urls := []string{"https://etcd-main-" + i + ".etcd-main-peer.shoot.svc:2380", "https://etcd-main-" + i + ".shoot.seed-a.example:2380"}
+		return druidv1alpha1.BootstrapExistingMember{Name: "etcd-main-" + i, PeerURLs: urls}, sidecar.Member{Name: "etcd-main-" + i, PeerURLs: urls}
+	}
+	e := &v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Namespace: "shoot", Name: "etcd-main", UID: "uid-b"}}
+	e.Spec.Replicas, e.Spec.MemberNamePrefix = 2, ptr.To("seed-b")
+	e.Spec.Etcd.BootstrapWithExistingCluster = &druidv1alpha1.BootstrapWithExistingCluster{ClientEndpoints: []string{"https://etcd-main-client.shoot.seed-a.example:2379"}}
+	obs := &membership.Observation{List: &sidecar.MemberList{}}
+	for _, i := range []string{"0", "1", "2"} {
+		b, m := source(i)
+		e.Spec.Etcd.BootstrapWithExistingCluster.Members = append(e.Spec.Etcd.BootstrapWithExistingCluster.Members, b)
+		// As the View derives them from the bootstrap field.
+		e.Spec.ExternalMembers = append(e.Spec.ExternalMembers, v1alpha1.ExternalMember{Name: b.Name, PeerURLs: b.PeerURLs})
+		obs.List.Members = append(obs.List.Members, m)
+	}
+	key := client.ObjectKey{Namespace: "shoot", Name: "etcd-main-peer-external"}
+
+	r.syncPeerNames(ctx, e, obs)
+	g.Expect(apierrors.IsNotFound(c.Get(ctx, key, &discoveryv1.EndpointSlice{}))).To(BeTrue(), "no source name is published: etcd-main-2 is the name of the pod the scale-up creates")
+
+	e.Spec.Etcd.BootstrapWithExistingCluster = nil
+	r.syncPeerNames(ctx, e, obs)
+	slice := &discoveryv1.EndpointSlice{}
+	g.Expect(c.Get(ctx, key, slice)).To(Succeed())
+	g.Expect(slice.Endpoints).To(ConsistOf(HaveField("Hostname", ptr.To("etcd-main-2"))))
 }

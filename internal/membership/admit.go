@@ -90,13 +90,16 @@ func (c *Cluster) admitLearner(ctx context.Context, obs *Observation, j Joiner, 
 		}
 		return false, fmt.Errorf("asking the sidecar of %s whether it waits: %w", j.Member, err)
 	}
+	if err := sameMember(cl, j, st); err != nil {
+		return false, err
+	}
 	if st.ConfiguredForSeconds > 0 {
 		if obs.Configured == nil {
 			obs.Configured = map[string]time.Duration{}
 		}
 		obs.Configured[strings.ToLower(m.ID)] = time.Duration(st.ConfiguredForSeconds * float64(time.Second))
 	}
-	a := sidecar.Admission{State: etcdconfig.StateExisting, InitialCluster: initialCluster(obs, m.ID, j.Member), MemberID: m.ID}
+	a := sidecar.Admission{State: etcdconfig.StateExisting, InitialCluster: initialCluster(obs, m.ID, j.Member), MemberID: m.ID, Member: j.Member}
 	if st.HasData {
 		return false, nil // starts already, from its own log
 	}
@@ -128,8 +131,9 @@ func (c *Cluster) Bootstrap(ctx context.Context, joiners []Joiner) (bool, string
 		return false, "no pod to bootstrap", nil
 	}
 	type waiting struct {
-		cl *sidecar.Client
-		st *sidecar.JoinStatus
+		cl     *sidecar.Client
+		st     *sidecar.JoinStatus
+		member string
 	}
 	var (
 		all   []waiting
@@ -140,6 +144,11 @@ func (c *Cluster) Bootstrap(ctx context.Context, joiners []Joiner) (bool, string
 		jctx, cancel := context.WithTimeout(ctx, c.cfg.ObserveTimeout)
 		st, err := cl.Join(jctx)
 		cancel()
+		if err == nil {
+			if err := sameMember(cl, j, st); err != nil {
+				return false, err.Error(), nil
+			}
+		}
 		switch {
 		case err != nil && notJoining(err):
 			return false, fmt.Sprintf("the sidecar of %s does not serve etcd-wrapper (it starts its member on its own)", j.Member), nil
@@ -150,7 +159,7 @@ func (c *Cluster) Bootstrap(ctx context.Context, joiners []Joiner) (bool, string
 		case st.Admission != nil && st.Admission.State != etcdconfig.StateNew:
 			return false, fmt.Sprintf("%s was admitted to join an existing cluster", j.Member), nil
 		}
-		all = append(all, waiting{cl, st})
+		all = append(all, waiting{cl, st, j.Member})
 		peers = append(peers, etcdconfig.Member{Name: st.Member, PeerURLs: st.PeerURLs})
 	}
 	a := sidecar.Admission{State: etcdconfig.StateNew, InitialCluster: etcdconfig.FormatInitialCluster(peers)}
@@ -163,11 +172,28 @@ func (c *Cluster) Bootstrap(ctx context.Context, joiners []Joiner) (bool, string
 		if w.st.Admission != nil {
 			continue
 		}
-		if _, err := w.cl.Admit(ctx, a); err != nil {
+		own := a
+		own.Member = w.member
+		if _, err := w.cl.Admit(ctx, own); err != nil {
 			return false, "", fmt.Errorf("admitting %s to bootstrap: %w", w.st.Member, err)
 		}
 	}
 	return true, a.InitialCluster, nil
+}
+
+// sameMember checks that the sidecar cl reached for joiner j answers for
+// j's member. Both seeds of a GEP-39 move run the Etcd under one name and
+// namespace, so a pod's in-cluster name is also a pod's name in the other
+// seed; a DNS answer or a kept connection from when the name led to the
+// other pod reaches the wrong sidecar. Whatever it answers says nothing of
+// j's pod: the connection is dropped, so that the next reconcile dials the
+// name afresh, and the error names both members.
+func sameMember(cl *sidecar.Client, j Joiner, st *sidecar.JoinStatus) error {
+	if st.Member == j.Member {
+		return nil
+	}
+	cl.CloseIdleConnections()
+	return fmt.Errorf("the sidecar at %s answers for member %q, not for %s: the address leads to another pod (a name two pods share, or a connection kept from when it did); nothing is admitted, and the next reconcile dials it afresh", j.Sidecar, st.Member, j.Member)
 }
 
 // unstartedLearner is the learner of obs with exactly these peer URLs that

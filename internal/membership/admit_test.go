@@ -119,6 +119,43 @@ func TestAdmissionFollowsTheMembership(t *testing.T) {
 	g.Expect(admission()).To(Equal(renewed))
 }
 
+// TestAdmissionAsksOnlyTheLearnersOwnPod: both seeds of a GEP-39 move run
+// the Etcd under one name, so the in-cluster name of a learner's pod can
+// lead to the other seed's pod of that name, whose sidecar answers for
+// another member. The admission is not sent there: the error names both
+// members, and the pod reached keeps what it held.
+func TestAdmissionAsksOnlyTheLearnersOwnPod(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	hs := joiningPod(t) // the sidecar of etcd-main-4
+	c, err := membership.New(membership.Config{Holder: "test"})
+	g.Expect(err).NotTo(HaveOccurred())
+	const peer5 = "http://etcd-main-5.etcd-main-peer.ns.svc:2380"
+	obs := &membership.Observation{List: &sidecar.MemberList{Members: []sidecar.Member{
+		{ID: "a0", Name: "etcd-main-0", PeerURLs: []string{"http://etcd-main-0.etcd-main-peer.ns.svc:2380"}},
+		{ID: "b5", PeerURLs: []string{peer5}, IsLearner: true},
+	}}}
+	before, err := sidecar.NewClient(hs.URL, nil).Join(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	admitted, err := c.Admit(ctx, obs, []membership.Joiner{{Member: "etcd-main-5", PeerURLs: []string{peer5}, Sidecar: hs.URL}})
+	g.Expect(err).To(MatchError(ContainSubstring(`answers for member "etcd-main-4", not for etcd-main-5`)))
+	g.Expect(admitted).To(BeEmpty())
+	after, err := sidecar.NewClient(hs.URL, nil).Join(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(after.Admission).To(BeNil())
+	g.Expect(after.Admission).To(Equal(before.Admission))
+
+	// A bootstrap that reaches it for another member neither.
+	ok, why, err := c.Bootstrap(ctx, []membership.Joiner{{Member: "etcd-main-5", Sidecar: hs.URL}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ok).To(BeFalse())
+	g.Expect(why).To(ContainSubstring(`answers for member "etcd-main-4", not for etcd-main-5`))
+	after, err = sidecar.NewClient(hs.URL, nil).Join(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(after.Admission).To(BeNil())
+}
+
 // TestAdmissionLeavesAStartedLearnerAlone: a pod starting its etcd may
 // accept its sidecar's connections and not answer for seconds (the demo's
 // pods did for 10 s, until etcd's publish), which held the controller's

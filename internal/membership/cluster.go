@@ -394,9 +394,15 @@ func (c *Cluster) Observe(ctx context.Context, endpoints []Endpoint, hint Hint) 
 		go func() {
 			callCtx, done := context.WithTimeout(ctx, c.cfg.ObserveTimeout)
 			defer done()
-			list, err := c.client(order[i].URL, order[i].TLS).Members(callCtx)
+			cl := c.client(order[i].URL, order[i].TLS)
+			list, err := cl.Members(callCtx)
 			if err == nil {
 				err = ownMemberListed(order[i], list)
+			}
+			if err == nil {
+				if err = answersFor(order[i], list); err != nil {
+					cl.CloseIdleConnections()
+				}
 			}
 			answers <- answer{i: i, list: list, err: err}
 		}()
@@ -462,6 +468,26 @@ func ownMemberListed(e Endpoint, list *sidecar.MemberList) error {
 		}
 	}
 	return fmt.Errorf("its own member %s is not in the member list it reports (removed?)", e.Member)
+}
+
+// answersFor refuses the answer of a sidecar that is not beside the
+// endpoint's member: the member whose transport it reports (its own) has
+// another name. Both seeds of a GEP-39 move run the Etcd under one name and
+// namespace, so a pod's in-cluster name can lead to the other seed's pod of
+// that name (a DNS answer, or a connection kept from when it did); that
+// sidecar's view is sound, but taken as the endpoint's member's it would
+// route that member's steps and admissions to the wrong pod. The caller
+// drops the connection, so that the next call dials afresh.
+func answersFor(e Endpoint, list *sidecar.MemberList) error {
+	if e.Member == "" || list.TransportOf == "" {
+		return nil
+	}
+	for _, m := range list.Members {
+		if strings.EqualFold(m.ID, list.TransportOf) && m.Name != "" && m.Name != e.Member {
+			return fmt.Errorf("it answers for member %s, not for %s: its address leads to another pod (a name two pods share, or a connection kept from when it did)", m.Name, e.Member)
+		}
+	}
+	return nil
 }
 
 // order sorts the endpoints by preference, keeping the given order among

@@ -11,6 +11,7 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/testbin"
+	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
 // TestObserveFallsBackAndPrefers asks a dead sidecar, a hanging one and the
@@ -64,6 +65,42 @@ func TestObserveFallsBackAndPrefers(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(obs.Via.Member).To(Equal("obs-1"))
 	g.Expect(obs.Failures).To(BeEmpty(), "the dead leader's sidecar was not asked first")
+}
+
+// TestObserveRefusesASidecarOfAnotherMember: both seeds of a GEP-39 move
+// run the Etcd under one name, so a pod's in-cluster name can lead to the
+// other seed's pod of that name. A sidecar that answers for another member
+// than the endpoint's is not taken as that member's: the observation goes
+// on with the next sidecar, and the failure names both members.
+func TestObserveRefusesASidecarOfAnotherMember(t *testing.T) {
+	testbin.Need(t)
+	tc := startCluster(t, "who", 3)
+	g := NewWithT(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	eps := tc.endpoints()
+	// A sidecar names the member whose transport it reads once it has
+	// polled that member's metrics.
+	g.Eventually(func(g Gomega) {
+		l, err := sidecar.NewClient(eps[0].URL, tc.ClientTLS).Members(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(l.TransportOf).NotTo(BeEmpty())
+	}).WithContext(ctx).WithPolling(100 * time.Millisecond).Should(Succeed())
+
+	c := tc.newCluster("observer")
+	// who-1's endpoint leads to who-0's sidecar.
+	misrouted := []membership.Endpoint{{Member: eps[1].Member, URL: eps[0].URL}, eps[2]}
+	obs, err := c.Observe(ctx, misrouted, membership.Hint{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(obs.Via.Member).To(Equal(eps[2].Member))
+	g.Expect(obs.Failures).To(HaveLen(1))
+	g.Expect(obs.Failures[0].Error()).To(ContainSubstring("answers for member " + eps[0].Member + ", not for " + eps[1].Member))
+
+	// The same sidecar as its own member's endpoint answers.
+	obs, err = c.Observe(ctx, eps[:1], membership.Hint{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(obs.Via.Member).To(Equal(eps[0].Member))
+	g.Expect(obs.Failures).To(BeEmpty())
 }
 
 // TestObserveNamesEverySidecarWhenNoneAnswers checks the error of an
