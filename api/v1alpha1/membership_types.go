@@ -259,6 +259,13 @@ const (
 	// again at its progress interval; a voter connected for a minute
 	// without serving clients is reported as WaitingForHealthyCluster.
 	ReasonWaitingForMemberStart = "WaitingForMemberStart"
+	// ReasonWaitingForPod means a member to add waits until its pod runs
+	// (its sidecar answers), where the pods start their members only once
+	// admitted: a learner added before could not start, and would hold a
+	// learner slot and the next learner's start meanwhile. It comes by
+	// itself once the pod runs, so the controller polls again at its
+	// progress interval.
+	ReasonWaitingForPod = "WaitingForPod"
 	// ReasonWaitingForDownVoter means a departing voter is down and its
 	// removal would leave fewer voters than the target, with no learner
 	// ready to be promoted first: the controller waits for it (a pod being

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -14,7 +15,9 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
+	"github.com/druid-stretch/druid-stretch/controllers/webhook"
 	"github.com/druid-stretch/druid-stretch/internal/membership"
+	"github.com/druid-stretch/druid-stretch/internal/planner"
 )
 
 // joiners are e's pods of the pod window, every pod that runs included
@@ -117,4 +120,55 @@ func (r *Reconciler) volumeOutside(ctx context.Context, sts *appsv1.StatefulSet,
 		}
 	}
 	return "", nil
+}
+
+// notePodsWaiting marks in t the members to add whose pods cannot start
+// them yet (planner.Want.PodNotWaiting), where e's pods start their
+// members only once admitted (webhook.StartsThroughSidecar): the planner
+// adds such a member once its pod runs, so that its etcd takes its
+// configuration at once instead of after the pod's start, a learner that
+// cannot start holding a learner slot and the next learner's start
+// meanwhile. Elsewhere (members started by other means) every member is
+// added as before.
+func (r *Reconciler) notePodsWaiting(ctx context.Context, e *v1alpha1.Etcd, s *scope, obs *membership.Observation, t *membership.Target, tlsCfg *tls.Config) error {
+	if !webhook.StartsThroughSidecar(s.sts) {
+		return nil
+	}
+	missing := map[string]*planner.Want{}
+	for _, ws := range [][]planner.Want{t.Add, t.Learners} {
+		for i := range ws {
+			if !inCluster(obs, ws[i]) {
+				missing[ws[i].Name] = &ws[i]
+			}
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	js, err := r.joiners(e, s.running, obs, tlsCfg)
+	if err != nil {
+		return err
+	}
+	js = slices.DeleteFunc(js, func(j membership.Joiner) bool { return missing[j.Member] == nil })
+	waiting := r.cluster.PodsWaiting(ctx, js)
+	for name, w := range missing {
+		why, asked := waiting[name]
+		if !asked {
+			// Not a pod of the window: nothing could start it yet.
+			why = "its pod is not in the StatefulSet's pod window yet"
+		}
+		w.PodNotWaiting = why
+	}
+	return nil
+}
+
+// inCluster tells whether obs has a member that is w: by name, or by a
+// peer URL in common (a learner that has not started has no name yet).
+func inCluster(obs *membership.Observation, w planner.Want) bool {
+	for _, m := range obs.List.Members {
+		if m.Name == w.Name || slices.ContainsFunc(m.PeerURLs, func(u string) bool { return slices.Contains(w.PeerURLs, u) }) {
+			return true
+		}
+	}
+	return false
 }

@@ -389,6 +389,10 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 		s.blocked(reasonResolverFailed, err.Error())
 		return r.backoff(key, 0), nil
 	}
+	if err := r.notePodsWaiting(ctx, e, s, obs, &t, sidecarTLS); err != nil {
+		s.blocked(reasonResolverFailed, err.Error())
+		return r.backoff(key, 0), nil
+	}
 	progress := membership.NewProgress(learnersFromStatus(s.st.Learners))
 	pending := pendingStep(s.st.LastStep, &t)
 	plan := r.cluster.Plan(obs, t, progress, pending, planner.Policy{
@@ -447,7 +451,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 			logf.FromContext(ctx).Info("renewing the membership lock failed", "error", err.Error())
 		}
 		switch word {
-		case v1alpha1.ReasonWaitingForLearner, v1alpha1.ReasonWaitingForMemberStart, reasonOutcomeUncertain, membership.ReasonChangeInFlight:
+		case v1alpha1.ReasonWaitingForLearner, v1alpha1.ReasonWaitingForMemberStart, v1alpha1.ReasonWaitingForPod, reasonOutcomeUncertain, membership.ReasonChangeInFlight:
 			// Progress comes within seconds, by itself: poll for it at the
 			// progress interval, not with the failure backoff, and do not
 			// call the Etcd degraded meanwhile.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	druidv1alpha1 "github.com/gardener/etcd-druid/api/core/v1alpha1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
@@ -47,6 +48,16 @@ const (
 	envBackupRestoreConfig = "ETCD_CONF"
 	envPodName             = "POD_NAME"
 )
+
+// StartsThroughSidecar tells whether sts's pods start their members only
+// once the controller admitted them: the webhook interposed the sidecar in
+// its pod template (interposeSidecar). Their sidecars run before their
+// members, so a sidecar that does not answer is a pod that has not started.
+func StartsThroughSidecar(sts *appsv1.StatefulSet) bool {
+	return sts != nil && slices.ContainsFunc(sts.Spec.Template.Spec.InitContainers, func(c corev1.Container) bool {
+		return c.Name == BackupRestoreConfigInitContainerName
+	})
+}
 
 // interposeSidecar makes the pod's member start through the sidecar (see
 // the sidecar's join.go):

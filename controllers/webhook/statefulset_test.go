@@ -420,6 +420,8 @@ func TestStatefulSetOfExtendedEtcd(t *testing.T) {
 				g.Expect(webhookRequests(t, webhook.StatefulSetMutatorPath)).To(Equal(before+1), "the webhook admitted the StatefulSet, not its twin")
 
 				expectSpec(t, stored.Spec, withWindow(twin.Spec, tc.wantStart, 3, tc.sidecar(e.Namespace)))
+				g.Expect(webhook.StartsThroughSidecar(stored)).To(BeTrue(), "its pods start their members once admitted")
+				g.Expect(webhook.StartsThroughSidecar(twin)).To(BeFalse(), "druid's own pods start theirs on their own")
 
 				// druid applies its own StatefulSet again (it rebuilds it on every
 				// reconcile): the stored object does not change, not even its
@@ -679,6 +681,7 @@ func TestStatefulSetsTheWebhookLeavesAlone(t *testing.T) {
 			stored, twin := createBoth(t, tc.sts())
 			g.Expect(webhookRequests(t, webhook.StatefulSetMutatorPath)).To(Equal(before+1), "the webhook was asked")
 			expectSpec(t, stored.Spec, twin.Spec)
+			g.Expect(webhook.StartsThroughSidecar(stored)).To(BeFalse())
 			g.Expect(stored.Annotations).NotTo(HaveKey(webhook.PodWindowAnnotation))
 			g.Expect(stored.Spec.Template.Spec.Containers).To(HaveLen(2))
 			g.Expect(stored.Spec.Ordinals).To(BeNil())

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/druid-stretch/druid-stretch/internal/etcdconfig"
@@ -117,6 +118,46 @@ func (c *Cluster) admitLearner(ctx context.Context, obs *Observation, j Joiner, 
 		return false, fmt.Errorf("admitting %s as learner %s: %w", j.Member, m.ID, err)
 	}
 	return true, nil
+}
+
+// PodsWaiting asks the sidecars of joiners, members not in the cluster
+// yet, whether their pods run, all at once and each bounded like a member
+// list. It returns, by member name, why a pod cannot start its member yet
+// ("" when it can): a sidecar that answers for the member runs in its pod,
+// whose member then starts once admitted (or on its own, where the sidecar
+// does not serve etcd-wrapper); one that does not answer is in a pod that
+// is not created, scheduled or started yet, and a learner added for it
+// could not start until it is; one that answers for another member is
+// another pod's, reached under a name both seeds' pods share.
+func (c *Cluster) PodsWaiting(ctx context.Context, joiners []Joiner) map[string]string {
+	out := make(map[string]string, len(joiners))
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	for _, j := range joiners {
+		wg.Go(func() {
+			jctx, cancel := context.WithTimeout(ctx, c.cfg.ObserveTimeout)
+			defer cancel()
+			why := ""
+			cl := c.client(j.Sidecar, j.TLS)
+			switch st, err := cl.Join(jctx); {
+			case err != nil && !notJoining(err):
+				why = fmt.Sprintf("its pod's sidecar does not answer yet (%v)", err)
+			case err == nil:
+				// An answer for another member says nothing of this
+				// one's pod (see sameMember).
+				if err := sameMember(cl, j, st); err != nil {
+					why = err.Error()
+				}
+			}
+			mu.Lock()
+			out[j.Member] = why
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out
 }
 
 // Bootstrap admits every joiner with state "new" and the initial cluster of

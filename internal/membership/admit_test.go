@@ -267,3 +267,44 @@ func TestAdmissionTellsHowLongTheLearnersEtcdRuns(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(configuredFor(o)).To(BeZero())
 }
+
+// TestPodsWaitingAskTheirSidecars: a pod whose sidecar answers waits for
+// its member, whether that sidecar serves etcd-wrapper or not (its member
+// then starts on its own); one whose sidecar refuses the connection, or
+// accepts it and answers nothing, has not started, and the answer says
+// why. A sidecar that answers for another member is another pod's (a name
+// both seeds' pods share): that says nothing of the member's own pod.
+func TestPodsWaitingAskTheirSidecars(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	joining := joiningPod(t)
+	plain, err := sidecar.New(sidecar.Config{Endpoints: []string{"http://127.0.0.1:1"}, InsecureAllowUnauthenticated: true, PollInterval: -1})
+	g.Expect(err).NotTo(HaveOccurred())
+	plainHS := httptest.NewServer(plain)
+	t.Cleanup(func() { plainHS.Close(); _ = plain.Close() })
+	refused, err := net.Listen("tcp", "127.0.0.1:0")
+	g.Expect(err).NotTo(HaveOccurred())
+	refusedURL := "http://" + refused.Addr().String()
+	g.Expect(refused.Close()).To(Succeed()) // nothing listens there now
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = silent.Close() }) // accepted by the kernel, never answered
+
+	c, err := membership.New(membership.Config{Holder: "test", ObserveTimeout: 500 * time.Millisecond})
+	g.Expect(err).NotTo(HaveOccurred())
+	got := c.PodsWaiting(ctx, []membership.Joiner{
+		{Member: "etcd-main-4", Sidecar: joining.URL},
+		{Member: "etcd-main-5", Sidecar: joining.URL},
+		{Member: "plain", Sidecar: plainHS.URL},
+		{Member: "refused", Sidecar: refusedURL},
+		{Member: "silent", Sidecar: "http://" + silent.Addr().String()},
+		{Member: "silent-too", Sidecar: "http://" + silent.Addr().String()},
+	})
+	g.Expect(got).To(HaveLen(6))
+	g.Expect(got["etcd-main-4"]).To(BeEmpty())
+	g.Expect(got["etcd-main-5"]).To(ContainSubstring(`answers for member "etcd-main-4", not for etcd-main-5`))
+	g.Expect(got["plain"]).To(BeEmpty())
+	g.Expect(got["refused"]).To(And(HavePrefix("its pod's sidecar does not answer yet"), ContainSubstring("refused")))
+	g.Expect(got["silent"]).To(And(HavePrefix("its pod's sidecar does not answer yet"), ContainSubstring("deadline")))
+	g.Expect(got["silent-too"]).To(HavePrefix("its pod's sidecar does not answer yet"))
+}

@@ -92,6 +92,12 @@ type Want struct {
 	Name     string
 	PeerURLs []string
 	Side     string
+	// PodNotWaiting, when set, says why the member's pod cannot start it
+	// yet (its pod does not answer: not created, not scheduled, its
+	// containers starting). A caller whose members start only once admitted
+	// sets it; such a member is not added until its pod waits for it (rule
+	// 2), and a member whose pod waits is added before it.
+	PodNotWaiting string
 }
 
 // Desired is the membership the caller wants, split by ownership.
@@ -645,6 +651,8 @@ func (v *view) parallelLearners(ours []*member, p Policy) Step {
 			}
 		} else if s := v.addLearner(w, p); s.Kind == AddLearner {
 			return s
+		} else if w.PodNotWaiting != "" {
+			held = s
 		}
 	}
 	var ready *member
@@ -1090,6 +1098,12 @@ func (v *view) goalSuccessor(after map[string]int) *member {
 
 // addLearner adds w as a learner if the learner slot is free.
 func (v *view) addLearner(w *Want, p Policy) Step {
+	if w.PodNotWaiting != "" {
+		// Rule 2: a learner added before its pod runs is a member that
+		// cannot start for as long as the pod takes: it holds a learner
+		// slot, and the next learner's start waits for its own.
+		return waitStep(RuleOneLearner, "WaitingForPod: %s is added once its pod waits for it: %s", w.Name, w.PodNotWaiting)
+	}
 	if len(v.learners) >= p.MaxLearners {
 		if !v.isLearnerOnly(w) {
 			for _, l := range v.learners {

@@ -337,6 +337,44 @@ func TestRule2ParallelLearners(t *testing.T) {
 
 // The stagger's wait says when it ends, so the controller polls then rather
 // than at its progress interval.
+// A member whose pod does not wait for it yet is not added: the learner
+// could not start, and it would hold a learner slot and the next
+// learner's start. A member whose pod waits goes first; none waiting, the
+// controller waits, and never removes a departing voter in its stead.
+func TestRule2LearnerAddedOnceItsPodWaits(t *testing.T) {
+	notUp := func(d Desired, names ...string) Desired {
+		out := Desired{Keep: d.Keep, Remove: d.Remove}
+		for _, w := range d.Add {
+			if slices.Contains(names, w.Name) {
+				w.PodNotWaiting = "its sidecar does not answer"
+			}
+			out.Add = append(out.Add, w)
+		}
+		return out
+	}
+	a := []Member{lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a")}
+	with := func(extra ...Member) Observed { return obs(append(slices.Clone(a), extra...)...) }
+	three := Policy{MaxLearners: 3}
+	runCases(t, []ruleCase{
+		{name: "the first add waits for its pod", obs: with(), want: notUp(moveAB, "b-0", "b-1", "b-2"), policy: three,
+			expect: expect{kind: Wait, rule: RuleOneLearner, reason: "WaitingForPod: b-0 is added once its pod waits for it: its sidecar does not answer"}},
+		{name: "one learner at a time waits for its pod too", obs: with(), want: notUp(moveAB, "b-0", "b-1", "b-2"),
+			expect: expect{kind: Wait, rule: RuleOneLearner, reason: "WaitingForPod: b-0"}},
+		{name: "a member whose pod waits goes before one whose pod does not", obs: with(), want: notUp(moveAB, "b-0"), policy: three,
+			expect: expect{kind: AddLearner, member: "b-1"}},
+		{name: "the next add waits for its pod while a learner starts", obs: with(configured(unstarted("b-0", "b", 3*time.Second), 2*time.Second)), want: notUp(moveAB, "b-1", "b-2"), policy: three,
+			expect: expect{kind: Wait, rule: RuleOneLearner, reason: "WaitingForPod: b-1"}},
+		{name: "a ready learner is promoted meanwhile", obs: with(learner("b-0", "b")), want: notUp(moveAB, "b-1", "b-2"), policy: three,
+			expect: expect{kind: Promote, member: "b-0"}},
+		{name: "a departing voter does not go instead of the add that waits", obs: obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a"), voter("b-0", "b")),
+			want:   notUp(Desired{Add: moveAB.Add, Remove: []string{"a-1", "a-2"}, Keep: []string{"a-0"}}, "b-1", "b-2"),
+			expect: expect{kind: Wait, rule: RuleOneLearner, reason: "WaitingForPod: b-1"}},
+		{name: "a removal that goes before the next add anyway goes", obs: obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("b-0", "b"), voter("b-1", "b")),
+			want:   notUp(Desired{Add: moveAB.Add, Remove: []string{"a-0", "a-1"}}, "b-2"),
+			expect: expect{kind: Remove, member: "a-1"}},
+	})
+}
+
 func TestRule2StaggerSaysWhenItEnds(t *testing.T) {
 	g := NewWithT(t)
 	o := obs(lead(voter("a-0", "a")), voter("a-1", "a"), voter("a-2", "a"), configured(unstarted("b-0", "b", 2*time.Second), 400*time.Millisecond))

@@ -169,11 +169,24 @@ func (v *view) nextRemoval() *member {
 	return best
 }
 
+// nextAdd is the member to add next: the first missing one whose pod
+// waits for it, else the first missing one.
 func (v *view) nextAdd() *Want {
-	if len(v.missing) == 0 {
+	return firstWaiting(v.missing)
+}
+
+// firstWaiting is the first of ws whose pod waits for it, else the first
+// (nil if none).
+func firstWaiting(ws []*Want) *Want {
+	for _, w := range ws {
+		if w.PodNotWaiting == "" {
+			return w
+		}
+	}
+	if len(ws) == 0 {
 		return nil
 	}
-	return v.missing[0]
+	return ws[0]
 }
 
 // nextLearnerOnly is the member wanted as a learner only to add next: once
@@ -183,7 +196,7 @@ func (v *view) nextLearnerOnly() *Want {
 	if len(v.missing) > 0 || len(v.missingLearners) == 0 || v.departingVoters() > 0 {
 		return nil
 	}
-	return v.missingLearners[0]
+	return firstWaiting(v.missingLearners)
 }
 
 // ownLearners are the learners this caller added: those it will promote
