@@ -624,14 +624,30 @@ func TestSecurityRefusals(t *testing.T) {
 			}
 			return fmt.Sprintf("admitted: state %s, initial cluster %s", a.State, a.InitialCluster)
 		}
+		// The last two rows: an admission addressed to another member.
+		// The controller reached this pod under a name or a kept
+		// connection meant for another one (two pods of the same name,
+		// one per seed); refused whether or not the member holds an
+		// admission already.
+		const (
+			toExisting = "member admitted to join the existing cluster: "
+			toOther    = "an admission for another member, to "
+			forOther   = `{"state":"existing","initialCluster":"` + existing + `","memberID":"8e9e05c52164694d","member":"site-b-etcd-main-3"}`
+		)
+		fresh := func(set func(*sidecar.Joining)) func() string {
+			return func() string { u, _ := joiningSidecarWith(t, set); return u }
+		}
 		for _, row := range []struct {
-			input string
-			url   func() string
-			body  string
+			input  string
+			url    func() string
+			body   string
+			reason string
 		}{
-			{"the admission repeated with state new", func() string { return joinURL }, `{"state":"new","initialCluster":"` + existing + `"}`},
-			{"an admission to bootstrap the member alone", func() string { return joinURL }, `{"state":"new","initialCluster":"` + own + `"}`},
-			{"an admission to bootstrap, after the pod was recreated on the same volume", func() string { u, _ := joiningSidecarWith(t, onVolume); return u }, `{"state":"new","initialCluster":"` + own + `"}`},
+			{toExisting + "the admission repeated with state new", func() string { return joinURL }, `{"state":"new","initialCluster":"` + existing + `"}`, sidecar.ReasonAdmittedToExisting},
+			{toExisting + "an admission to bootstrap the member alone", func() string { return joinURL }, `{"state":"new","initialCluster":"` + own + `"}`, sidecar.ReasonAdmittedToExisting},
+			{toExisting + "an admission to bootstrap, after the pod was recreated on the same volume", fresh(onVolume), `{"state":"new","initialCluster":"` + own + `"}`, sidecar.ReasonAdmittedToExisting},
+			{toOther + "a member not admitted yet", fresh(func(*sidecar.Joining) {}), forOther, sidecar.ReasonWrongMember},
+			{toOther + "a member admitted already", func() string { return joinURL }, forOther, sidecar.ReasonWrongMember},
 		} {
 			t.Run(row.input, func(t *testing.T) {
 				g := NewWithT(t)
@@ -642,40 +658,11 @@ func TestSecurityRefusals(t *testing.T) {
 				req, err := http.NewRequest(http.MethodPut, url+"/v1/join", strings.NewReader(row.body))
 				g.Expect(err).NotTo(HaveOccurred())
 				a := send(http.DefaultClient, req)
-				refused(409, sidecar.ReasonAdmittedToExisting)(g, a)
+				refused(409, row.reason)(g, a)
 				after, err := cl.Join(t.Context())
 				g.Expect(err).NotTo(HaveOccurred())
 				g.Expect(after.Admission).To(Equal(before.Admission), "the admission changed")
-				table.Add(refusaldoc.Row{Input: "member admitted to join the existing cluster: " + row.input + " " + row.body, Target: "PUT /v1/join",
-					Answer: normalize(a.String()), Before: admitted(before.Admission), After: "unchanged"})
-			})
-		}
-		// An admission addressed to another member: the controller
-		// reached this pod under a name or a kept connection meant for
-		// another one (two pods of the same name, one per seed). Refused
-		// whether or not the member holds an admission already.
-		for _, row := range []struct {
-			input string
-			url   func() string
-		}{
-			{"a member not admitted yet", func() string { u, _ := joiningSidecarWith(t, func(*sidecar.Joining) {}); return u }},
-			{"a member admitted already", func() string { return joinURL }},
-		} {
-			t.Run("wrong member: "+row.input, func(t *testing.T) {
-				g := NewWithT(t)
-				url := row.url()
-				cl := sidecar.NewClient(url, nil)
-				before, err := cl.Join(t.Context())
-				g.Expect(err).NotTo(HaveOccurred())
-				body := `{"state":"existing","initialCluster":"` + existing + `","memberID":"8e9e05c52164694d","member":"site-b-etcd-main-3"}`
-				req, err := http.NewRequest(http.MethodPut, url+"/v1/join", strings.NewReader(body))
-				g.Expect(err).NotTo(HaveOccurred())
-				a := send(http.DefaultClient, req)
-				refused(409, sidecar.ReasonWrongMember)(g, a)
-				after, err := cl.Join(t.Context())
-				g.Expect(err).NotTo(HaveOccurred())
-				g.Expect(after.Admission).To(Equal(before.Admission), "the admission changed")
-				table.Add(refusaldoc.Row{Input: "an admission for another member, to " + row.input + " " + body, Target: "PUT /v1/join",
+				table.Add(refusaldoc.Row{Input: row.input + " " + row.body, Target: "PUT /v1/join",
 					Answer: normalize(a.String()), Before: admitted(before.Admission), After: "unchanged"})
 			})
 		}

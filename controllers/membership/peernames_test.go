@@ -29,23 +29,16 @@ import (
 func TestPeerNamesFollowTheExternalMembers(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	scheme, err := Scheme()
-	g.Expect(err).NotTo(HaveOccurred())
-	c := fake.NewClientBuilder().WithScheme(scheme).Build()
 	lookups := map[string][]string{
 		"etcd-main-0.shoot.seed-a.example": {"10.2.0.10"},
 		"etcd-main-1.shoot.seed-a.example": {"10.2.0.11", "fd00::11"},
 	}
-	r, err := NewReconciler(Dependencies{
-		Client: c, APIReader: c, Resolver: DNSResolver{}, Recorder: events.NewFakeRecorder(10),
-		Metrics: mustMetrics(g),
-	}, Options{ClusterIdentity: "seed-b", LookupHost: func(_ context.Context, host string) ([]string, error) {
+	r, c := peerNamesReconciler(g, func(host string) ([]string, error) {
 		if a, ok := lookups[host]; ok {
 			return a, nil
 		}
 		return nil, errors.New("no such host " + host)
-	}})
-	g.Expect(err).NotTo(HaveOccurred())
+	})
 
 	e := &v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Namespace: "shoot", Name: "etcd-main", UID: "uid-b"}}
 	e.Spec.Replicas, e.Spec.OrdinalStart = 1, ptr.To[int32](3)
@@ -138,16 +131,7 @@ func mustMetrics(g Gomega) *Metrics {
 func TestPeerNamesOfAGEP39DestinationLeaveItsPodsNames(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	scheme, err := Scheme()
-	g.Expect(err).NotTo(HaveOccurred())
-	c := fake.NewClientBuilder().WithScheme(scheme).Build()
-	r, err := NewReconciler(Dependencies{
-		Client: c, APIReader: c, Resolver: DNSResolver{}, Recorder: events.NewFakeRecorder(10),
-		Metrics: mustMetrics(g),
-	}, Options{ClusterIdentity: "seed-b", LookupHost: func(_ context.Context, host string) ([]string, error) {
-		return []string{"10.2.0.12"}, nil
-	}})
-	g.Expect(err).NotTo(HaveOccurred())
+	r, c := peerNamesReconciler(g, func(string) ([]string, error) { return []string{"10.2.0.12"}, nil })
 
 	source := func(i string) (druidv1alpha1.BootstrapExistingMember, sidecar.Member) {
 		urls := []string{"https://etcd-main-" + i + ".etcd-main-peer.shoot.svc:2380", "https://etcd-main-" + i + ".shoot.seed-a.example:2380"}
@@ -174,4 +158,18 @@ func TestPeerNamesOfAGEP39DestinationLeaveItsPodsNames(t *testing.T) {
 	slice := &discoveryv1.EndpointSlice{}
 	g.Expect(c.Get(ctx, key, slice)).To(Succeed())
 	g.Expect(slice.Endpoints).To(ConsistOf(HaveField("Hostname", ptr.To("etcd-main-2"))))
+}
+
+// peerNamesReconciler is a Reconciler of cluster seed-b on a fake API
+// server (returned too), resolving external peer hosts with lookup.
+func peerNamesReconciler(g Gomega, lookup func(host string) ([]string, error)) (*Reconciler, client.Client) {
+	scheme, err := Scheme()
+	g.Expect(err).NotTo(HaveOccurred())
+	c := fake.NewClientBuilder().WithScheme(scheme).Build()
+	r, err := NewReconciler(Dependencies{
+		Client: c, APIReader: c, Resolver: DNSResolver{}, Recorder: events.NewFakeRecorder(10),
+		Metrics: mustMetrics(g),
+	}, Options{ClusterIdentity: "seed-b", LookupHost: func(_ context.Context, host string) ([]string, error) { return lookup(host) }})
+	g.Expect(err).NotTo(HaveOccurred())
+	return r, c
 }
