@@ -118,9 +118,10 @@ func (c *Client) MoveLeader(ctx context.Context, name string, o CallOptions) (*C
 // AcquireLock takes or renews the membership lock for holder's process
 // token with the given TTL (whole seconds, longer than the sidecar's request
 // timeout, at most 1 h), or takes it over from another token of the same
-// holder. Held by another holder: *Error LockHeld.
-func (c *Client) AcquireLock(ctx context.Context, holder, token string, ttl time.Duration) (*LockStatus, error) {
-	var out LockStatus
+// holder. Held by another holder: *Error LockHeld. The grant carries the
+// records of the cluster's changes as of the lock's write (LockGrant).
+func (c *Client) AcquireLock(ctx context.Context, holder, token string, ttl time.Duration) (*LockGrant, error) {
+	var out LockGrant
 	body := LockRequest{Holder: holder, Token: token, TTLSeconds: int64(ttl.Round(time.Second) / time.Second)}
 	if err := c.do(ctx, http.MethodPost, "/v1/lock", body, CallOptions{}, &out); err != nil {
 		return nil, err

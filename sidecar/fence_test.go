@@ -49,6 +49,49 @@ func (l *logLines) containing(parts ...string) []string {
 	return out
 }
 
+// TestALockGrantCarriesTheRecords shows that POST /v1/lock answers with
+// the step record and the retirement records as they stood when the lock
+// was written, equal to an observation's when nobody acted in between, so
+// that a controller that planned with the lock free can tell whether its
+// plan still stands.
+func TestALockGrantCarriesTheRecords(t *testing.T) {
+	testbin.Need(t)
+	g := NewWithT(t)
+	tc := &testCluster{etcdtest.Start(t, etcdtest.Options{Names: etcdtest.Numbered("etcd", 3)})}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c := tc.client(tc.Members[0])
+
+	// A cluster nobody changed: no step record, no retirement record.
+	grant, err := c.AcquireLock(ctx, "seed-a", lockToken(time.Minute), time.Minute)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(grant.Holder).To(Equal("seed-a"))
+	g.Expect(grant.Step).To(BeNil())
+	g.Expect(grant.Retired).To(BeEmpty())
+	g.Expect(grant.Retired).NotTo(BeNil(), "an empty list, not a missing one")
+
+	// seed-a moves leadership and retires a member, then lets go.
+	o := sidecar.CallOptions{LockHolder: "seed-a", LockToken: grant.Token}
+	_, err = c.MoveLeader(ctx, tc.Members[1].Name, o)
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = c.Retire(ctx, "etcd-9", "seed-a", o)
+	g.Expect(err).NotTo(HaveOccurred())
+	var seen *sidecar.MemberList
+	g.Eventually(func(g Gomega) {
+		seen, err = c.Members(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(seen.Step).NotTo(BeNil(), "the leader transfer is recorded after it happened")
+	}).WithTimeout(10 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
+	g.Expect(c.ReleaseLock(ctx, "seed-a", grant.Token)).To(Succeed())
+
+	grant, err = tc.client(tc.Members[2]).AcquireLock(ctx, "seed-b", lockToken(time.Minute), time.Minute)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(grant.Step).To(Equal(seen.Step))
+	g.Expect(grant.Step.Kind).To(Equal(sidecar.StepMoveLeader))
+	g.Expect(grant.Retired).To(Equal(seen.Retired))
+	g.Expect(grant.Retired).To(Equal([]sidecar.RetiredMember{{Name: "etcd-9", By: "seed-a"}}))
+}
+
 // TestTheLockIsAFence shows that a membership change is applied only under
 // the caller's own lock token, checked in the transaction that records the
 // change, not only in a read before it: a process whose lock a newer

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -143,7 +144,10 @@ func (s *Server) acquireLock(r *http.Request) (int, any, *Error) {
 			if lease, err = c.Grant(ctx, req.TTLSeconds); err != nil {
 				return err
 			}
-			txn, err = c.Txn(ctx).If(cond...).Then(clientv3.OpPut(lockKey, want.encode(), clientv3.WithLease(lease.ID))).Commit()
+			// The records are read in the lock's transaction, so that they
+			// are the state at the moment the lock became the caller's.
+			txn, err = c.Txn(ctx).If(cond...).Then(clientv3.OpPut(lockKey, want.encode(), clientv3.WithLease(lease.ID)),
+				clientv3.OpGet(stepKey), clientv3.OpGet(retiredPrefix, clientv3.WithPrefix())).Commit()
 			return err
 		})
 		if err != nil {
@@ -160,7 +164,11 @@ func (s *Server) acquireLock(r *http.Request) (int, any, *Error) {
 			s.log.Info("membership lock taken over from an earlier process of the same holder; changes with its token are refused from now on",
 				"holder", req.Holder, "token", req.Token, "staleToken", held.Token)
 		}
-		return http.StatusOK, LockStatus{Holder: req.Holder, Token: req.Token, ExpiresInSeconds: lease.TTL}, nil
+		return http.StatusOK, LockGrant{
+			LockStatus: LockStatus{Holder: req.Holder, Token: req.Token, ExpiresInSeconds: lease.TTL},
+			Step:       parseStep(firstKV(txn.Responses[1])),
+			Retired:    retiredRecords(txn.Responses[2].GetResponseRange().Kvs),
+		}, nil
 	}
 	return 0, nil, &Error{StatusCode: http.StatusServiceUnavailable, Reason: ReasonEtcdUnavailable, RetryAfter: time.Second,
 		Message: fmt.Sprintf("the membership lock changed %d times while %q tried to take it; retry", lockAttempts, req.Holder)}
@@ -331,4 +339,13 @@ func (s *Server) revokeLease(ctx context.Context, id clientv3.LeaseID) {
 	if err != nil {
 		s.log.V(1).Info("revoking a lease failed; it will expire on its own", "lease", fmt.Sprintf("%x", int64(id)), "error", err.Error())
 	}
+}
+
+// firstKV is the first key of a range response in a transaction; nil for
+// none.
+func firstKV(r *pb.ResponseOp) *mvccpb.KeyValue {
+	if kvs := r.GetResponseRange().GetKvs(); len(kvs) > 0 {
+		return kvs[0]
+	}
+	return nil
 }

@@ -150,12 +150,18 @@ func (s *Server) retiredMembers(ctx context.Context) ([]RetiredMember, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the retirement records: %w", err)
 	}
-	out := make([]RetiredMember, 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
+	return retiredRecords(resp.Kvs), nil
+}
+
+// retiredRecords reads the retirement records' keys, sorted by name; never
+// nil.
+func retiredRecords(kvs []*mvccpb.KeyValue) []RetiredMember {
+	out := make([]RetiredMember, 0, len(kvs))
+	for _, kv := range kvs {
 		out = append(out, RetiredMember{Name: strings.TrimPrefix(string(kv.Key), retiredPrefix), By: string(kv.Value)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
+	return out
 }
 
 // checkLockNow is checkLock on a fresh read of the lock key: a record

@@ -192,6 +192,22 @@ type LockStatus struct {
 	ExpiresInSeconds int64  `json:"expiresInSeconds"`
 }
 
+// LockGrant answers POST /v1/lock: the lock as granted, and the records
+// of the cluster's changes (the step record and the retirement records) as
+// the transaction that wrote the lock read them. Every change through a
+// sidecar, by any holder, writes one of them under the lock, so a caller
+// that planned from an earlier observation with the lock free can tell
+// whether anyone acted between that observation and its lock: when both
+// equal the observation's, the plan stands (a membership change made
+// around the sidecars is caught by the change's fingerprint). Retired is
+// never nil from a sidecar that reads them: a nil Retired (an older
+// sidecar) tells nothing.
+type LockGrant struct {
+	LockStatus
+	Step    *StepRecord     `json:"step,omitempty"`
+	Retired []RetiredMember `json:"retired"`
+}
+
 // AddMemberRequest is the body of POST /v1/members. Learner must be true:
 // voters join as learners and are promoted once caught up.
 type AddMemberRequest struct {

@@ -73,6 +73,10 @@ type Result struct {
 	SidecarFailed bool
 	// Via is the sidecar the step was sent through.
 	Via Endpoint
+	// LockTaken is true when the lock was free at observation and this
+	// call took it, found that no holder acted since, and sent the step
+	// without planning again.
+	LockTaken bool
 	// Start and Duration time the step's call.
 	Start    time.Time
 	Duration time.Duration
@@ -91,11 +95,13 @@ type Result struct {
 // (MembershipChanged) when etcd's membership moved on since.
 //
 // The lock is taken first. A lock that was not already held when the
-// cluster was observed is taken, and the step is not sent (ReasonLockAcquired,
-// Retry with no delay): the plan was made while another holder could still
-// act, so the caller plans again under the lock. A held lock is renewed once
-// half of its lease has passed. Before removing a member it retires, Execute
-// writes the retirement record.
+// cluster was observed is taken; when it was free then and the records the
+// lock's transaction read show that no holder acted since (unchangedSince),
+// the step goes out at once (LockTaken). Otherwise it is not sent
+// (ReasonLockAcquired, Retry with no delay): the plan was made while another
+// holder could still act, so the caller plans again under the lock. A
+// held lock is renewed once half of its lease has passed. Before removing
+// a member it retires, Execute writes the retirement record.
 func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []Endpoint, plan Plan) (res Result) {
 	// res is named so that the deferred Duration lands in whatever Result
 	// a return statement gives back.
@@ -131,13 +137,15 @@ func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []End
 	}
 	res.Via = via
 	cl := c.client(via.URL, via.TLS)
-	if acquired, r, ok := c.ensureLock(ctx, cl, obs); !ok {
+	if grant, r, ok := c.ensureLock(ctx, cl, obs); !ok {
 		r.Step, r.Via, r.Start = res.Step, via, res.Start
 		return r
-	} else if acquired {
+	} else if grant != nil && !unchangedSince(obs, grant) {
 		res.Outcome, res.Reason = Retry, ReasonLockAcquired
 		res.Err = fmt.Errorf("took the membership lock as %q; planning again under it before %s", c.cfg.Holder, plan.Step.Kind)
 		return res
+	} else if grant != nil {
+		res.LockTaken = true
 	}
 	opts := sidecar.CallOptions{Fingerprint: obs.List.Fingerprint, LockHolder: c.cfg.Holder, LockToken: c.token}
 	retire := func(member string) (Result, bool) {
@@ -153,7 +161,7 @@ func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []End
 			if r.Outcome == Uncertain {
 				r.Outcome = Retry // a record, not a membership change
 			}
-			r.Step, r.Via, r.Start = res.Step, via, res.Start
+			r.Step, r.Via, r.Start, r.LockTaken = res.Step, via, res.Start, res.LockTaken
 			r.Err = fmt.Errorf("recording the retirement of %s before removing it: %w", member, err)
 			c.noteFailure(via, r.Reason == ReasonTransport)
 			return r, false
@@ -265,7 +273,7 @@ func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []End
 	}
 	if err != nil {
 		r := c.classify(err)
-		r.Step, r.Via, r.Start = res.Step, via, res.Start
+		r.Step, r.Via, r.Start, r.LockTaken = res.Step, via, res.Start, res.LockTaken
 		r.Err = fmt.Errorf("%s %s through the sidecar of %s: %w", plan.Step.Kind, stepTarget(plan.Step), via, err)
 		c.noteFenced(err)
 		c.noteFailure(via, r.Outcome == Uncertain || r.Reason == ReasonTransport)
@@ -283,7 +291,7 @@ func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []End
 			c.cfg.Logger.Info("the removal after the promotion did not happen; it is planned again", "member", stepTarget(*then), "error", out.RemoveError)
 		}
 	}
-	c.cfg.Logger.Info("membership step executed", append([]any{"step", string(plan.Step.Kind), "member", stepTarget(plan.Step), "via", via.String(), "changed", out.Changed, "reason", plan.Step.Reason}, stepTiming(obs, res.Start, callStart)...)...)
+	c.cfg.Logger.Info("membership step executed", append([]any{"step", string(plan.Step.Kind), "member", stepTarget(plan.Step), "via", via.String(), "changed", out.Changed, "reason", plan.Step.Reason, "lockTaken", res.LockTaken}, stepTiming(obs, res.Start, callStart)...)...)
 	return res
 }
 
@@ -476,25 +484,47 @@ func (c *Cluster) removalVia(obs *Observation, endpoints []Endpoint, s planner.S
 }
 
 // ensureLock makes sure this holder holds the lock with at least half its
-// lease left. acquired is true when the lock was not held at observation
-// time; ok is false when it could not be taken (the Result says why).
-func (c *Cluster) ensureLock(ctx context.Context, cl *sidecar.Client, obs *Observation) (acquired bool, r Result, ok bool) {
+// lease left. grant is the sidecar's answer when the lock was not held at
+// observation time and is now, nil when it was held; ok is false when it
+// could not be taken (the Result says why).
+func (c *Cluster) ensureLock(ctx context.Context, cl *sidecar.Client, obs *Observation) (grant *sidecar.LockGrant, r Result, ok bool) {
 	held := obs.LockedBy(c.cfg.Holder, c.token)
 	if held && time.Duration(obs.List.Lock.ExpiresInSeconds)*time.Second > c.cfg.LockTTL/2 {
-		return false, Result{}, true
+		return nil, Result{}, true
 	}
 	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 	defer cancel()
-	if _, err := cl.AcquireLock(callCtx, c.cfg.Holder, c.token, c.cfg.LockTTL); err != nil {
+	g, err := cl.AcquireLock(callCtx, c.cfg.Holder, c.token, c.cfg.LockTTL)
+	if err != nil {
 		c.noteFenced(err)
 		r := c.classify(err)
 		if r.Outcome == Uncertain {
 			r.Outcome = Retry // a lock, not a membership change
 		}
 		r.Err = fmt.Errorf("taking the membership lock as %q: %w", c.cfg.Holder, err)
-		return false, r, false
+		return nil, r, false
 	}
-	return !held, Result{}, true
+	if held {
+		return nil, Result{}, true
+	}
+	return g, Result{}, true
+}
+
+// unchangedSince tells whether a plan made from obs still stands once the
+// lock is taken: the lock was free at observation (nobody could have had a
+// change under way) and the step and retirement records the lock's
+// transaction read are the observation's, so no holder acted in between.
+// Otherwise the caller plans again under the lock. What the records do not
+// cover, a membership change made around the sidecars, the change's
+// fingerprint does: the sidecar refuses it (MembershipChanged).
+func unchangedSince(obs *Observation, g *sidecar.LockGrant) bool {
+	if obs.List.Lock != nil || g.Retired == nil || !slices.Equal(g.Retired, obs.List.Retired) {
+		return false
+	}
+	if g.Step == nil || obs.List.Step == nil {
+		return g.Step == nil && obs.List.Step == nil
+	}
+	return *g.Step == *obs.List.Step
 }
 
 // RenewLock renews the lock when this holder held it at observation time

@@ -86,12 +86,13 @@ func TestTwoProcessesRaceForOneMove(t *testing.T) {
 	progX, progY := membership.NewProgress(nil), membership.NewProgress(nil)
 
 	// x takes the lock, then plans its first change under it.
-	obs, p := plan(x, progX)
-	g.Expect(x.Execute(ctx, obs, eps, p).Reason).To(Equal(membership.ReasonLockAcquired))
+	_, err := sidecar.NewClient(tc.Members[1].SidecarURL, tc.ClientTLS).AcquireLock(ctx, holder, x.Token(), time.Minute)
+	g.Expect(err).NotTo(HaveOccurred())
 	obsX, planX := plan(x, progX)
+	g.Expect(obsX.LockedBy(holder, x.Token())).To(BeTrue())
 	g.Expect(planX.Step.Kind).To(Equal(planner.AddLearner))
 	// y takes the lock over before x's change goes out.
-	obs, p = plan(y, progY)
+	obs, p := plan(y, progY)
 	g.Expect(y.Execute(ctx, obs, eps, p).Reason).To(Equal(membership.ReasonLockAcquired), "the newer process takes its holder's lock over")
 	before := tc.memberList(g)
 	stale := x.Execute(ctx, obsX, eps, planX)

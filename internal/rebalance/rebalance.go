@@ -293,6 +293,9 @@ func (r *runner) execute(ctx context.Context, obs *membership.Observation, plan 
 	r.res.Steps = append(r.res.Steps, rec)
 	r.lastLine = ""
 	r.print("step %d: %s\n  membership: %s", len(r.res.Steps), plan.Step, from)
+	if res.LockTaken {
+		r.print("  membership lock taken as %q with this step: nobody acted since the observation", r.cfg.Holder)
+	}
 	if res.Outcome == membership.Refused {
 		if key := string(plan.Step.Kind) + " " + label(plan.Step); key == r.refusedStep {
 			r.refusals++
