@@ -131,7 +131,10 @@ func (r *Reconciler) volumeOutside(ctx context.Context, sts *appsv1.StatefulSet,
 // meanwhile. Elsewhere (members started by other means) every member is
 // added as before.
 func (r *Reconciler) notePodsWaiting(ctx context.Context, e *v1alpha1.Etcd, s *scope, obs *membership.Observation, t *membership.Target, tlsCfg *tls.Config) error {
-	if !webhook.StartsThroughSidecar(s.sts) {
+	if s.sts != nil && !webhook.StartsThroughSidecar(s.sts) {
+		return nil
+	}
+	if s.sts == nil && !r.opts.PodsStartThroughSidecar {
 		return nil
 	}
 	missing := map[string]*planner.Want{}
@@ -143,6 +146,15 @@ func (r *Reconciler) notePodsWaiting(ctx context.Context, e *v1alpha1.Etcd, s *s
 		}
 	}
 	if len(missing) == 0 {
+		return nil
+	}
+	if s.sts == nil {
+		// The first reconcile of a destination's join runs before druid
+		// created its StatefulSet: a learner added now waits for a pod
+		// that does not exist yet, and the next learner's add behind it.
+		for _, w := range missing {
+			w.PodNotWaiting = "the Etcd's StatefulSet does not exist yet (druid creates it)"
+		}
 		return nil
 	}
 	js, err := r.joiners(e, s.running, obs, tlsCfg)

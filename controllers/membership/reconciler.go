@@ -60,6 +60,12 @@ type Options struct {
 	// one of its spec.backup.tls.tlsCASecretRef, in place of SidecarTLS's
 	// roots: one CA per shoot, as a Gardener seed runs them.
 	SidecarCAFromEtcd bool
+	// PodsStartThroughSidecar says that this process's admission webhook
+	// interposes the sidecar in the pods of the Etcds it manages, so a
+	// member is added once its pod waits for it (WaitingForPod). Until
+	// druid has created an Etcd's StatefulSet no pod can wait: its members
+	// are held. Without it, the StatefulSet's pod template alone tells.
+	PodsStartThroughSidecar bool
 	// LearnerProgressTimeout is how long a learner may make no progress
 	// before it is removed again (default 5 m); a learner removed so waits
 	// as long before it is added again.

@@ -57,6 +57,7 @@ reports status.membership, conditions, events and metrics. With
 				log.Info("managing every Etcd of the namespaces matching --manage-etcds-in-namespaces", "selector", o.String())
 			}
 			mo.Resolver = membershipctrl.DNSResolver{SidecarPort: sidecarPort}
+			mo.Reconciler.PodsStartThroughSidecar = wo.SidecarImage != ""
 			mo.Logger = log
 			mgr, err := membershipctrl.NewManager(cfg, mo)
 			if err != nil {
