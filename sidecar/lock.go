@@ -167,7 +167,7 @@ func (s *Server) acquireLock(r *http.Request) (int, any, *Error) {
 		return http.StatusOK, LockGrant{
 			LockStatus: LockStatus{Holder: req.Holder, Token: req.Token, ExpiresInSeconds: lease.TTL},
 			Step:       parseStep(firstKV(txn.Responses[1])),
-			Retired:    retiredRecords(txn.Responses[2].GetResponseRange().Kvs),
+			Retired:    retiredRecords(txn.Responses[2].GetResponseRange().GetKvs()),
 		}, nil
 	}
 	return 0, nil, &Error{StatusCode: http.StatusServiceUnavailable, Reason: ReasonEtcdUnavailable, RetryAfter: time.Second,
@@ -287,13 +287,7 @@ func readLockAndStepWith(ctx context.Context, c *clientv3.Client, opts ...client
 	if err != nil {
 		return nil, nil, err
 	}
-	kvs := make([]*mvccpb.KeyValue, 2)
-	for i, r := range resp.Responses {
-		if rr := r.GetResponseRange(); rr != nil && len(rr.Kvs) > 0 && i < len(kvs) {
-			kvs[i] = rr.Kvs[0]
-		}
-	}
-	return kvs[0], kvs[1], nil
+	return firstKV(resp.Responses[0]), firstKV(resp.Responses[1]), nil
 }
 
 func (s *Server) lockHeldError(ctx context.Context, kv *mvccpb.KeyValue) *Error {
