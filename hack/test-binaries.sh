@@ -45,17 +45,29 @@ build() { # out dir package [ldflags]; CGO_ENABLED and GOFLAGS come from the cal
 	(cd "$2" && go build "${build_flags[@]}" "-ldflags=-s -w ${4:-}" -o "$1" "$3")
 }
 
+# The external binaries are built once per machine, with -trimpath, so
+# nothing else ever reuses their compiled packages: those gigabytes go to a
+# build cache of their own, shared by these builds (the three Kubernetes
+# commands share most packages) and removed on exit, instead of filling the
+# disk that the tests' etcd members preallocate their logs on.
+ext_cache=
+cleanup() { [[ -z $ext_cache ]] || rm -rf "$ext_cache"; }
+trap cleanup EXIT
+
 once() { # name version dir package [ldflags]: bin/name-version, unless it exists
 	local name=$1 version=$2 out="$bin/$1-$2"
 	if [[ -x $out ]]; then
 		echo "$name $version: $out (cached)"
 		return
 	fi
+	if [[ -z $ext_cache ]]; then
+		ext_cache=$(mktemp -d "${TMPDIR:-/tmp}/druid-stretch-gocache.XXXXXX")
+	fi
 	echo "$name $version: building into $out (once per machine; this takes minutes)"
 	local start=$SECONDS
 	# Written aside and renamed, so that an interrupted build leaves no binary
 	# that a later run would take for a finished one.
-	build "$out.tmp.$$" "$3" "$4" "${5:-}"
+	GOCACHE=$ext_cache build "$out.tmp.$$" "$3" "$4" "${5:-}"
 	mv "$out.tmp.$$" "$out"
 	echo "$name $version: built in $((SECONDS - start))s"
 }
