@@ -102,137 +102,30 @@ type Result struct {
 // holder could still act, so the caller plans again under the lock. A
 // held lock is renewed once half of its lease has passed. Before removing
 // a member it retires, Execute writes the retirement record.
+//
+// It runs in three parts: prepare (the sidecar, the lock, the records and
+// the drain), send (the one call that changes etcd) and report (the
+// Result and the log line).
 func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []Endpoint, plan Plan) (res Result) {
-	// res is named so that the deferred Duration lands in whatever Result
-	// a return statement gives back.
+	// res is named so that the deferred calls see whatever Result a return
+	// statement gives back.
 	res = Result{Step: plan.Step, Start: time.Now()}
 	defer func() { res.Duration = time.Since(res.Start) }()
-	if !plan.IsChange() {
-		res.Outcome, res.Reason = Refused, ReasonNotAChange
-		res.Err = fmt.Errorf("membership: %s is not a change", plan.Step.Kind)
-		return res
-	}
-	if c.isFenced() {
-		res.Outcome, res.Reason = Refused, ReasonFenced
-		res.Err = c.fencedError(string(plan.Step.Kind) + " " + stepTarget(plan.Step))
-		return res
-	}
 	// A change once sent runs until the sidecar answers: cancelling the
 	// reconcile (a manager stopping) must not leave its outcome unknown.
 	ctx = context.WithoutCancel(ctx)
-	removal := plan.Step
-	if plan.ThenRemove != nil {
-		removal = *plan.ThenRemove // the same call removes this member
+	p, early := c.prepare(ctx, obs, endpoints, plan, res)
+	if p != nil {
+		// A drained member's clients come back unless it is gone.
+		defer func() { p.drain.end(drainKept(plan, res)) }()
 	}
-	via, ok := c.via(obs, endpoints, removal, plan.Input, plan.Step.Kind == planner.MoveLeader || plan.ThenRemove != nil)
-	if plan.ThenRemoveAtLeader {
-		if e, found := c.leaderEndpoint(obs, endpoints); found {
-			via, ok = e, true
-		}
+	if early != nil {
+		return *early
 	}
-	if !ok {
-		res.Outcome, res.Reason, res.RetryAfter, res.SidecarFailed = Retry, ReasonNoSidecar, time.Second, true
-		res.Err = fmt.Errorf("no sidecar other than that of %s answers, and a %s is never sent through the member it removes", stepTarget(plan.Step), plan.Step.Kind)
-		return res
-	}
-	res.Via = via
-	cl := c.client(via.URL, via.TLS)
-	if grant, r, ok := c.ensureLock(ctx, cl, obs); !ok {
-		r.Step, r.Via, r.Start = res.Step, via, res.Start
-		return r
-	} else if grant != nil && !unchangedSince(obs, grant) {
-		res.Outcome, res.Reason = Retry, ReasonLockAcquired
-		res.Err = fmt.Errorf("took the membership lock as %q; planning again under it before %s", c.cfg.Holder, plan.Step.Kind)
-		return res
-	} else if grant != nil {
-		res.LockTaken = true
-	}
-	opts := sidecar.CallOptions{Fingerprint: obs.List.Fingerprint, LockHolder: c.cfg.Holder, LockToken: c.token}
-	retire := func(member string) (Result, bool) {
-		if retiredBy(obs, member, c.cfg.Holder) {
-			return Result{}, true
-		}
-		callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
-		_, err := cl.Retire(callCtx, member, c.cfg.Holder, opts)
-		cancel()
-		// A record by another holder retires the member just as well.
-		if err != nil && !sidecar.IsReason(err, sidecar.ReasonRetiredByOther) {
-			r := c.classify(err)
-			if r.Outcome == Uncertain {
-				r.Outcome = Retry // a record, not a membership change
-			}
-			r.Step, r.Via, r.Start, r.LockTaken = res.Step, via, res.Start, res.LockTaken
-			r.Err = fmt.Errorf("recording the retirement of %s before removing it: %w", member, err)
-			c.noteFailure(via, r.Reason == ReasonTransport)
-			return r, false
-		}
-		return Result{}, true
-	}
-	// The member to remove serves no client by the time it goes.
-	// A learner serves no client's data calls: nothing to drain.
-	// (A learner that never started has no name yet: look it up by ID.)
-	// The drain and the retirement record go to two sidecars at once, so
-	// the removal waits for the longer of the two calls, not their sum
-	// (each a round trip across sites in a move). A member drained whose
-	// removal then does not follow is departing anyway: its clients went
-	// to the others, and the removal is planned again, with the member
-	// counted as healthy while its raft is connected (noteDrained), and
-	// its drain is undone when the step ends without the removal.
-	type drainResult struct {
-		d   *drain
-		err error
-	}
-	drained := make(chan drainResult, 1)
-	if m := obs.Member(cmp.Or(removal.ID, removal.Member)); removal.Kind == planner.Remove && (m == nil || !m.IsLearner) {
-		id := removal.ID
-		if m != nil {
-			id = m.ID
-		}
-		go func() {
-			d, err := c.drainClients(ctx, endpoints, removal.Member, id)
-			drained <- drainResult{d, err}
-		}()
-	} else {
-		drained <- drainResult{}
-	}
-	var dr drainResult
-	defer func() { dr.d.end(drainKept(plan, res)) }()
-	if plan.Retiring {
-		if r, ok := retire(plan.Step.Member); !ok {
-			dr = <-drained
-			return r
-		}
-	}
-	then := plan.ThenRemove
-	if then != nil && plan.ThenRetiring {
-		if _, ok := retire(then.Member); !ok {
-			then = nil // the promotion alone; the removal is planned again
-		}
-	}
-	dr = <-drained
-	if err := dr.err; err != nil && (plan.Step.Kind == planner.Remove || then != nil) {
-		res.Outcome, res.Reason, res.RetryAfter, res.Err = Retry, ReasonDrainFailed, time.Second, err
-		c.cfg.Logger.Info("membership step postponed", "step", string(plan.Step.Kind), "member", stepTarget(plan.Step), "reason", ReasonDrainFailed, "error", err.Error())
-		return res
-	}
+	res.Via, res.LockTaken = p.via, p.lockTaken
 	if c.cfg.OnStep != nil {
-		c.cfg.OnStep(plan.Step, nil)
-		if then != nil {
-			c.cfg.OnStep(*then, nil)
-		}
-		defer func() {
-			res.Duration = time.Since(res.Start)
-			promoted := res
-			promoted.Duration -= res.Gap
-			c.cfg.OnStep(plan.Step, &promoted)
-			if then != nil {
-				removed := Result{Step: *then, Outcome: Retry, Start: res.Start.Add(promoted.Duration), Duration: res.Gap, Via: res.Via}
-				if res.ThenRemoved {
-					removed.Outcome, removed.Changed = Succeeded, true
-				}
-				c.cfg.OnStep(*then, &removed)
-			}
-		}()
+		tell := c.tellOnStep(plan.Step, p.then)
+		defer func() { tell(&res) }()
 	}
 	if plan.Step.Kind == planner.MoveLeader {
 		var transferee string
@@ -242,57 +135,226 @@ func (c *Cluster) Execute(ctx context.Context, obs *Observation, endpoints []End
 		release := c.holdClients(ctx, servingVoters(obs, endpoints), transferee, onSideOf(plan.Input, plan.Step.ID))
 		defer release()
 	}
+	callStart := time.Now()
+	out, err := c.send(ctx, p, plan.Step)
+	return c.report(obs, plan, p, res, callStart, out, err)
+}
+
+// prepared is a change ready to send: the sidecar it goes through, with
+// the lock held and the records written.
+type prepared struct {
+	via       Endpoint
+	cl        *sidecar.Client
+	opts      sidecar.CallOptions
+	lockTaken bool
+	// then is the removal the promotion's call makes too, nil when there
+	// is none or its retirement record could not be written.
+	then *planner.Step
+	// drain holds the clients away from the member the step removes; it
+	// is ended when the step ends.
+	drain *drain
+}
+
+// prepare does what must hold before a change is sent: the sidecar to send
+// it through, the membership lock, the retirement records and the drain of
+// a voter it removes. A non-nil Result ends the step unsent; a non-nil
+// prepared's drain is ended either way.
+func (c *Cluster) prepare(ctx context.Context, obs *Observation, endpoints []Endpoint, plan Plan, res Result) (*prepared, *Result) {
+	fail := func(r Result) (*prepared, *Result) { return nil, &r }
+	if !plan.IsChange() {
+		res.Outcome, res.Reason = Refused, ReasonNotAChange
+		res.Err = fmt.Errorf("membership: %s is not a change", plan.Step.Kind)
+		return fail(res)
+	}
+	if c.isFenced() {
+		res.Outcome, res.Reason = Refused, ReasonFenced
+		res.Err = c.fencedError(string(plan.Step.Kind) + " " + stepTarget(plan.Step))
+		return fail(res)
+	}
+	removal := plan.Step
+	if plan.ThenRemove != nil {
+		removal = *plan.ThenRemove // the same call removes this member
+	}
+	via, ok := c.route(obs, endpoints, plan, removal)
+	if !ok {
+		res.Outcome, res.Reason, res.RetryAfter, res.SidecarFailed = Retry, ReasonNoSidecar, time.Second, true
+		res.Err = fmt.Errorf("no sidecar other than that of %s answers, and a %s is never sent through the member it removes", stepTarget(plan.Step), plan.Step.Kind)
+		return fail(res)
+	}
+	res.Via = via
+	p := &prepared{via: via, cl: c.client(via.URL, via.TLS)}
+	if grant, r, ok := c.ensureLock(ctx, p.cl, obs); !ok {
+		r.Step, r.Via, r.Start = res.Step, via, res.Start
+		return fail(r)
+	} else if grant != nil && !unchangedSince(obs, grant) {
+		res.Outcome, res.Reason = Retry, ReasonLockAcquired
+		res.Err = fmt.Errorf("took the membership lock as %q; planning again under it before %s", c.cfg.Holder, plan.Step.Kind)
+		return fail(res)
+	} else if grant != nil {
+		p.lockTaken, res.LockTaken = true, true
+	}
+	p.opts = sidecar.CallOptions{Fingerprint: obs.List.Fingerprint, LockHolder: c.cfg.Holder, LockToken: c.token}
+	drained := c.startDrain(ctx, obs, endpoints, removal)
+	if plan.Retiring {
+		if r, ok := c.retire(ctx, obs, p, plan.Step.Member, res); !ok {
+			p.drain = (<-drained).d
+			return p, &r
+		}
+	}
+	p.then = plan.ThenRemove
+	if p.then != nil && plan.ThenRetiring {
+		if _, ok := c.retire(ctx, obs, p, p.then.Member, res); !ok {
+			p.then = nil // the promotion alone; the removal is planned again
+		}
+	}
+	dr := <-drained
+	p.drain = dr.d
+	if dr.err != nil && (plan.Step.Kind == planner.Remove || p.then != nil) {
+		res.Outcome, res.Reason, res.RetryAfter, res.Err = Retry, ReasonDrainFailed, time.Second, dr.err
+		c.cfg.Logger.Info("membership step postponed", "step", string(plan.Step.Kind), "member", stepTarget(plan.Step), "reason", ReasonDrainFailed, "error", dr.err.Error())
+		return p, &res
+	}
+	return p, nil
+}
+
+// route picks the sidecar plan's call goes through: never that of the
+// member it removes, and the leader's where the plan asks for it.
+func (c *Cluster) route(obs *Observation, endpoints []Endpoint, plan Plan, removal planner.Step) (Endpoint, bool) {
+	if plan.ThenRemoveAtLeader {
+		if e, found := c.leaderEndpoint(obs, endpoints); found {
+			return e, true
+		}
+	}
+	return c.via(obs, endpoints, removal, plan.Input, plan.Step.Kind == planner.MoveLeader || plan.ThenRemove != nil)
+}
+
+// retire writes the retirement record of member through p's sidecar before
+// its removal, unless the observation shows this holder's record already.
+// On failure it returns the step's Result.
+func (c *Cluster) retire(ctx context.Context, obs *Observation, p *prepared, member string, res Result) (Result, bool) {
+	if retiredBy(obs, member, c.cfg.Holder) {
+		return Result{}, true
+	}
+	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+	_, err := p.cl.Retire(callCtx, member, c.cfg.Holder, p.opts)
+	cancel()
+	// A record by another holder retires the member just as well.
+	if err == nil || sidecar.IsReason(err, sidecar.ReasonRetiredByOther) {
+		return Result{}, true
+	}
+	r := c.classify(err)
+	if r.Outcome == Uncertain {
+		r.Outcome = Retry // a record, not a membership change
+	}
+	r.Step, r.Via, r.Start, r.LockTaken = res.Step, p.via, res.Start, p.lockTaken
+	r.Err = fmt.Errorf("recording the retirement of %s before removing it: %w", member, err)
+	c.noteFailure(p.via, r.Reason == ReasonTransport)
+	return r, false
+}
+
+// drainResult is a drain started by startDrain.
+type drainResult struct {
+	d   *drain
+	err error
+}
+
+// startDrain drains the clients of the voter that removal removes, while
+// the caller writes the retirement record: the member to remove serves no
+// client by the time it goes, and the removal waits for the longer of the
+// two calls, not their sum (each a round trip across sites in a move). A
+// learner serves no client's data calls: nothing to drain. (A learner that
+// never started has no name yet: it is looked up by ID.) A member drained
+// whose removal then does not follow is departing anyway: its clients went
+// to the others, and the removal is planned again, with the member counted
+// as healthy while its raft is connected (noteDrained), and its drain is
+// undone when the step ends without the removal.
+func (c *Cluster) startDrain(ctx context.Context, obs *Observation, endpoints []Endpoint, removal planner.Step) <-chan drainResult {
+	drained := make(chan drainResult, 1)
+	m := obs.Member(cmp.Or(removal.ID, removal.Member))
+	if removal.Kind != planner.Remove || (m != nil && m.IsLearner) {
+		drained <- drainResult{}
+		return drained
+	}
+	id := removal.ID
+	if m != nil {
+		id = m.ID
+	}
+	go func() {
+		d, err := c.drainClients(ctx, endpoints, removal.Member, id)
+		drained <- drainResult{d, err}
+	}()
+	return drained
+}
+
+// send makes the one sidecar call that changes etcd's membership or
+// leadership.
+func (c *Cluster) send(ctx context.Context, p *prepared, step planner.Step) (*sidecar.ChangeResult, error) {
 	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 	defer cancel()
-	target := plan.Step.ID
-	if target == "" {
-		target = plan.Step.Member
-	}
-	var (
-		out *sidecar.ChangeResult
-		err error
-	)
-	callStart := time.Now()
-	switch plan.Step.Kind {
+	target := cmp.Or(step.ID, step.Member)
+	switch step.Kind {
 	case planner.AddLearner:
-		out, err = cl.AddLearner(callCtx, plan.Step.Member, plan.Step.PeerURLs, opts)
+		return p.cl.AddLearner(callCtx, step.Member, step.PeerURLs, p.opts)
 	case planner.Promote:
-		if then != nil {
-			thenTarget := then.ID
-			if thenTarget == "" {
-				thenTarget = then.Member
-			}
-			out, err = cl.PromoteThenRemove(callCtx, target, thenTarget, opts)
-		} else {
-			out, err = cl.Promote(callCtx, target, opts)
+		if p.then != nil {
+			return p.cl.PromoteThenRemove(callCtx, target, cmp.Or(p.then.ID, p.then.Member), p.opts)
 		}
+		return p.cl.Promote(callCtx, target, p.opts)
 	case planner.MoveLeader:
-		out, err = cl.MoveLeader(callCtx, target, opts)
+		return p.cl.MoveLeader(callCtx, target, p.opts)
 	case planner.Remove:
-		out, err = cl.Remove(callCtx, target, opts)
+		return p.cl.Remove(callCtx, target, p.opts)
 	}
+	return nil, fmt.Errorf("membership: %s is not a change", step.Kind)
+}
+
+// report makes the Result of a sent change from the sidecar's answer, and
+// logs it.
+func (c *Cluster) report(obs *Observation, plan Plan, p *prepared, res Result, callStart time.Time, out *sidecar.ChangeResult, err error) Result {
 	if err != nil {
 		r := c.classify(err)
-		r.Step, r.Via, r.Start, r.LockTaken = res.Step, via, res.Start, res.LockTaken
-		r.Err = fmt.Errorf("%s %s through the sidecar of %s: %w", plan.Step.Kind, stepTarget(plan.Step), via, err)
+		r.Step, r.Via, r.Start, r.LockTaken = res.Step, p.via, res.Start, res.LockTaken
+		r.Err = fmt.Errorf("%s %s through the sidecar of %s: %w", plan.Step.Kind, stepTarget(plan.Step), p.via, err)
 		c.noteFenced(err)
-		c.noteFailure(via, r.Outcome == Uncertain || r.Reason == ReasonTransport)
-		c.cfg.Logger.Info("membership step failed", "step", string(plan.Step.Kind), "member", stepTarget(plan.Step), "via", via.String(), "outcome", string(r.Outcome), "reason", r.Reason, "error", err.Error())
+		c.noteFailure(p.via, r.Outcome == Uncertain || r.Reason == ReasonTransport)
+		c.cfg.Logger.Info("membership step failed", "step", string(plan.Step.Kind), "member", stepTarget(plan.Step), "via", p.via.String(), "outcome", string(r.Outcome), "reason", r.Reason, "error", err.Error())
 		return r
 	}
-	c.noteFailure(via, false)
+	c.noteFailure(p.via, false)
 	res.Outcome, res.Changed = Succeeded, out.Changed
-	if then != nil {
+	if then := p.then; then != nil {
 		res.ThenRemoved, res.ThenRemoveErr = out.Removed != nil, out.RemoveError
 		res.Gap = time.Duration(out.GapSeconds * float64(time.Second))
 		if out.Removed != nil {
-			c.cfg.Logger.Info("membership step executed", append([]any{"step", string(then.Kind), "member", stepTarget(*then), "via", via.String(), "changed", true, "reason", "right after the promotion of " + stepTarget(plan.Step) + ": " + then.Reason}, stepTiming(obs, res.Start, callStart)...)...)
+			c.cfg.Logger.Info("membership step executed", append([]any{"step", string(then.Kind), "member", stepTarget(*then), "via", p.via.String(), "changed", true, "reason", "right after the promotion of " + stepTarget(plan.Step) + ": " + then.Reason}, stepTiming(obs, res.Start, callStart)...)...)
 		} else {
 			c.cfg.Logger.Info("the removal after the promotion did not happen; it is planned again", "member", stepTarget(*then), "error", out.RemoveError)
 		}
 	}
-	c.cfg.Logger.Info("membership step executed", append([]any{"step", string(plan.Step.Kind), "member", stepTarget(plan.Step), "via", via.String(), "changed", out.Changed, "reason", plan.Step.Reason, "lockTaken", res.LockTaken}, stepTiming(obs, res.Start, callStart)...)...)
+	c.cfg.Logger.Info("membership step executed", append([]any{"step", string(plan.Step.Kind), "member", stepTarget(plan.Step), "via", p.via.String(), "changed", out.Changed, "reason", plan.Step.Reason, "lockTaken", res.LockTaken}, stepTiming(obs, res.Start, callStart)...)...)
 	return res
+}
+
+// tellOnStep tells Config.OnStep that step (and then, the removal its call
+// makes too) begins, and returns what tells it how they ended.
+func (c *Cluster) tellOnStep(step planner.Step, then *planner.Step) func(res *Result) {
+	c.cfg.OnStep(step, nil)
+	if then != nil {
+		c.cfg.OnStep(*then, nil)
+	}
+	return func(res *Result) {
+		res.Duration = time.Since(res.Start)
+		promoted := *res
+		promoted.Duration -= res.Gap
+		c.cfg.OnStep(step, &promoted)
+		if then != nil {
+			removed := Result{Step: *then, Outcome: Retry, Start: res.Start.Add(promoted.Duration), Duration: res.Gap, Via: res.Via}
+			if res.ThenRemoved {
+				removed.Outcome, removed.Changed = Succeeded, true
+			}
+			c.cfg.OnStep(*then, &removed)
+		}
+	}
 }
 
 // stepTiming are the log values that say where an executed step's time
