@@ -21,24 +21,27 @@ import (
 	"github.com/druid-stretch/druid-stretch/internal/migration"
 )
 
+// migrateFlags are the migrate command's flags.
+type migrateFlags struct {
+	srcKubeconfig, dstKubeconfig string
+	srcContext, dstContext       string
+	namespace, name              string
+	abort, status, dryRun, wait  bool
+	output                       string
+	ordinalStart                 int32
+	memberNamePrefix             string
+	src, dst                     migration.URLTemplates
+	stepTimeout                  time.Duration
+	switchCommand                string
+	holdSource                   int32
+	gep39                        bool
+	sourceClientEndpoints        []string
+}
+
 // newMigrateCommand moves an Etcd live from one Kubernetes cluster to
 // another, or aborts such a move.
 func newMigrateCommand() *cobra.Command {
-	var (
-		srcKubeconfig, dstKubeconfig string
-		srcContext, dstContext       string
-		namespace, name              string
-		abort, status, dryRun, wait  bool
-		output                       string
-		ordinalStart                 int32
-		memberNamePrefix             string
-		src, dst                     migration.URLTemplates
-		stepTimeout                  time.Duration
-		switchCommand                string
-		holdSource                   int32
-		gep39                        bool
-		sourceClientEndpoints        []string
-	)
+	m := &migrateFlags{}
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Move an etcd cluster live from one Kubernetes cluster to another",
@@ -65,145 +68,170 @@ The URL templates say how the other cluster reaches each member; they take
   --destination-peer-url-template 'https://{pod}.{name}-peer.{namespace}.seed-b.example:2380'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if namespace == "" || name == "" {
-				return usageError(errors.New("--namespace and --name are required"))
+			if err := m.check(cmd); err != nil {
+				return usageError(err)
 			}
-			if status && abort {
-				return usageError(errors.New("--status changes nothing, --abort takes the move back: choose one"))
-			}
-			if status && dryRun {
-				return usageError(errors.New("--status and --dry-run both change nothing: choose one"))
-			}
-			if !slices.Contains([]string{"table", "json", "yaml"}, output) {
-				return usageError(fmt.Errorf("-o %q: want table, json or yaml", output))
-			}
-			if !cmd.Flags().Changed("hold-source") && (switchCommand == "" || gep39) {
-				// The held order needs the switch command; GEP-39's
-				// stages hold no member.
-				holdSource = 0
-			}
-			if holdSource < 0 {
-				return usageError(fmt.Errorf("--hold-source %d: want 0 (switch the clients first) or the number of source members to hold", holdSource))
-			}
-			if holdSource != 0 && switchCommand == "" {
-				return usageError(fmt.Errorf("--hold-source %d needs --switch-clients-command: the held source members stay for the clients that command switches", holdSource))
-			}
-			if gep39 {
-				switch {
-				case memberNamePrefix == "" || len(sourceClientEndpoints) == 0:
-					return usageError(errors.New("--gep39 needs --destination-member-name-prefix (gardenlet uses the destination seed's name) and --source-client-endpoints"))
-				case abort || dryRun || holdSource != 0 || cmd.Flags().Changed("destination-ordinal-start"):
-					return usageError(errors.New("--gep39 runs GEP-39's stages forward only: --abort, --dry-run, --hold-source and --destination-ordinal-start do not apply"))
-				}
-			}
-			for _, t := range []struct {
-				side string
-				t    migration.URLTemplates
-			}{{"source", src}, {"destination", dst}} {
-				// --status and --dry-run only read the two Etcds: they need
-				// no address.
-				if err := t.t.Check(); err != nil && !status && !dryRun {
-					return usageError(fmt.Errorf("--%s-*-url-template: %w", t.side, err))
-				}
-			}
-			srcClient, err := migration.NewClientFromKubeconfigContext(srcKubeconfig, srcContext)
-			if err != nil {
-				return fmt.Errorf("the source cluster (--source-kubeconfig, --source-context): %w", err)
-			}
-			dstClient, err := migration.NewClientFromKubeconfigContext(dstKubeconfig, dstContext)
-			if err != nil {
-				return fmt.Errorf("the destination cluster (--destination-kubeconfig, --destination-context): %w", err)
-			}
-			ctx, cancel := context.WithCancel(cmd.Context())
-			defer cancel()
-			progress := &moveProgress{cmd: cmd, table: output == "table", wait: wait, stop: cancel}
-			o := migration.Options{
-				Source: srcClient, Destination: dstClient, Namespace: namespace, Name: name,
-				SourceAddresses: src.Addresses(), DestinationAddresses: dst.Addresses(),
-				StepTimeout: stepTimeout, Progress: progress.print,
-			}
-			switch {
-			case gep39:
-				o.GEP39 = &migration.GEP39{DestinationPrefix: memberNamePrefix, SourceClientEndpoints: sourceClientEndpoints}
-			default:
-				if cmd.Flags().Changed("destination-ordinal-start") {
-					o.DestinationOrdinalStart = &ordinalStart
-				}
-				if memberNamePrefix != "" {
-					o.DestinationMemberNamePrefix = &memberNamePrefix
-				}
-			}
-			if switchCommand != "" {
-				o.SwitchClients = shellHook("--switch-clients-command", switchCommand, namespace, name, cmd.ErrOrStderr())
-			}
-			o.HoldSource = holdSource
-			m, err := migration.New(o)
-			if err != nil {
-				return err
-			}
-			if status || dryRun {
-				return printReport(cmd, m, output, dryRun, abort)
-			}
-			if err := progress.begin(ctx, m, abort); err != nil {
-				return err
-			}
-			if abort {
-				err = m.Abort(ctx)
-			} else {
-				err = m.Move(ctx)
-			}
-			progress.end()
-			switch {
-			case progress.stopped && errors.Is(err, context.Canceled) && cmd.Context().Err() == nil:
-				state := "started"
-				if progress.lastKind == migration.StepDone {
-					state = "done"
-				}
-				_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "step %s %s; not waiting (--wait=false): run again to continue, or --status to see where it stands\n", progress.last, state)
-				return nil
-			case errors.Is(err, context.DeadlineExceeded):
-				return notFinished{err}
-			case err != nil:
-				return err
-			}
-			if output != "table" {
-				return printReport(cmd, m, output, false, abort)
-			}
-			return nil
+			return m.run(cmd)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&srcKubeconfig, "source-kubeconfig", "", "kubeconfig of the source cluster")
-	f.StringVar(&dstKubeconfig, "destination-kubeconfig", "", "kubeconfig of the destination cluster")
-	f.StringVar(&srcContext, "source-context", "", "kubeconfig context of the source cluster (default: the kubeconfig's current context)")
-	f.StringVar(&dstContext, "destination-context", "", "kubeconfig context of the destination cluster (default: the kubeconfig's current context)")
-	f.StringVarP(&output, "output", "o", "table", "output of --status, --dry-run and the end of a move: table, json or yaml (with json or yaml the progress goes to stderr)")
-	f.BoolVar(&dryRun, "dry-run", false, "print where the move stands and the steps it (or --abort) would take from there, and change nothing")
-	f.BoolVar(&wait, "wait", true, "wait for every step, showing the progress (a bar on a terminal); --wait=false starts the next step and returns")
-	f.StringVarP(&namespace, "namespace", "n", "", "namespace of the Etcd (the same in both clusters)")
-	f.StringVar(&name, "name", "", "name of the Etcd (the same in both clusters)")
-	f.BoolVar(&abort, "abort", false, "take the move back instead (refused once the destination holds the majority)")
-	f.BoolVar(&status, "status", false, "print the move's phase and what each controller reports, and change nothing")
-	f.Int32Var(&ordinalStart, "destination-ordinal-start", 0, "spec.ordinalStart of the destination Etcd when the move creates it (default: after the source's ordinals)")
-	f.StringVar(&memberNamePrefix, "destination-member-name-prefix", "", "spec.memberNamePrefix of the destination Etcd when the move creates it")
-	f.StringVar(&src.Peer, "source-peer-url-template", "", "peer URL of a source member as the destination reaches it")
-	f.StringVar(&src.Client, "source-client-url-template", "", "client URL of a source member as the destination reaches it")
-	f.StringVar(&src.Sidecar, "source-sidecar-url-template", "", "sidecar URL of a source member as the destination's controller reaches it")
-	f.StringVar(&dst.Peer, "destination-peer-url-template", "", "peer URL of a destination member as the source reaches it")
-	f.StringVar(&dst.Client, "destination-client-url-template", "", "client URL of a destination member as the source reaches it")
-	f.StringVar(&dst.Sidecar, "destination-sidecar-url-template", "", "sidecar URL of a destination member as the source's controller reaches it")
-	f.DurationVar(&stepTimeout, "step-timeout", 10*time.Minute, "time limit of one step's wait; run again to continue")
-	f.StringVar(&switchCommand, "switch-clients-command", "", "shell command run at step switch-clients, once the destination's first member votes and before any source member goes: "+
+	f.StringVar(&m.srcKubeconfig, "source-kubeconfig", "", "kubeconfig of the source cluster")
+	f.StringVar(&m.dstKubeconfig, "destination-kubeconfig", "", "kubeconfig of the destination cluster")
+	f.StringVar(&m.srcContext, "source-context", "", "kubeconfig context of the source cluster (default: the kubeconfig's current context)")
+	f.StringVar(&m.dstContext, "destination-context", "", "kubeconfig context of the destination cluster (default: the kubeconfig's current context)")
+	f.StringVarP(&m.output, "output", "o", "table", "output of --status, --dry-run and the end of a move: table, json or yaml (with json or yaml the progress goes to stderr)")
+	f.BoolVar(&m.dryRun, "dry-run", false, "print where the move stands and the steps it (or --abort) would take from there, and change nothing")
+	f.BoolVar(&m.wait, "wait", true, "wait for every step, showing the progress (a bar on a terminal); --wait=false starts the next step and returns")
+	f.StringVarP(&m.namespace, "namespace", "n", "", "namespace of the Etcd (the same in both clusters)")
+	f.StringVar(&m.name, "name", "", "name of the Etcd (the same in both clusters)")
+	f.BoolVar(&m.abort, "abort", false, "take the move back instead (refused once the destination holds the majority)")
+	f.BoolVar(&m.status, "status", false, "print the move's phase and what each controller reports, and change nothing")
+	f.Int32Var(&m.ordinalStart, "destination-ordinal-start", 0, "spec.ordinalStart of the destination Etcd when the move creates it (default: after the source's ordinals)")
+	f.StringVar(&m.memberNamePrefix, "destination-member-name-prefix", "", "spec.memberNamePrefix of the destination Etcd when the move creates it")
+	f.StringVar(&m.src.Peer, "source-peer-url-template", "", "peer URL of a source member as the destination reaches it")
+	f.StringVar(&m.src.Client, "source-client-url-template", "", "client URL of a source member as the destination reaches it")
+	f.StringVar(&m.src.Sidecar, "source-sidecar-url-template", "", "sidecar URL of a source member as the destination's controller reaches it")
+	f.StringVar(&m.dst.Peer, "destination-peer-url-template", "", "peer URL of a destination member as the source reaches it")
+	f.StringVar(&m.dst.Client, "destination-client-url-template", "", "client URL of a destination member as the source reaches it")
+	f.StringVar(&m.dst.Sidecar, "destination-sidecar-url-template", "", "sidecar URL of a destination member as the source's controller reaches it")
+	f.DurationVar(&m.stepTimeout, "step-timeout", 10*time.Minute, "time limit of one step's wait; run again to continue")
+	f.StringVar(&m.switchCommand, "switch-clients-command", "", "shell command run at step switch-clients, once the destination's first member votes and before any source member goes: "+
 		"it points the source site's clients at the destination (a shoot's API endpoint at the destination's kube-apiserver) and stops the source's; "+
 		"it gets DRUID_STRETCH_NAMESPACE and DRUID_STRETCH_NAME, must be safe to run twice, and a non-zero exit stops the move with nothing changed")
-	f.BoolVar(&gep39, "gep39", false, "move as Gardener's GEP-39 does: write only druid's own Etcd fields, stage by stage (SourceEtcdPreparedForPeerJoin, DestinationEtcdPeersJoined, "+
+	f.BoolVar(&m.gep39, "gep39", false, "move as Gardener's GEP-39 does: write only druid's own Etcd fields, stage by stage (SourceEtcdPreparedForPeerJoin, DestinationEtcdPeersJoined, "+
 		"EtcdMigrationComplete, SourceSeedCleanup); the destination gets --destination-member-name-prefix, ordinals from 0 and spec.etcd.bootstrapWithExistingCluster")
-	f.StringSliceVar(&sourceClientEndpoints, "source-client-endpoints", nil, "with --gep39: the source's client endpoints as the destination reaches them (spec.etcd.bootstrapWithExistingCluster.clientEndpoints)")
-	f.Int32Var(&holdSource, "hold-source", migration.DefaultHoldSource, "with --switch-clients-command: run retire-source first, holding this many source members for the source site's clients, "+
+	f.StringSliceVar(&m.sourceClientEndpoints, "source-client-endpoints", nil, "with --gep39: the source's client endpoints as the destination reaches them (spec.etcd.bootstrapWithExistingCluster.clientEndpoints)")
+	f.Int32Var(&m.holdSource, "hold-source", migration.DefaultHoldSource, "with --switch-clients-command: run retire-source first, holding this many source members for the source site's clients, "+
 		"and the command once the destination holds the majority; the held members go after it. The destination's kube-apiserver then starts on a quorum in its own site "+
 		"instead of reading across the sites, and the source's clients meet the removals and the leader transfer, through their members' client gates. "+
 		"0 runs the command before any source member goes; a source of one member needs 0. Without --switch-clients-command (and with --gep39) nothing is held")
 	return cmd
+}
+
+// check refuses a wrong flag or combination of flags, and drops
+// --hold-source's default where nothing can be held.
+func (m *migrateFlags) check(cmd *cobra.Command) error {
+	if m.namespace == "" || m.name == "" {
+		return errors.New("--namespace and --name are required")
+	}
+	if m.status && m.abort {
+		return errors.New("--status changes nothing, --abort takes the move back: choose one")
+	}
+	if m.status && m.dryRun {
+		return errors.New("--status and --dry-run both change nothing: choose one")
+	}
+	if !slices.Contains([]string{"table", "json", "yaml"}, m.output) {
+		return fmt.Errorf("-o %q: want table, json or yaml", m.output)
+	}
+	if !cmd.Flags().Changed("hold-source") && (m.switchCommand == "" || m.gep39) {
+		// The held order needs the switch command; GEP-39's stages hold
+		// no member.
+		m.holdSource = 0
+	}
+	if m.holdSource < 0 {
+		return fmt.Errorf("--hold-source %d: want 0 (switch the clients first) or the number of source members to hold", m.holdSource)
+	}
+	if m.holdSource != 0 && m.switchCommand == "" {
+		return fmt.Errorf("--hold-source %d needs --switch-clients-command: the held source members stay for the clients that command switches", m.holdSource)
+	}
+	if m.gep39 {
+		switch {
+		case m.memberNamePrefix == "" || len(m.sourceClientEndpoints) == 0:
+			return errors.New("--gep39 needs --destination-member-name-prefix (gardenlet uses the destination seed's name) and --source-client-endpoints")
+		case m.abort || m.dryRun || m.holdSource != 0 || cmd.Flags().Changed("destination-ordinal-start"):
+			return errors.New("--gep39 runs GEP-39's stages forward only: --abort, --dry-run, --hold-source and --destination-ordinal-start do not apply")
+		}
+	}
+	for _, t := range []struct {
+		side string
+		t    migration.URLTemplates
+	}{{"source", m.src}, {"destination", m.dst}} {
+		// --status and --dry-run only read the two Etcds: they need no
+		// address.
+		if err := t.t.Check(); err != nil && !m.status && !m.dryRun {
+			return fmt.Errorf("--%s-*-url-template: %w", t.side, err)
+		}
+	}
+	return nil
+}
+
+// options are the mover's options from the flags, with the clients of
+// the two clusters.
+func (m *migrateFlags) options(cmd *cobra.Command) (migration.Options, error) {
+	srcClient, err := migration.NewClientFromKubeconfigContext(m.srcKubeconfig, m.srcContext)
+	if err != nil {
+		return migration.Options{}, fmt.Errorf("the source cluster (--source-kubeconfig, --source-context): %w", err)
+	}
+	dstClient, err := migration.NewClientFromKubeconfigContext(m.dstKubeconfig, m.dstContext)
+	if err != nil {
+		return migration.Options{}, fmt.Errorf("the destination cluster (--destination-kubeconfig, --destination-context): %w", err)
+	}
+	o := migration.Options{
+		Source: srcClient, Destination: dstClient, Namespace: m.namespace, Name: m.name,
+		SourceAddresses: m.src.Addresses(), DestinationAddresses: m.dst.Addresses(),
+		StepTimeout: m.stepTimeout, HoldSource: m.holdSource,
+	}
+	switch {
+	case m.gep39:
+		o.GEP39 = &migration.GEP39{DestinationPrefix: m.memberNamePrefix, SourceClientEndpoints: m.sourceClientEndpoints}
+	default:
+		if cmd.Flags().Changed("destination-ordinal-start") {
+			o.DestinationOrdinalStart = &m.ordinalStart
+		}
+		if m.memberNamePrefix != "" {
+			o.DestinationMemberNamePrefix = &m.memberNamePrefix
+		}
+	}
+	if m.switchCommand != "" {
+		o.SwitchClients = shellHook("--switch-clients-command", m.switchCommand, m.namespace, m.name, cmd.ErrOrStderr())
+	}
+	return o, nil
+}
+
+// run prints where the move stands (--status, --dry-run), or moves (or
+// aborts) with the progress shown.
+func (m *migrateFlags) run(cmd *cobra.Command) error {
+	o, err := m.options(cmd)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(cmd.Context())
+	defer cancel()
+	progress := &moveProgress{cmd: cmd, table: m.output == "table", wait: m.wait, stop: cancel}
+	o.Progress = progress.print
+	mover, err := migration.New(o)
+	if err != nil {
+		return err
+	}
+	if m.status || m.dryRun {
+		return printReport(cmd, mover, m.output, m.dryRun, m.abort)
+	}
+	if err := progress.begin(ctx, mover, m.abort); err != nil {
+		return err
+	}
+	if m.abort {
+		err = mover.Abort(ctx)
+	} else {
+		err = mover.Move(ctx)
+	}
+	progress.end()
+	switch {
+	case progress.stopped && errors.Is(err, context.Canceled) && cmd.Context().Err() == nil:
+		state := "started"
+		if progress.lastKind == migration.StepDone {
+			state = "done"
+		}
+		_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "step %s %s; not waiting (--wait=false): run again to continue, or --status to see where it stands\n", progress.last, state)
+		return nil
+	case errors.Is(err, context.DeadlineExceeded):
+		return notFinished{err}
+	case err != nil:
+		return err
+	}
+	if m.output != "table" {
+		return printReport(cmd, mover, m.output, false, m.abort)
+	}
+	return nil
 }
 
 // shellHook runs command with sh -c as a step of the move, with its output
