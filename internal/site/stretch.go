@@ -122,6 +122,9 @@ func (s *Site) startDruidStretch(ctx context.Context) error {
 		return fmt.Errorf("the chart's controller flags: %w", err)
 	}
 	wo.SidecarImage = SidecarImage
+	// As the command sets it: this process's webhook starts the etcd pods
+	// through the sidecar, so a member is added only once its pod waits.
+	mo.Reconciler.PodsStartThroughSidecar = true
 	wo.SidecarPort, wo.EtcdMaxLearners = sidecarPort, mo.Reconciler.MaxLearners
 	wo.ManagedNamespaces = mo.Reconciler.ManagedNamespaces
 	// The site's own client stands in for a lost status (statuswipe_test
