@@ -540,8 +540,8 @@ func testContext(t *testing.T, d time.Duration) context.Context {
 }
 
 // moveRoot is the folder of a live move's two sites, for a test run as
-// root: removed at the end unless the test failed or
-// DRUID_STRETCH_KEEP_SITES is set.
+// root: removed at the end unless the test failed (its sites' folders then
+// hold their logs, leaveSiteFolder) or DRUID_STRETCH_KEEP_SITES is set.
 func moveRoot(t *testing.T, pattern string) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -559,10 +559,28 @@ func moveRoot(t *testing.T, pattern string) string {
 	return root
 }
 
+// leaveSiteFolder removes a site's folder after a test that passed. After
+// one that failed it keeps the logs (the processes' in logs/, the
+// containers' in node/) and removes the pods' volumes (hostpath/: the etcd
+// members' data and backups, hundreds of MB a site, which would fill the
+// disk of a run with several failures); DRUID_STRETCH_KEEP_SITES keeps
+// the whole folder either way.
+func leaveSiteFolder(t *testing.T, what, dir string) {
+	switch {
+	case os.Getenv("DRUID_STRETCH_KEEP_SITES") != "":
+		t.Logf("the folder of %s (processes' logs in logs/, containers' in node/, volumes in hostpath/): %s", what, dir)
+	case t.Failed():
+		_ = os.RemoveAll(filepath.Join(dir, "hostpath"))
+		t.Logf("the logs of %s (processes' in logs/, containers' in node/; the volumes were removed, DRUID_STRETCH_KEEP_SITES=1 keeps them): %s", what, dir)
+	default:
+		_ = os.RemoveAll(dir)
+	}
+}
+
 // startSites starts sites side by side and stops them when the test ends.
 // A site without a folder gets a temporary one; each site's folder is
-// removed at the end unless the test failed or DRUID_STRETCH_KEEP_SITES is
-// set.
+// removed at the end, or reduced to its logs when the test failed
+// (leaveSiteFolder).
 func startSites(t *testing.T, opts ...Options) []*Site {
 	t.Helper()
 	for i := range opts {
@@ -585,11 +603,7 @@ func startSites(t *testing.T, opts ...Options) []*Site {
 		// Registered before the site's Stop, so it runs after it.
 		t.Cleanup(func() {
 			_ = logFile.Close()
-			if t.Failed() || os.Getenv("DRUID_STRETCH_KEEP_SITES") != "" {
-				t.Logf("the logs of site %s (processes in logs/, containers in node/): %s", identity, dir)
-			} else {
-				_ = os.RemoveAll(dir)
-			}
+			leaveSiteFolder(t, "site "+identity, dir)
 		})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

@@ -93,11 +93,7 @@ func startSite(t *testing.T, stretch bool) *Site {
 			t.Errorf("stopping the site: %v", err)
 		}
 		_ = logFile.Close()
-		if t.Failed() {
-			t.Logf("the site's logs (processes in logs/, containers in node/): %s", dir)
-		} else {
-			_ = os.RemoveAll(dir)
-		}
+		leaveSiteFolder(t, "the site", dir)
 	})
 	return s
 }
