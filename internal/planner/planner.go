@@ -649,6 +649,14 @@ func (v *view) parallelLearners(ours []*member, p Policy) Step {
 				// that is to stay one holds no promotion.
 				return held
 			}
+		} else if l := receiving(v.ownLearners()); l != nil {
+			// Rule 2: the leader sends a joining learner its snapshot
+			// over the same link as the next learner's; side by side
+			// they share it, and each takes as long as all of them
+			// together. One at a time, the first is ready for its
+			// promotion (and the removals behind it) after its own
+			// snapshot. The learners already in go on meanwhile.
+			held = receivingWait(l, w)
 		} else if s := v.addLearner(w, p); s.Kind == AddLearner {
 			return s
 		} else if w.PodNotWaiting != "" {
@@ -708,6 +716,26 @@ func starting(learners []*member, p Policy) *member {
 		}
 	}
 	return nil
+}
+
+// receiving is the first learner whose snapshot (or the log after it) the
+// leader is sending, in the leader's word: its transport has the learner
+// connected, and its raft has the learner's log below 90 % of its own.
+// Without the leader's word (an observation through another sidecar) none
+// is.
+func receiving(learners []*member) *member {
+	for _, l := range learners {
+		if l.BehindAtLeader && l.ConnectedFor > 0 {
+			return l
+		}
+	}
+	return nil
+}
+
+// receivingWait is the wait of w's add while the leader sends learner l
+// its log (rule 2).
+func receivingWait(l *member, w *Want) Step {
+	return waitStep(RuleOneLearner, "WaitingForLearner: the leader is sending %s its log (below 90 %% of its own); %s joins once it has caught up, so that their snapshots do not share the link", l.label(), w.Name)
 }
 
 // learnerState tells whether our learner l can be promoted; when it
