@@ -101,6 +101,8 @@ func TestOptionsNameTheFieldAtFault(t *testing.T) {
 		{"writers", Options{Servers: []Server{{Name: "a", Config: cfg}}, Writers: -1}, "Writers must not be negative"},
 		{"interval", Options{Servers: []Server{{Name: "a", Config: cfg}}, Interval: -time.Second}, "Interval must not be negative"},
 		{"qps", Options{Servers: []Server{{Name: "a", Config: cfg}}, QPS: -1}, "QPS must not be negative"},
+		{"empty check", Options{Servers: []Server{{Name: "a", Config: cfg}}, ReadyzExclude: []string{""}}, "ReadyzExclude[0] \"\" is not the name of a /readyz check"},
+		{"query in a check", Options{Servers: []Server{{Name: "a", Config: cfg}}, ReadyzExclude: []string{RBACBootstrapCheck, "etcd&verbose"}}, "ReadyzExclude[1] \"etcd&verbose\""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := New(tc.opts)
@@ -114,4 +116,11 @@ func TestOptionsNameTheFieldAtFault(t *testing.T) {
 	g.Expect([]int{o.Writers, o.Readers, o.Burst}).To(Equal([]int{4, 2, 1000}))
 	g.Expect(o.QPS).To(BeEquivalentTo(1000))
 	g.Expect([]time.Duration{o.Interval, o.RequestTimeout, o.ReadyzInterval}).To(Equal([]time.Duration{20 * time.Millisecond, 30 * time.Second, 200 * time.Millisecond}))
+}
+
+func TestReadyzPathLeavesOutTheChecksNamed(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(ReadyzPath(nil)).To(Equal("/readyz"))
+	g.Expect(ReadyzPath([]string{RBACBootstrapCheck})).To(Equal("/readyz?exclude=poststarthook%2Frbac%2Fbootstrap-roles"))
+	g.Expect(ReadyzPath([]string{"etcd", RBACBootstrapCheck})).To(Equal("/readyz?exclude=etcd&exclude=poststarthook%2Frbac%2Fbootstrap-roles"))
 }

@@ -50,6 +50,11 @@ type Options struct {
 	// ReadyzInterval is the pause between two /readyz probes of a server
 	// (default 200 ms).
 	ReadyzInterval time.Duration
+	// ReadyzExclude names /readyz checks the probes leave out (kube-apiserver's
+	// exclude parameter), for a server whose readiness for these clients
+	// does not wait on them (see RBACBootstrapCheck). Empty: the full
+	// /readyz, as a seed's probe asks it.
+	ReadyzExclude []string
 	// InitialPhase names the phase from Start to the first MarkPhase
 	// (default "before").
 	InitialPhase string
@@ -104,6 +109,11 @@ func (o Options) withDefaults() (Options, error) {
 	}{{"Interval", o.Interval}, {"RequestTimeout", o.RequestTimeout}, {"ReadyzInterval", o.ReadyzInterval}} {
 		if f.value < 0 {
 			bad("%s must not be negative, got %s", f.name, f.value)
+		}
+	}
+	for i, c := range o.ReadyzExclude {
+		if c == "" || strings.ContainsAny(c, "?&= ") {
+			bad("ReadyzExclude[%d] %q is not the name of a /readyz check", i, c)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -43,6 +43,10 @@ type RehearsalOptions struct {
 	// Their figures and verdicts go into the report (KubeAPIServers,
 	// APIHistory).
 	KubeAPIServers bool
+	// ReadyzExclude names the /readyz checks that the clients' readiness
+	// gate of those kube-apiservers leaves out (apiload.Options): the tests
+	// leave out apiload.RBACBootstrapCheck, the demo nothing.
+	ReadyzExclude []string
 }
 
 // Rehearse runs the client traffic, moves the Etcd from A to B (or aborts
@@ -81,7 +85,7 @@ func (e *Env) Rehearse(ctx context.Context, out io.Writer, o RehearsalOptions) (
 	defer show.stop()
 	var shoot *shootLoad
 	if o.KubeAPIServers {
-		if shoot, err = e.startShootLoad(ctx, show); err != nil {
+		if shoot, err = e.startShootLoad(ctx, show, o.ReadyzExclude); err != nil {
 			return rep, err
 		}
 		defer func() { _ = shoot.close() }()

@@ -51,8 +51,9 @@ type shootLoad struct {
 
 // startShootLoad starts A's kube-apiserver on the source's serving
 // members and the clients through it, waits until it serves, and starts
-// the wait for B's. Close it.
-func (e *Env) startShootLoad(ctx context.Context, show *liveView) (_ *shootLoad, err error) {
+// the wait for B's, each server ready once its /readyz without the checks
+// readyzExclude names answers 200. Close it.
+func (e *Env) startShootLoad(ctx context.Context, show *liveView, readyzExclude []string) (_ *shootLoad, err error) {
 	s := &shootLoad{bDone: make(chan struct{}), bStopped: make(chan struct{}), show: show}
 	close(s.bDone)    // until B's wait runs, there is nothing to wait for
 	close(s.bStopped) // nor a stop, until an abort begins one
@@ -86,8 +87,9 @@ func (e *Env) startShootLoad(ctx context.Context, show *liveView) (_ *shootLoad,
 		return s, err
 	}
 	s.load, err = apiload.New(apiload.Options{
-		Servers: []apiload.Server{{Name: s.a.Name, Config: s.a.Config}, {Name: s.b.Name, Config: s.b.Config}},
-		Log:     e.Config.Logger.WithName("apiload"),
+		Servers:       []apiload.Server{{Name: s.a.Name, Config: s.a.Config}, {Name: s.b.Name, Config: s.b.Config}},
+		ReadyzExclude: readyzExclude,
+		Log:           e.Config.Logger.WithName("apiload"),
 	})
 	if err != nil {
 		return s, err

@@ -160,7 +160,7 @@ func (c *container) check(ctx context.Context, p *corev1.Probe, timeout time.Dur
 		if p.HTTPGet.Scheme == corev1.URISchemeHTTPS {
 			scheme = "https"
 		}
-		u := url.URL{Scheme: scheme, Host: net.JoinHostPort(host, strconv.Itoa(port)), Path: p.HTTPGet.Path}
+		u := probeURL(scheme, host, port, p.HTTPGet.Path)
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 		if err != nil {
 			return err
@@ -196,6 +196,18 @@ func (c *container) check(ctx context.Context, p *corev1.Probe, timeout time.Dur
 }
 
 // port resolves a probe's port, by number or by the container port's name.
+// probeURL is an httpGet probe's URL as kubelet builds it: the path may
+// carry a query (a kube-apiserver's /readyz?exclude=...), and a path that
+// does not parse goes as it is.
+func probeURL(scheme, host string, port int, path string) *url.URL {
+	u, err := url.Parse(path)
+	if err != nil {
+		u = &url.URL{Path: path}
+	}
+	u.Scheme, u.Host = scheme, net.JoinHostPort(host, strconv.Itoa(port))
+	return u
+}
+
 func (c *container) port(p intstr.IntOrString) (int, error) {
 	if p.Type == intstr.Int {
 		return p.IntValue(), nil

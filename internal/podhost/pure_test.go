@@ -149,3 +149,15 @@ func TestServiceRecordsFollowCoreDNS(t *testing.T) {
 		"etcd-main-client.shoot.svc.cluster.local":           ips("10.1.0.3"),
 	}))
 }
+
+func TestProbeURLKeepsThePathsQuery(t *testing.T) {
+	g := NewWithT(t)
+	for path, want := range map[string]string{
+		"/readyz": "https://10.244.0.5:443/readyz",
+		"/readyz?exclude=poststarthook%2Frbac%2Fbootstrap-roles": "https://10.244.0.5:443/readyz?exclude=poststarthook%2Frbac%2Fbootstrap-roles",
+		"/livez?verbose&exclude=etcd":                            "https://10.244.0.5:443/livez?verbose&exclude=etcd",
+		"%zz":                                                    "https://10.244.0.5:443/%25zz", // does not parse: the path as it is
+	} {
+		g.Expect(probeURL("https", "10.244.0.5", 443, path).String()).To(Equal(want), path)
+	}
+}

@@ -28,7 +28,7 @@ func TestAbortedLiveMoveWithDroppedStatus(t *testing.T) {
 	root := moveRoot(t, "druid-stretch-abort-")
 	sites := startSites(t, MoveSiteOptions(root)...)
 	a, b := sites[0], sites[1]
-	mv, err := NewLiveMove(ctx, a, b, LiveMoveOptions{RTT: DefaultMoveRTT, AbortAfter: move.StepJoinDestination, Out: testWriter{t}})
+	mv, err := NewLiveMove(ctx, a, b, LiveMoveOptions{RTT: DefaultMoveRTT, AbortAfter: move.StepJoinDestination, Out: testWriter{t}, ReadyzExclude: testReadyzExclude})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(mv.CreateSource(ctx)).To(Succeed())
 	wiper := wipeStatusAfterEveryStep(ctx, t, mv.Key(), a, b)

@@ -292,7 +292,7 @@ func runSiteFaultRow(t *testing.T, row siteFaultRow, res *siteFaultResult) {
 	}
 	sites := startSites(t, opts...)
 	a, b := sites[0], sites[1]
-	lo := LiveMoveOptions{RTT: DefaultMoveRTT, Out: testWriter{t}}
+	lo := LiveMoveOptions{RTT: DefaultMoveRTT, Out: testWriter{t}, ReadyzExclude: testReadyzExclude}
 	if row.phase.abort {
 		lo.AbortAfter = move.StepJoinDestination
 	}

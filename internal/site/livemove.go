@@ -148,6 +148,11 @@ type LiveMoveOptions struct {
 	// destination's members out. The run then ends with the source's
 	// members and checks the histories through the source.
 	AbortAfter move.Step
+	// ReadyzExclude names the /readyz checks that the shoot kube-apiservers'
+	// readiness leaves out, both their pods' probes and the clients' gate
+	// (apiload.Options.ReadyzExclude): the tests leave out
+	// apiload.RBACBootstrapCheck, the bench and the demo nothing.
+	ReadyzExclude []string
 	// OnEvent, when set, sees every event of the move as it happens.
 	OnEvent func(migration.Event)
 	// Out receives one line per stage (default: nothing). The logs of the
@@ -491,7 +496,7 @@ func (m *LiveMove) run(ctx context.Context) (*LiveMoveRun, error) {
 	var servers []apiload.Server
 	shoots := map[*Site]*ShootAPIServer{}
 	for _, s := range []*Site{a, b} {
-		api, err := s.NewShootAPIServer(s.opts.ClusterIdentity, MoveNamespace, MoveEtcdName)
+		api, err := s.NewShootAPIServer(s.opts.ClusterIdentity, MoveNamespace, MoveEtcdName, m.opts.ReadyzExclude)
 		if err != nil {
 			return run, err
 		}
@@ -522,7 +527,7 @@ func (m *LiveMove) run(ctx context.Context) (*LiveMoveRun, error) {
 	if err != nil {
 		return run, err
 	}
-	load, err := apiload.New(apiload.Options{Servers: servers, Log: llog})
+	load, err := apiload.New(apiload.Options{Servers: servers, ReadyzExclude: m.opts.ReadyzExclude, Log: llog})
 	if err != nil {
 		return run, err
 	}

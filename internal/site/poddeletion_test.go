@@ -184,7 +184,7 @@ func liveMoveWithPodDeletions(t *testing.T, deletions []podDeletion) {
 	sites := startSites(t, opts...)
 	a, b := sites[0], sites[1]
 
-	mv, err := NewLiveMove(ctx, a, b, LiveMoveOptions{RTT: DefaultMoveRTT, Out: testWriter{t}})
+	mv, err := NewLiveMove(ctx, a, b, LiveMoveOptions{RTT: DefaultMoveRTT, Out: testWriter{t}, ReadyzExclude: testReadyzExclude})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(mv.CreateSource(ctx)).To(Succeed())
 	// The source's creation installs the shoot's TLS, which the deleter's

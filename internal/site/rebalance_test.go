@@ -272,7 +272,7 @@ func newRebalance(ctx context.Context, t *testing.T, o rebalanceOptions) *rebala
 	t.Cleanup(r.w.Stop)
 	r.history = recordMembership(t, etcdClientVia(t, s, r.eps...))
 
-	shoot, err := s.NewShootAPIServer("shoot", ns, "etcd-main")
+	shoot, err := s.NewShootAPIServer("shoot", ns, "etcd-main", nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(shoot.Start(ctx)).To(Succeed())
 	r.shoot = shoot.Name

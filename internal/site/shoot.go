@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
+	"github.com/druid-stretch/druid-stretch/internal/apiload"
 	"github.com/druid-stretch/druid-stretch/internal/etcdview"
 	"github.com/druid-stretch/druid-stretch/internal/pki"
 )
@@ -63,8 +64,9 @@ type ShootAPIServer struct {
 // as its only etcd endpoint: its credentials and client
 // configuration. Nothing is created in the site until Start or
 // StartOnceMemberServes. The pod runs the real kube-apiserver on the node
-// stand-in; it goes when the site stops.
-func (s *Site) NewShootAPIServer(name, namespace, etcdName string) (*ShootAPIServer, error) {
+// stand-in; it goes when the site stops. Its readiness probe is /readyz
+// without the checks readyzExclude names (apiload.RBACBootstrapCheck).
+func (s *Site) NewShootAPIServer(name, namespace, etcdName string, readyzExclude []string) (*ShootAPIServer, error) {
 	ca, err := pki.NewCA("shoot-ca")
 	if err != nil {
 		return nil, err
@@ -157,7 +159,7 @@ func (s *Site) NewShootAPIServer(name, namespace, etcdName string) (*ShootAPISer
 							// for the environment).
 						},
 						Ports:          []corev1.ContainerPort{{Name: "https", ContainerPort: shootAPIServerPort}},
-						ReadinessProbe: probe("/readyz"),
+						ReadinessProbe: probe(apiload.ReadyzPath(readyzExclude)),
 						VolumeMounts: []corev1.VolumeMount{
 							{Name: "secrets", MountPath: dir, ReadOnly: true},
 							{Name: "etcd-ca", MountPath: etcdCADir, ReadOnly: true},
