@@ -353,6 +353,13 @@ func learnersFromStatus(ls []v1alpha1.LearnerProgress) []membership.LearnerProgr
 // report itself: it was killed between sending the change and writing
 // status. Only a lastStep older than this process (since) gives way, so a
 // step this process reported is never replaced by an older record.
+//
+// A lastStep of the same kind and member is the record's own report when
+// their outcomes agree. When they do not, lastStep is another attempt: a
+// refusal the sidecar answered before it wrote any record (the quorum
+// check of a removal), followed by an attempt that went through and whose
+// sender died. The record is then the newer word, unless lastStep began
+// after it was written.
 func (s *scope) adoptRecordedStep(rec *sidecar.StepRecord, holder, token string, since time.Time) {
 	if rec == nil || rec.Holder != holder || rec.Token == token || rec.State == sidecar.StepInFlight {
 		return
@@ -361,13 +368,16 @@ func (s *scope) adoptRecordedStep(rec *sidecar.StepRecord, holder, token string,
 	if last != nil && !last.Time.Time.Before(since) {
 		return
 	}
-	kind := v1alpha1.StepKind(rec.Kind)
-	if last != nil && last.Kind == kind && (last.Member == rec.Target || last.MemberID == rec.Target) {
-		return
-	}
 	at, err := time.Parse(time.RFC3339Nano, rec.Time)
 	if err != nil {
 		at = s.now
+	}
+	kind := v1alpha1.StepKind(rec.Kind)
+	if last != nil && last.Kind == kind && (last.Member == rec.Target || last.MemberID == rec.Target) {
+		sameOutcome := (last.Outcome == v1alpha1.StepFailed) == (rec.State == sidecar.StepFailed)
+		if sameOutcome || !at.After(last.Time.Time) {
+			return
+		}
 	}
 	step := &v1alpha1.MembershipStep{Kind: kind, Member: rec.Target, Time: metav1.NewTime(at), Outcome: v1alpha1.StepSucceeded,
 		Message: fmt.Sprintf("%s %s: sent by an earlier process of this controller (token %s) and recorded at etcd revision %d; that process stopped before reporting it",
