@@ -70,9 +70,20 @@ func TestALockGrantCarriesTheRecords(t *testing.T) {
 	g.Expect(grant.Retired).To(BeEmpty())
 	g.Expect(grant.Retired).NotTo(BeNil(), "an empty list, not a missing one")
 
-	// seed-a moves leadership and retires a member, then lets go.
+	// seed-a moves leadership and retires a member, then lets go. The
+	// transfer goes to a member that does not lead: one to the leader
+	// changes nothing, and nothing is recorded.
+	before, err := c.Members(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	target := ""
+	for _, m := range before.Members {
+		if !m.IsLeader && target == "" {
+			target = m.Name
+		}
+	}
+	g.Expect(target).NotTo(BeEmpty(), "a member that does not lead: %+v", before.Members)
 	o := sidecar.CallOptions{LockHolder: "seed-a", LockToken: grant.Token}
-	_, err = c.MoveLeader(ctx, tc.Members[1].Name, o)
+	_, err = c.MoveLeader(ctx, target, o)
 	g.Expect(err).NotTo(HaveOccurred())
 	_, err = c.Retire(ctx, "etcd-9", "seed-a", o)
 	g.Expect(err).NotTo(HaveOccurred())
