@@ -51,11 +51,7 @@ func (l *Load) pollReadyz(ctx context.Context, s *server, anyReady chan<- *serve
 	for {
 		var code int
 		// StatusCode is set for every HTTP answer, error statuses included.
-		req := s.probe.Get().AbsPath("/readyz")
-		for _, c := range l.opts.ReadyzExclude {
-			req = req.Param("exclude", c)
-		}
-		req.Do(ctx).StatusCode(&code)
+		s.probe.Get().RequestURI(ReadyzPath(l.opts.ReadyzExclude)).Do(ctx).StatusCode(&code)
 		if ctx.Err() != nil {
 			// Cut off by Stop: not an answer of the server.
 			return
