@@ -28,6 +28,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -247,9 +248,17 @@ func (e *Env) startCluster(ctx context.Context, c *Cluster) error {
 	}
 	c.log = cfg.Logger.WithValues("cluster", c.Name)
 	// The runner serves every namespace, so that tests can move one Etcd
-	// per namespace through the same two clusters (In).
+	// per namespace through the same two clusters (In). It reads through
+	// an informer cache, as kubelet watches its pods: its reads every
+	// 100 ms straight from the kube-apiserver (Etcds, EtcdMemberships,
+	// StatefulSets) would each be a quorum read of the cluster's etcd, CPU
+	// taken from the moving members on a small machine.
+	reads, err := cache.New(c.Config, cache.Options{Scheme: c.Client.Scheme()})
+	if err != nil {
+		return fmt.Errorf("cluster %s: the pod runner's cache: %w", c.Name, err)
+	}
 	r, err := podrunner.New(podrunner.Options{
-		Client:            c.Client,
+		Client:            reads,
 		Dir:               filepath.Join(e.dir, "cluster-"+c.Site),
 		CA:                e.CA,
 		WAN:               e.WAN,
@@ -268,7 +277,10 @@ func (e *Env) startCluster(ctx context.Context, c *Cluster) error {
 	c.runnerStop, c.runnerDone = stop, make(chan struct{})
 	go func() {
 		defer close(c.runnerDone)
+		var cached sync.WaitGroup
+		cached.Go(func() { _ = reads.Start(runCtx) })
 		_ = r.Run(runCtx)
+		cached.Wait()
 	}()
 	mc := e.steps.config(c)
 	// The controller runs in this process but sits in its cluster's site:
