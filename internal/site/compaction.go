@@ -3,7 +3,11 @@ package site
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,8 +16,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // CompactionJob is one compaction Job druid ran for an Etcd, as a watch on
@@ -40,10 +46,10 @@ type CompactionJob struct {
 	Reason, Message   string
 }
 
-// EndedWithin tells whether the Job ended (either way) at from or after it
-// and at to or before it.
-func (j CompactionJob) EndedWithin(from, to time.Time) bool {
-	return !j.Ended.IsZero() && !j.Ended.Before(from) && !j.Ended.After(to)
+// BeganWithin tells whether the Job appeared at from or after it and at
+// to or before it.
+func (j CompactionJob) BeganWithin(from, to time.Time) bool {
+	return !j.Created.Before(from) && !j.Created.After(to)
 }
 
 // Describe is one line on the Job, its instants as seconds after origin.
@@ -188,4 +194,71 @@ func (r *CompactionRecorder) Stop() []CompactionJob {
 // sortCompactionJobs orders Jobs of several sites by when they appeared.
 func sortCompactionJobs(jobs []CompactionJob) {
 	slices.SortStableFunc(jobs, func(a, b CompactionJob) int { return a.Created.Compare(b.Created) })
+}
+
+// SnapshotTaken is an out-of-schedule snapshot of an Etcd's backups that
+// a test or a live move asked for (Site.TriggerSnapshot).
+type SnapshotTaken struct {
+	// At is when it was asked for, Pod the pod whose backup-restore took
+	// it (the leading member's: only its snapshotter runs).
+	At  time.Time
+	Pod string
+	Err error
+}
+
+// TriggerSnapshot asks the backup-restore of the Etcd's leading member for
+// a snapshot out of its schedule, kind "full" or "delta" (its
+// /snapshot/full or /snapshot/delta), trying every pod of the Etcd until
+// one takes it, for up to a minute. After a delta snapshot backup-restore
+// renews its delta snapshot lease with the snapshot's revision, and
+// druid's compaction controller, which watches that lease, starts a
+// compaction Job once the events since the last full snapshot reach its
+// threshold: the lease is otherwise renewed once per delta snapshot
+// period, which a short move may end before.
+func (s *Site) TriggerSnapshot(ctx context.Context, key client.ObjectKey, kind string) SnapshotTaken {
+	d := SnapshotTaken{At: time.Now()}
+	tlsConf, err := s.EtcdClientTLS()
+	if err != nil {
+		d.Err = err
+		return d
+	}
+	// backup-restore serves with etcd's server certificate and wants a
+	// client certificate of the shoot's etcd CA.
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: s.DialContext, TLSClientConfig: tlsConf}}
+	defer hc.CloseIdleConnections()
+	peers := druidv1alpha1.GetPeerServiceName(metav1.ObjectMeta{Name: key.Name})
+	var last []string
+	// A leader change moves the snapshotter: the next round asks again.
+	err = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := s.EtcdPods(ctx, key)
+		if err != nil {
+			last = []string{err.Error()}
+			return false, nil
+		}
+		last = last[:0]
+		for _, p := range pods {
+			url := "https://" + net.JoinHostPort(p.Name+"."+peers+"."+key.Namespace+".svc", "8080") + "/snapshot/" + kind
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			if err != nil {
+				return false, err
+			}
+			resp, err := hc.Do(req)
+			if err != nil {
+				last = append(last, p.Name+": "+err.Error())
+				continue
+			}
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				d.Pod = p.Name
+				return true, nil
+			}
+			last = append(last, fmt.Sprintf("%s: %s %s", p.Name, resp.Status, strings.TrimSpace(string(body))))
+		}
+		return false, nil
+	})
+	if err != nil {
+		d.Err = fmt.Errorf("no backup-restore of %s in %s took a %s snapshot (%w): %s", key, s.opts.ClusterIdentity, kind, err, strings.Join(last, "; "))
+	}
+	return d
 }

@@ -34,7 +34,7 @@ func TestGEP39MoveBetweenRealSites(t *testing.T) {
 	root := moveRoot(t, "druid-stretch-gep39-")
 	sites := startSites(t, MoveSiteOptions(root)...)
 	a, b := sites[0], sites[1]
-	mv, err := NewLiveMove(ctx, a, b, LiveMoveOptions{RTT: DefaultMoveRTT, GEP39: true, Out: testWriter{t}, ReadyzExclude: testReadyzExclude})
+	mv, err := NewLiveMove(ctx, a, b, LiveMoveOptions{RTT: DefaultMoveRTT, GEP39: true, DeltaSnapshotAfterJoin: true, Out: testWriter{t}, ReadyzExclude: testReadyzExclude})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(mv.CreateSource(ctx)).To(Succeed())
 	run, err := mv.Run(ctx)

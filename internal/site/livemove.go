@@ -141,6 +141,12 @@ type LiveMoveOptions struct {
 	// move goes on; LiveMoveRun.Renewal says when the source's first
 	// member served the new server certificate.
 	RenewCertificatesAt move.Step
+	// DeltaSnapshotAfterJoin, once the destination's join is done, asks the source's backup-restore for a delta snapshot out of
+	// its schedule (Site.TriggerSnapshot): its lease renewal lets
+	// druid start a compaction Job of the source inside the move, however
+	// short the move is next to the delta snapshot period.
+	// LiveMoveRun.DeltaSnapshot says when and where.
+	DeltaSnapshotAfterJoin bool
 	// AbortAfter, when set, aborts the move once that step is done
 	// (Mover.Abort), as gardenlet takes a move back: the clients that went
 	// to the destination's kube-apiserver switch back to the source's, the
@@ -364,6 +370,9 @@ type LiveMoveRun struct {
 	// Renewal is the certificate renewal of
 	// LiveMoveOptions.RenewCertificatesAt, nil without one.
 	Renewal *CertificateRenewal
+	// DeltaSnapshot is the delta snapshot of
+	// LiveMoveOptions.DeltaSnapshotAfterJoin, nil without one.
+	DeltaSnapshot *SnapshotTaken
 	// API are the kube-apiservers' clients' figures; APIRequests every
 	// request they made.
 	API         apiload.Results
@@ -567,6 +576,8 @@ func (m *LiveMove) run(ctx context.Context) (*LiveMoveRun, error) {
 	// The renewal's result, once RenewCertificatesAt's step started; it
 	// is read before Run returns.
 	var renewed chan *CertificateRenewal
+	// The delta snapshot's result, once the join is done.
+	var snapshotted chan SnapshotTaken
 	// The move's context ends at AbortAfter's end, before the next step.
 	moveCtx, stopMove := context.WithCancelCause(ctx)
 	defer stopMove(nil)
@@ -614,6 +625,10 @@ func (m *LiveMove) run(ctx context.Context) (*LiveMoveRun, error) {
 				load.Mark(string(e.Step) + StepDoneSuffix)
 				if e.Step == move.StepJoinDestination || e.Step == move.Step(move.StageDestinationEtcdPeersJoined) {
 					druidReady.Start()
+					if m.opts.DeltaSnapshotAfterJoin && snapshotted == nil {
+						snapshotted = make(chan SnapshotTaken, 1)
+						go func() { snapshotted <- a.TriggerSnapshot(ctx, m.Key(), "delta") }()
+					}
 				}
 				if m.opts.AbortAfter != "" && e.Step == m.opts.AbortAfter {
 					stopMove(errAbortPoint)
@@ -645,6 +660,10 @@ func (m *LiveMove) run(ctx context.Context) (*LiveMoveRun, error) {
 	run.MoveTook = time.Since(run.MoveStarted)
 	if renewed != nil {
 		run.Renewal = <-renewed
+	}
+	if snapshotted != nil {
+		d := <-snapshotted
+		run.DeltaSnapshot = &d
 	}
 	run.DruidReady = druidReady.Stop()
 	if err != nil {

@@ -3,9 +3,7 @@ package site
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -388,31 +386,9 @@ func memberID(resp *clientv3.MemberListResponse, name string) uint64 {
 // until the leading one (the only one that snapshots) takes it.
 func triggerFullSnapshot(t *testing.T, s *Site, e *v1alpha1.Etcd) {
 	t.Helper()
-	tlsConf, err := s.EtcdClientTLS()
-	if err != nil {
-		t.Fatal(err)
+	if d := s.TriggerSnapshot(t.Context(), client.ObjectKeyFromObject(e), "full"); d.Err != nil {
+		t.Fatal(d.Err)
 	}
-	// backup-restore serves with etcd's server certificate and wants a
-	// client certificate of the shoot's etcd CA.
-	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: s.DialContext, TLSClientConfig: tlsConf}}
-	defer hc.CloseIdleConnections()
-	NewWithT(t).Eventually(func() error {
-		var errs []string
-		for _, p := range etcdPods(t, s, e) {
-			resp, err := hc.Get("https://" + podAddr(e, p.Name, 8080) + "/snapshot/full")
-			if err != nil {
-				errs = append(errs, err.Error())
-				continue
-			}
-			body, _ := io.ReadAll(resp.Body)
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			errs = append(errs, fmt.Sprintf("%s: %s %s", p.Name, resp.Status, body))
-		}
-		return fmt.Errorf("no backup-restore took a full snapshot: %s", strings.Join(errs, "; "))
-	}).WithTimeout(time.Minute).WithPolling(2 * time.Second).Should(Succeed())
 }
 
 // fullSnapshots are the last revisions of the full snapshots under store:
