@@ -217,6 +217,10 @@ type SnapshotTaken struct {
 // period, which a short move may end before.
 func (s *Site) TriggerSnapshot(ctx context.Context, key client.ObjectKey, kind string) SnapshotTaken {
 	d := SnapshotTaken{At: time.Now()}
+	if kind != "full" && kind != "delta" {
+		d.Err = fmt.Errorf("a snapshot of kind %q: backup-restore takes full and delta snapshots", kind)
+		return d
+	}
 	tlsConf, err := s.EtcdClientTLS()
 	if err != nil {
 		d.Err = err
