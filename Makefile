@@ -86,9 +86,14 @@ test-e2e: test-binaries ## the e2e tier: live moves on etcd processes between tw
 test-sites: test-binaries ## the sites tier: live moves and the rebalance on real sites
 	$(GO) test -count=1 -vet=off -timeout 40m $(SITE_PACKAGES)
 
+# On a failure, the end of each failed test's output is printed again
+# after the run (hack/failed-tests.sh): a live move logs hundreds of lines
+# before its failed assertion.
 test: test-binaries lint verify-generate ## every tier in one run, two packages at a time: the README's and CI's command
 	for m in $(NESTED_MODULES); do $(GO) -C $$m test -count=1 -vet=off ./... || exit 1; done
-	$(GO) test -count=1 -vet=off -timeout 55m $(SLOW_PACKAGES) $(other_packages)
+	@log=$$(mktemp); trap 'rm -f "$$log"' EXIT; set -o pipefail; \
+	echo "$(GO) test -count=1 -vet=off -timeout 55m $(SLOW_PACKAGES) <the other packages>"; \
+	$(GO) test -count=1 -vet=off -timeout 55m $(SLOW_PACKAGES) $(other_packages) 2>&1 | tee "$$log" || { hack/failed-tests.sh "$$log"; exit 1; }
 
 # Two lanes: two moves at a time, each in two clusters of its own. -v
 # streams each run's log as it goes: without it a failed run's messages
