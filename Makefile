@@ -10,8 +10,10 @@ export KUBEBUILDER_ASSETS := $(or $(DRUID_STRETCH_BIN),$(BIN))/envtest
 
 all: build
 
+# What ships is built from the root go.mod alone (GOWORK=off), not from the
+# workspace of go.work that the tests use.
 build: ## the druid-stretch binary, version-stamped
-	$(GO) build -ldflags="$(VERSION_LDFLAGS)" -o $(BIN)/druid-stretch .
+	GOWORK=off $(GO) build -ldflags="$(VERSION_LDFLAGS)" -o $(BIN)/druid-stretch .
 
 dev: ## druid-stretch-dev: the demo, the benchmarks and the image writer, which the shipped binary leaves out
 	$(GO) build -ldflags="$(VERSION_LDFLAGS)" -o $(BIN)/druid-stretch-dev ./cmd/druid-stretch-dev
@@ -32,19 +34,30 @@ VERSION_PKG := github.com/druid-stretch/druid-stretch/internal/version
 VERSION_LDFLAGS := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).commit=$(COMMIT)
 
 image: dev ## the container image as bin/druid-stretch-image.tar, without Docker
-	CGO_ENABLED=0 GOOS=linux GOARCH=$(ARCH) $(GO) build -trimpath -ldflags="-s -w $(VERSION_LDFLAGS)" -o $(BIN)/druid-stretch-linux-$(ARCH) .
+	GOWORK=off CGO_ENABLED=0 GOOS=linux GOARCH=$(ARCH) $(GO) build -trimpath -ldflags="-s -w $(VERSION_LDFLAGS)" -o $(BIN)/druid-stretch-linux-$(ARCH) .
 	$(BIN)/druid-stretch-dev image --binary $(BIN)/druid-stretch-linux-$(ARCH) \
 		--output $(BIN)/druid-stretch-image.tar --tag $(IMAGE):$(VERSION) --version $(VERSION) --revision $(COMMIT)
 
 test-binaries: ## etcd, the Kubernetes control plane, etcd-druid and etcdbrctl once per machine, the static project binaries on every run, into bin/
 	hack/test-binaries.sh
 
-# Nested modules, which ./... from the root does not enter, run from their
-# folders: api/ (the API gardenlet imports, kept free of the controller's
-# dependencies) and test/promrules (the PrometheusRule checked with
-# Prometheus' rule parser, whose module would raise the shipped binary's
-# dependencies).
+# The modules. go.work makes one workspace of the first three, so that one
+# go test run takes packages of each:
+#   .               the product: the controller, the sidecar, the migration
+#                   and rebalance commands, and the harness of their own tests
+#   api/            the API gardenlet imports, kept free of the controller's
+#                   dependencies
+#   test/           the test infrastructure (real sites, the node and
+#                   etcd-wrapper stand-ins, the pod network, load, reports,
+#                   the demo and the bench, druid-stretch-dev) and the tests
+#                   on it: e2e on processes, sites, the chart, the CRDs, docs
+#   test/promrules  the PrometheusRule checked with Prometheus' rule parser,
+#                   outside the workspace: its dependencies would raise the
+#                   versions the product's tests build with
+# Nested modules run on their own go.mod (GOWORK=off), from their folders.
 NESTED_MODULES := api test/promrules
+# Every package of the workspace but the API module's.
+ALL_PACKAGES := ./... ./test/...
 
 # The tiers. Every package's tests are one of:
 #   unit         pure tests, no binary: go test -short skips every test
@@ -53,28 +66,28 @@ NESTED_MODULES := api test/promrules
 #                chart: every package but the two below
 #   e2e          test/e2e: live moves on etcd processes between two envtest
 #                clusters, with faults
-#   sites        internal/site: live moves, the GEP-39 move and the
+#   sites        test/site: live moves, the GEP-39 move and the
 #                rebalance on real sites
 # No test asserts a time bound (a write gap, a tie's length, a step's
 # duration): a busy machine stretches them all; the demo and the bench
 # report them.
 E2E_PACKAGES := ./test/e2e
-SITE_PACKAGES := ./internal/site
+SITE_PACKAGES := ./test/site
 # The longest packages first: go test runs two at a time, in the order
 # given, and in ./...'s order test/e2e would start only once every other
 # package had run.
 SLOW_PACKAGES := $(E2E_PACKAGES) $(SITE_PACKAGES) ./controllers/membership
-other_packages = $$($(GO) list ./... | grep -v -e '/test/e2e$$' -e '/internal/site$$' -e '/controllers/membership$$')
+other_packages = $$($(GO) list $(ALL_PACKAGES) | grep -v -e '/test/e2e$$' -e '/test/site$$' -e '/controllers/membership$$')
 
 # The unit tier leaves out the packages whose TestMain runs no test under
 # -short and says so ("none runs under -short"): building their test
 # binaries, which link a control plane's worth of dependencies, would be
 # most of the tier's time for nothing.
-unit_packages = $$(skip=$$(grep -rl --include='*_test.go' 'none runs under -short' . | xargs -r -n1 dirname | sort -u | sed 's|^\.|$(CURDIR)|'); $(GO) list -f '{{.Dir}} {{.ImportPath}}' ./... | awk -v skip="$$skip" 'BEGIN { n = split(skip, s, "\n"); for (i = 1; i <= n; i++) out[s[i]] = 1 } !($$1 in out) { print $$2 }')
+unit_packages = $$(skip=$$(grep -rl --include='*_test.go' 'none runs under -short' . | xargs -r -n1 dirname | sort -u | sed 's|^\.|$(CURDIR)|'); $(GO) list -f '{{.Dir}} {{.ImportPath}}' $(ALL_PACKAGES) | awk -v skip="$$skip" 'BEGIN { n = split(skip, s, "\n"); for (i = 1; i <= n; i++) out[s[i]] = 1 } !($$1 in out) { print $$2 }')
 
 # go vet runs in make lint (golangci-lint), not a second time here.
 test-unit: ## the unit tier: pure tests, no binaries, about a minute
-	for m in $(NESTED_MODULES); do $(GO) -C $$m test -short -count=1 -vet=off ./... || exit 1; done
+	for m in $(NESTED_MODULES); do GOWORK=off $(GO) -C $$m test -short -count=1 -vet=off ./... || exit 1; done
 	$(GO) test -short -count=1 -vet=off $(unit_packages)
 
 test-integration: test-binaries ## the integration tier: real etcd, envtest, the sidecar and the chart
@@ -90,7 +103,7 @@ test-sites: test-binaries ## the sites tier: live moves and the rebalance on rea
 # after the run (hack/failed-tests.sh): a live move logs hundreds of lines
 # before its failed assertion.
 test: test-binaries lint verify-generate ## every tier in one run, two packages at a time: the README's and CI's command
-	for m in $(NESTED_MODULES); do $(GO) -C $$m test -count=1 -vet=off ./... || exit 1; done
+	for m in $(NESTED_MODULES); do GOWORK=off $(GO) -C $$m test -count=1 -vet=off ./... || exit 1; done
 	@log=$$(mktemp); trap 'rm -f "$$log"' EXIT; set -o pipefail; \
 	echo "$(GO) test -count=1 -vet=off -timeout 55m $(SLOW_PACKAGES) <the other packages>"; \
 	$(GO) test -count=1 -vet=off -timeout 55m $(SLOW_PACKAGES) $(other_packages) 2>&1 | tee "$$log" || { hack/failed-tests.sh "$$log"; exit 1; }
@@ -102,11 +115,11 @@ test: test-binaries lint verify-generate ## every tier in one run, two packages 
 # sites (five moves, one at a time: each runs two sites of real parts).
 fault-matrix: test-binaries ## every fault in every phase of a live move (40 moves, two at a time; writes the table into docs/reliability.md), then etcd pods deleted at every step of a move between real sites (5 moves)
 	$(GO) test -count=1 -timeout 240m -v -run TestFaultMatrix ./test/e2e -args -faults=full -faults.lanes=2 -faults.write=$(CURDIR)/docs/reliability.md
-	$(GO) test -count=1 -timeout 60m -v -run TestLiveMoveSurvivesPodDeletion ./internal/site -args -pod-deletions=full
+	$(GO) test -count=1 -timeout 60m -v -run TestLiveMoveSurvivesPodDeletion ./test/site -args -pod-deletions=full
 
 # One move per row, one at a time: each runs two sites of real parts.
 site-fault-matrix: test-binaries ## faults of druid's and druid-stretch's side (druid or the controller killed, CRDs re-applied, status dropped, fields deleted, a partition, busy cores) at each phase of a live move between real sites and of a rebalance (41 moves; writes the table into docs/reliability.md)
-	$(GO) test -count=1 -timeout 240m -v -run TestSiteFaultMatrix ./internal/site -args -site-faults=full -site-faults.write=$(CURDIR)/docs/reliability.md
+	$(GO) test -count=1 -timeout 240m -v -run TestSiteFaultMatrix ./test/site -args -site-faults=full -site-faults.write=$(CURDIR)/docs/reliability.md
 
 # golangci-lint (its linters, go vet among them, in .golangci.yml; its
 # version pinned in hack/tools/golangci-lint, built into bin/ once) in every
@@ -122,7 +135,7 @@ CRD_DIR := charts/druid-stretch/crds
 # keeps druid's own Etcd CRD. controller-gen takes one group per package.
 STRETCH_API_DIR := api/stretch/v1alpha1
 EXTENDED_API_DIR := api/v1alpha1
-EXTENDED_CRD_DIR := internal/extendedcrd
+EXTENDED_CRD_DIR := internal/testing/extendedcrd
 API_DIRS := $(EXTENDED_API_DIR) $(STRETCH_API_DIR)
 CONTROLLER_GEN := $(GO) tool controller-gen
 
@@ -145,7 +158,7 @@ demo: test-binaries dev ## the live move of an etcd cluster between two local cl
 	$(BIN)/druid-stretch-dev demo
 
 bench: test-binaries ## benchmarks; they print their figures
-	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
+	$(GO) test -run '^$$' -bench . -benchtime 1x $(ALL_PACKAGES)
 
 help: ## these targets, each with what it does
 	@awk -F ':.*## ' '/^[a-zA-Z0-9_-]+:.*## / { printf "  %-20s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)

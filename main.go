@@ -1,7 +1,7 @@
 // Command druid-stretch runs the shipped parts of druid-stretch: the
 // membership controller with its webhooks, the sidecar beside each etcd
 // member, the live migration and the standalone rebalancer. The demo, the
-// benchmarks and the image writer are in cmd/druid-stretch-dev.
+// benchmarks and the image writer are in test/cmd/druid-stretch-dev.
 package main
 
 import (

@@ -2,7 +2,7 @@
 # Builds the real binaries that the tests, the demo and a real test site run.
 #
 # Built once per machine, keyed by the version pinned in a go.mod:
-#   bin/etcd-<v>                     the etcd server module pinned in the root go.mod
+#   bin/etcd-<v>                     etcd's server, hack/tools/etcd (the root go.mod's etcd client release)
 #   bin/kube-apiserver-<v>           k8s.io/kubernetes, pinned in the separate module
 #   bin/kube-controller-manager-<v>    hack/tools/kubernetes
 #   bin/kube-scheduler-<v>
@@ -14,14 +14,17 @@
 #   bin/etcd-druid, bin/etcdbrctl
 # Built from this repository on every run (the build cache makes that cheap),
 # each only when its folder exists:
-#   bin/etcd-wrapper, bin/pod-sandbox  hack/standins/{etcd-wrapper,pod-sandbox}
+#   bin/etcd-wrapper, bin/pod-sandbox  test/cmd/{etcd-wrapper,pod-sandbox}
 #   bin/druid-stretch-static           the druid-stretch command, for pods
 # etcdbrctl and the binaries built from this repository are static
 # (CGO_ENABLED=0): they run chrooted, without the host's libc.
 #
-# k8s.io/kubernetes, etcd-druid and etcd-backup-restore each live in a module
-# of their own under hack/tools so that none of them enters the root go.mod.
+# etcd's server, k8s.io/kubernetes, etcd-druid and etcd-backup-restore each
+# live in a module of their own under hack/tools so that none of them enters
+# the root go.mod. Every build here uses its own module's go.mod alone, not
+# the workspace of go.work (which lists only the project's own modules).
 set -euo pipefail
+export GOWORK=off
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin=${DRUID_STRETCH_BIN:-$root/bin}
@@ -36,7 +39,7 @@ pinned() { # dir module: the version of module that dir's go.mod pins
 	(cd "$1" && go list -m -f '{{.Version}}' "$2")
 }
 
-etcd_version=$(pinned "$root" go.etcd.io/etcd/server/v3)
+etcd_version=$(pinned "$tools/etcd" go.etcd.io/etcd/server/v3)
 kube_version=$(pinned "$tools/kubernetes" k8s.io/kubernetes)
 druid_version=$(pinned "$tools/etcd-druid" github.com/gardener/etcd-druid)
 br_version=$(pinned "$tools/etcd-backup-restore" github.com/gardener/etcd-backup-restore)
@@ -76,7 +79,7 @@ link() { # target name: bin/name -> target, relative to bin/
 	ln -sfn "$1" "$bin/$2"
 }
 
-once etcd "$etcd_version" "$root" ./hack/etcd
+once etcd "$etcd_version" "$tools/etcd" .
 link "../etcd-$etcd_version" envtest/etcd
 
 # The Kubernetes commands report the version they were built from (discovery,
@@ -99,16 +102,16 @@ link "etcdbrctl-$br_version" etcdbrctl
 
 # Straight to bin/: go build leaves an up-to-date binary alone and otherwise
 # replaces it with a new file, so a running copy is not disturbed.
-project() { # name folder package [ldflags]
-	if [[ ! -d $root/$2 ]]; then
-		echo "$1: skipped, $2 does not exist"
+project() { # name module folder [ldflags]
+	if [[ ! -d $root/$2/$3 ]]; then
+		echo "$1: skipped, $2/$3 does not exist"
 		return
 	fi
-	CGO_ENABLED=0 build "$bin/$1" "$root" "$3" "${4:-}"
+	CGO_ENABLED=0 build "$bin/$1" "$root/$2" "./$3" "${4:-}"
 	echo "$1: $bin/$1"
 }
-project etcd-wrapper hack/standins/etcd-wrapper ./hack/standins/etcd-wrapper
-project pod-sandbox hack/standins/pod-sandbox ./hack/standins/pod-sandbox
+project etcd-wrapper test cmd/etcd-wrapper
+project pod-sandbox test cmd/pod-sandbox
 # Stamped like make build, so the sidecars and controllers of the test
 # sites say which commit they run.
 version_pkg=github.com/druid-stretch/druid-stretch/internal/version

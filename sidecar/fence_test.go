@@ -13,9 +13,9 @@ import (
 	"github.com/go-logr/logr/funcr"
 	. "github.com/onsi/gomega"
 
-	"github.com/druid-stretch/druid-stretch/internal/localetcd"
-	"github.com/druid-stretch/druid-stretch/internal/localetcd/etcdtest"
-	"github.com/druid-stretch/druid-stretch/internal/testbin"
+	"github.com/druid-stretch/druid-stretch/internal/testing/localetcd"
+	"github.com/druid-stretch/druid-stretch/internal/testing/localetcd/etcdtest"
+	"github.com/druid-stretch/druid-stretch/internal/testing/testbin"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 

@@ -9,7 +9,7 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/druid-stretch/druid-stretch/internal/docscheck"
+	"github.com/druid-stretch/druid-stretch/internal/testing/docscheck"
 )
 
 // TestSidecarMetricsTableMatchesTheEndpoint holds docs/metrics.md's sidecar

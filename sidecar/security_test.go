@@ -23,10 +23,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/druid-stretch/druid-stretch/internal/clientgate"
-	"github.com/druid-stretch/druid-stretch/internal/localetcd"
-	"github.com/druid-stretch/druid-stretch/internal/pki"
-	"github.com/druid-stretch/druid-stretch/internal/refusaldoc"
-	"github.com/druid-stretch/druid-stretch/internal/testbin"
+	"github.com/druid-stretch/druid-stretch/internal/testing/localetcd"
+	"github.com/druid-stretch/druid-stretch/internal/testing/pki"
+	"github.com/druid-stretch/druid-stretch/internal/testing/refusaldoc"
+	"github.com/druid-stretch/druid-stretch/internal/testing/testbin"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 

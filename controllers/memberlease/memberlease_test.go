@@ -23,7 +23,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/controllers/memberlease"
 	membershipctrl "github.com/druid-stretch/druid-stretch/controllers/membership"
 	"github.com/druid-stretch/druid-stretch/internal/etcdview"
-	"github.com/druid-stretch/druid-stretch/internal/testbin"
+	"github.com/druid-stretch/druid-stretch/internal/testing/testbin"
 )
 
 func etcd(replicas, start int32, prefix string) *v1alpha1.Etcd {

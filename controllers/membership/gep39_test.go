@@ -14,7 +14,7 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	membershipctrl "github.com/druid-stretch/druid-stretch/controllers/membership"
-	"github.com/druid-stretch/druid-stretch/internal/localetcd"
+	"github.com/druid-stretch/druid-stretch/internal/testing/localetcd"
 )
 
 // sourceSidecars resolves the local members through the pod runner and the

@@ -13,7 +13,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	membershipctrl "github.com/druid-stretch/druid-stretch/controllers/membership"
 	"github.com/druid-stretch/druid-stretch/internal/etcdview"
-	"github.com/druid-stretch/druid-stretch/internal/podrunner"
+	"github.com/druid-stretch/druid-stretch/internal/testing/podrunner"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 

@@ -33,12 +33,12 @@ import (
 	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	membershipctrl "github.com/druid-stretch/druid-stretch/controllers/membership"
-	"github.com/druid-stretch/druid-stretch/internal/druidcrds"
 	"github.com/druid-stretch/druid-stretch/internal/etcdview"
-	"github.com/druid-stretch/druid-stretch/internal/extendedcrd"
-	"github.com/druid-stretch/druid-stretch/internal/pki"
-	"github.com/druid-stretch/druid-stretch/internal/podrunner"
-	"github.com/druid-stretch/druid-stretch/internal/testbin"
+	"github.com/druid-stretch/druid-stretch/internal/testing/druidcrds"
+	"github.com/druid-stretch/druid-stretch/internal/testing/extendedcrd"
+	"github.com/druid-stretch/druid-stretch/internal/testing/pki"
+	"github.com/druid-stretch/druid-stretch/internal/testing/podrunner"
+	"github.com/druid-stretch/druid-stretch/internal/testing/testbin"
 )
 
 // One kube-apiserver for the package: starting one takes seconds.

@@ -19,7 +19,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
 	"github.com/druid-stretch/druid-stretch/internal/etcdview"
-	"github.com/druid-stretch/druid-stretch/internal/extendedcrd"
+	"github.com/druid-stretch/druid-stretch/internal/testing/extendedcrd"
 )
 
 // stretchedEtcd is a valid destination-side Etcd of a live move.

@@ -20,7 +20,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
 	"github.com/druid-stretch/druid-stretch/internal/etcdview"
-	"github.com/druid-stretch/druid-stretch/internal/refusaldoc"
+	"github.com/druid-stretch/druid-stretch/internal/testing/refusaldoc"
 )
 
 // TestWebhookRefusals sends every invalid input of druid-stretch's fields

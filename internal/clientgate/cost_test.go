@@ -16,8 +16,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/druid-stretch/druid-stretch/internal/localetcd"
-	"github.com/druid-stretch/druid-stretch/internal/localetcd/etcdtest"
+	"github.com/druid-stretch/druid-stretch/internal/testing/localetcd"
+	"github.com/druid-stretch/druid-stretch/internal/testing/localetcd/etcdtest"
 )
 
 // Each cell of BenchmarkGateCost measures its two paths in costSlices

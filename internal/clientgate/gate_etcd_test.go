@@ -18,9 +18,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/druid-stretch/druid-stretch/internal/clientgate"
-	"github.com/druid-stretch/druid-stretch/internal/localetcd"
-	"github.com/druid-stretch/druid-stretch/internal/localetcd/etcdtest"
-	"github.com/druid-stretch/druid-stretch/internal/testbin"
+	"github.com/druid-stretch/druid-stretch/internal/testing/localetcd"
+	"github.com/druid-stretch/druid-stretch/internal/testing/localetcd/etcdtest"
+	"github.com/druid-stretch/druid-stretch/internal/testing/testbin"
 )
 
 // gated is a 3-member TLS cluster with a gate in front of each member's

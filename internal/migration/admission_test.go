@@ -22,9 +22,9 @@ import (
 
 	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
-	"github.com/druid-stretch/druid-stretch/internal/freeport"
 	"github.com/druid-stretch/druid-stretch/internal/migration"
-	"github.com/druid-stretch/druid-stretch/internal/pki"
+	"github.com/druid-stretch/druid-stretch/internal/testing/freeport"
+	"github.com/druid-stretch/druid-stretch/internal/testing/pki"
 )
 
 // webhook is a validating admission webhook of the source cluster for the

@@ -12,12 +12,12 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/druid-stretch/druid-stretch/internal/localetcd"
-	"github.com/druid-stretch/druid-stretch/internal/localetcd/etcdtest"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
 	"github.com/druid-stretch/druid-stretch/internal/rebalance"
-	"github.com/druid-stretch/druid-stretch/internal/testbin"
-	"github.com/druid-stretch/druid-stretch/internal/workload"
+	"github.com/druid-stretch/druid-stretch/internal/testing/localetcd"
+	"github.com/druid-stretch/druid-stretch/internal/testing/localetcd/etcdtest"
+	"github.com/druid-stretch/druid-stretch/internal/testing/testbin"
+	"github.com/druid-stretch/druid-stretch/internal/testing/workload"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 

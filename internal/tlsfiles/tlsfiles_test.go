@@ -15,7 +15,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/druid-stretch/druid-stretch/internal/pki"
+	"github.com/druid-stretch/druid-stretch/internal/testing/pki"
 	"github.com/druid-stretch/druid-stretch/internal/tlsfiles"
 )
 

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/druid-stretch/druid-stretch/internal/testbin"
+	"github.com/druid-stretch/druid-stretch/internal/testing/testbin"
 )
 
 // importer uses every package of the api module that gardenlet imports.

@@ -26,10 +26,10 @@ import (
 
 	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
-	"github.com/druid-stretch/druid-stretch/internal/druidcrds"
 	"github.com/druid-stretch/druid-stretch/internal/etcdview"
-	"github.com/druid-stretch/druid-stretch/internal/extendedcrd"
-	"github.com/druid-stretch/druid-stretch/internal/testbin"
+	"github.com/druid-stretch/druid-stretch/internal/testing/druidcrds"
+	"github.com/druid-stretch/druid-stretch/internal/testing/extendedcrd"
+	"github.com/druid-stretch/druid-stretch/internal/testing/testbin"
 )
 
 // membershipCRDName is the chart's one CRD.
@@ -283,7 +283,7 @@ func druidEtcdCRD(t *testing.T) *unstructured.Unstructured {
 }
 
 // writeDruidCRDs writes druid's CRDs into c as gardenlet's CRD deployer does
-// on every seed reconcile (internal/site.CRDDeployer plays it for the site
+// on every seed reconcile (test/site.CRDDeployer plays it for the site
 // tests): a CRD that is missing is created, one that exists gets a JSON
 // merge patch of its whole spec, which replaces spec.versions. It returns
 // once the API server serves each one.

@@ -33,7 +33,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/controllers/membership"
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
 	"github.com/druid-stretch/druid-stretch/internal/cli"
-	"github.com/druid-stretch/druid-stretch/internal/pki"
+	"github.com/druid-stretch/druid-stretch/internal/testing/pki"
 )
 
 // TestControllerAcceptsChartFlags: the druid-stretch controller command

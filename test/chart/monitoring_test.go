@@ -11,8 +11,8 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/druid-stretch/druid-stretch/internal/docscheck"
-	"github.com/druid-stretch/druid-stretch/internal/testbin"
+	"github.com/druid-stretch/druid-stretch/internal/testing/docscheck"
+	"github.com/druid-stretch/druid-stretch/internal/testing/testbin"
 )
 
 // monitoringValues switch on every monitoring object of the chart.

@@ -26,8 +26,8 @@ import (
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	membershipctrl "github.com/druid-stretch/druid-stretch/controllers/membership"
 	"github.com/druid-stretch/druid-stretch/internal/etcdview"
-	"github.com/druid-stretch/druid-stretch/internal/pki"
-	"github.com/druid-stretch/druid-stretch/internal/podrunner"
+	"github.com/druid-stretch/druid-stretch/internal/testing/pki"
+	"github.com/druid-stretch/druid-stretch/internal/testing/podrunner"
 )
 
 // TestRBACReconcileEndToEnd runs the real membership controller (its

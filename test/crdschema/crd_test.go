@@ -13,7 +13,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/druid-stretch/druid-stretch/internal/extendedcrd"
+	"github.com/druid-stretch/druid-stretch/internal/testing/extendedcrd"
 )
 
 // The only places where our schema may differ from druid's: the extension's

@@ -1,5 +1,5 @@
 // Package crdschema checks the extended Etcd CRD of earlier releases
-// (internal/extendedcrd; the chart no longer ships it, but Etcds stored under
+// (internal/testing/extendedcrd; the chart no longer ships it, but Etcds stored under
 // it are upgraded from it) without a kube-apiserver: its schema is druid's
 // plus the extension and nothing else, and the Go
 // validation in api/v1alpha1/validation judges every object as the CRD's

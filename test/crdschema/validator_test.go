@@ -22,7 +22,7 @@ import (
 	celcommon "k8s.io/apiserver/pkg/cel/common"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
-	"github.com/druid-stretch/druid-stretch/internal/extendedcrd"
+	"github.com/druid-stretch/druid-stretch/internal/testing/extendedcrd"
 )
 
 // crdValidator runs the generated CRD's OpenAPI schema, list-type and CEL

@@ -17,10 +17,10 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/druid-stretch/druid-stretch/internal/cli"
-	"github.com/druid-stretch/druid-stretch/internal/devcli"
-	"github.com/druid-stretch/druid-stretch/internal/docscheck"
-	"github.com/druid-stretch/druid-stretch/internal/standin/etcdwrapper"
-	"github.com/druid-stretch/druid-stretch/internal/testbin"
+	"github.com/druid-stretch/druid-stretch/internal/testing/docscheck"
+	"github.com/druid-stretch/druid-stretch/internal/testing/testbin"
+	"github.com/druid-stretch/druid-stretch/test/devcli"
+	"github.com/druid-stretch/druid-stretch/test/infrastructure/standin/etcdwrapper"
 )
 
 func docs(t *testing.T) (string, []docscheck.Doc) {
@@ -141,7 +141,7 @@ var foreignFlags = map[string][]string{
 	"kube-apiserver":      {"--etcd-servers", "--etcd-cafile", "--etcd-certfile", "--etcd-keyfile", "--authorization-mode", "--advertise-address", "--endpoint-reconciler-type"},
 	"kube-controller-mgr": {"--use-service-account-credentials", "--controllers"},
 	"etcd-druid":          {"--enable-etcd-spec-auto-reconcile", "--etcd-components-webhook-exempt-service-accounts", "--enable-member-lease-renewal"},
-	"hack/site":           {"--dir", "--druid-stretch", "--namespace"},
+	"test/cmd/site":       {"--dir", "--druid-stretch", "--namespace"},
 	"etcdbrctl":           {"--use-etcd-wrapper", "--store-prefix", "--storage-provider", "--etcd-connection-timeout-leader-election", "--k8s-heartbeat-duration", "--reelection-period", "--service-endpoints", "--defragmentation-schedule", "--etcd-defrag-timeout", "--freespace-threshold"},
 }
 
@@ -191,7 +191,7 @@ func TestDocsFlagsExist(t *testing.T) {
 			known["--"+name] = true
 		}
 	}
-	// The etcd-wrapper stand-in (hack/standins/etcd-wrapper) takes the real
+	// The etcd-wrapper stand-in (test/cmd/etcd-wrapper) takes the real
 	// etcd-wrapper's flags.
 	wrapper := pflag.NewFlagSet("etcd-wrapper", pflag.ContinueOnError)
 	(&etcdwrapper.Config{}).AddFlags(wrapper)

@@ -11,7 +11,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/druid-stretch/druid-stretch/internal/testbin"
+	"github.com/druid-stretch/druid-stretch/internal/testing/testbin"
 )
 
 // readmeMaxLines keeps README.md one screenful per topic: what it is, the
@@ -100,7 +100,7 @@ func TestGoCommentsNameOnlyDocsInTheRepo(t *testing.T) {
 
 // repoPathRE is a file of the repository named by its path from the root
 // in prose: a top folder of the repository, then at least one more part,
-// the last with an extension (internal/site/rebalance_test.go,
+// the last with an extension (test/site/rebalance_test.go,
 // hack/test-binaries.sh). A Go import path (github.com/...) does not start
 // at a top folder, and a package named by its folder has no extension.
 var repoPathRE = regexp.MustCompile(`(?:^|[\s(\x60"'])((?:api|charts|cmd|controllers|docs|hack|internal|sidecar|test)/[\w.-]+(?:/[\w.-]+)*\.(?:go|md|sh|yaml|yml|json|tpl|txt))\b`)

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
-	"github.com/druid-stretch/druid-stretch/internal/docscheck"
+	"github.com/druid-stretch/druid-stretch/internal/testing/docscheck"
 	"github.com/druid-stretch/druid-stretch/test/chart"
 )
 

@@ -10,7 +10,7 @@ import (
 	"helm.sh/helm/v3/pkg/lint/support"
 	"helm.sh/helm/v3/pkg/strvals"
 
-	"github.com/druid-stretch/druid-stretch/internal/docscheck"
+	"github.com/druid-stretch/druid-stretch/internal/testing/docscheck"
 	"github.com/druid-stretch/druid-stretch/test/chart"
 )
 

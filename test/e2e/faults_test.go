@@ -18,9 +18,9 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
-	"github.com/druid-stretch/druid-stretch/internal/demo"
 	"github.com/druid-stretch/druid-stretch/internal/migration"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/test/framework/demo"
 )
 
 var (

@@ -19,8 +19,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/druid-stretch/druid-stretch/internal/demo"
-	"github.com/druid-stretch/druid-stretch/internal/testbin"
+	"github.com/druid-stretch/druid-stretch/internal/testing/testbin"
+	"github.com/druid-stretch/druid-stretch/test/framework/demo"
 )
 
 // rtt is the distance between the two clusters in every test: two seeds

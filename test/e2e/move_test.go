@@ -12,11 +12,11 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
-	"github.com/druid-stretch/druid-stretch/internal/apiload"
-	"github.com/druid-stretch/druid-stretch/internal/demo"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
-	"github.com/druid-stretch/druid-stretch/internal/report"
-	"github.com/druid-stretch/druid-stretch/internal/workload"
+	"github.com/druid-stretch/druid-stretch/internal/testing/workload"
+	"github.com/druid-stretch/druid-stretch/test/framework/apiload"
+	"github.com/druid-stretch/druid-stretch/test/framework/demo"
+	"github.com/druid-stretch/druid-stretch/test/framework/report"
 )
 
 // rehearsal is the client load of every test: a little preloaded data, so

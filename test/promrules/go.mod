@@ -3,7 +3,7 @@ module github.com/druid-stretch/druid-stretch/test/promrules
 go 1.26.0
 
 require (
-	github.com/druid-stretch/druid-stretch v0.0.0
+	github.com/druid-stretch/druid-stretch/test v0.0.0
 	github.com/onsi/gomega v1.44.0
 	github.com/prometheus/common v0.72.0
 	github.com/prometheus/prometheus v0.313.0
@@ -31,6 +31,7 @@ require (
 	github.com/cyphar/filepath-securejoin v0.6.1 // indirect
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
 	github.com/dennwc/varint v1.0.0 // indirect
+	github.com/druid-stretch/druid-stretch v0.0.0 // indirect
 	github.com/edsrzf/mmap-go v1.2.1-0.20241212181136-fad1cd13edbd // indirect
 	github.com/emicklei/go-restful/v3 v3.12.2 // indirect
 	github.com/evanphx/json-patch v5.9.11+incompatible // indirect
@@ -151,4 +152,5 @@ require (
 replace (
 	github.com/druid-stretch/druid-stretch => ../..
 	github.com/druid-stretch/druid-stretch/api => ../../api
+	github.com/druid-stretch/druid-stretch/test => ../
 )
