@@ -16,16 +16,16 @@ import (
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
-	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/internal/sidecarcluster"
 )
 
 // joiners are e's pods of the pod window, every pod that runs included
 // (running), as the admission sees them: member name, the peer URLs the
 // planner adds the member with (without those another member of obs has;
 // obs is nil for a bootstrap), the sidecar.
-func (r *Reconciler) joiners(e *v1alpha1.Etcd, running members.Ordinals, obs *membership.Observation, t *tls.Config) ([]membership.Joiner, error) {
-	var out []membership.Joiner
+func (r *Reconciler) joiners(e *v1alpha1.Etcd, running members.Ordinals, obs *sidecarcluster.Observation, t *tls.Config) ([]sidecarcluster.Joiner, error) {
+	var out []sidecarcluster.Joiner
 	for _, o := range ordinals(members.KeptWindow(e, running)) {
 		name, pod := members.MemberName(e, o), members.PodName(e, o)
 		urls, err := r.resolver.PeerURLs(e, name, pod)
@@ -43,16 +43,16 @@ func (r *Reconciler) joiners(e *v1alpha1.Etcd, running members.Ordinals, obs *me
 		if err != nil {
 			return nil, fmt.Errorf("resolving the sidecar of %s: %w", name, err)
 		}
-		out = append(out, membership.Joiner{Member: name, PeerURLs: urls, Sidecar: sc, TLS: t})
+		out = append(out, sidecarcluster.Joiner{Member: name, PeerURLs: urls, Sidecar: sc, TLS: t})
 	}
 	return out, nil
 }
 
 // admitLearners lets the pods of the learners the planner added start (see
-// internal/membership/admit.go). A failure is logged and retried by the next
+// internal/sidecarcluster/admit.go). A failure is logged and retried by the next
 // reconcile: the learner waits meanwhile, and the planner's progress
 // timeout covers one that never starts.
-func (r *Reconciler) admitLearners(ctx context.Context, e *v1alpha1.Etcd, running members.Ordinals, obs *membership.Observation, t *tls.Config) {
+func (r *Reconciler) admitLearners(ctx context.Context, e *v1alpha1.Etcd, running members.Ordinals, obs *sidecarcluster.Observation, t *tls.Config) {
 	js, err := r.joiners(e, running, obs, t)
 	if err == nil {
 		var admitted []string
@@ -130,7 +130,7 @@ func (r *Reconciler) volumeOutside(ctx context.Context, sts *appsv1.StatefulSet,
 // cannot start holding a learner slot and the next learner's start
 // meanwhile. Elsewhere (members started by other means) every member is
 // added as before.
-func (r *Reconciler) notePodsWaiting(ctx context.Context, e *v1alpha1.Etcd, s *scope, obs *membership.Observation, t *membership.Target, tlsCfg *tls.Config) error {
+func (r *Reconciler) notePodsWaiting(ctx context.Context, e *v1alpha1.Etcd, s *scope, obs *sidecarcluster.Observation, t *sidecarcluster.Target, tlsCfg *tls.Config) error {
 	if s.sts != nil && !webhook.StartsThroughSidecar(s.sts) {
 		return nil
 	}
@@ -161,7 +161,7 @@ func (r *Reconciler) notePodsWaiting(ctx context.Context, e *v1alpha1.Etcd, s *s
 	if err != nil {
 		return err
 	}
-	js = slices.DeleteFunc(js, func(j membership.Joiner) bool { return missing[j.Member] == nil })
+	js = slices.DeleteFunc(js, func(j sidecarcluster.Joiner) bool { return missing[j.Member] == nil })
 	waiting := r.cluster.PodsWaiting(ctx, js)
 	for name, w := range missing {
 		why, asked := waiting[name]
@@ -176,7 +176,7 @@ func (r *Reconciler) notePodsWaiting(ctx context.Context, e *v1alpha1.Etcd, s *s
 
 // inCluster tells whether obs has a member that is w: by name, or by a
 // peer URL in common (a learner that has not started has no name yet).
-func inCluster(obs *membership.Observation, w planner.Want) bool {
+func inCluster(obs *sidecarcluster.Observation, w planner.Want) bool {
 	for _, m := range obs.List.Members {
 		if m.Name == w.Name || slices.ContainsFunc(m.PeerURLs, func(u string) bool { return slices.Contains(w.PeerURLs, u) }) {
 			return true

@@ -14,7 +14,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
 	"github.com/druid-stretch/druid-stretch/internal/etcdview"
-	"github.com/druid-stretch/druid-stretch/internal/membership"
+	"github.com/druid-stretch/druid-stretch/internal/sidecarcluster"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -103,7 +103,7 @@ func bootstrapConflicts(p *etcdview.Pair) field.ErrorList {
 // would join some other cluster than the one named, so nothing is added.
 // Once the spec field is unset, the recorded members leave one by one, and
 // a missing one is not an error.
-func unknownSourceMembers(e *v1alpha1.Etcd, obs *membership.Observation) []string {
+func unknownSourceMembers(e *v1alpha1.Etcd, obs *sidecarcluster.Observation) []string {
 	bw := e.Spec.Etcd.BootstrapWithExistingCluster
 	if bw == nil {
 		return nil
@@ -128,7 +128,7 @@ func unknownSourceMembers(e *v1alpha1.Etcd, obs *membership.Observation) []strin
 // is reached by across the seeds (its additional peer URLs), which is what
 // its sidecar advertises too (etcdconfig.File.Resolve). None left is an
 // error naming the field to set.
-func apart(e *v1alpha1.Etcd, name string, urls []string, obs *membership.Observation) ([]string, error) {
+func apart(e *v1alpha1.Etcd, name string, urls []string, obs *sidecarcluster.Observation) ([]string, error) {
 	taken := func(u string) bool {
 		for _, x := range e.Spec.ExternalMembers {
 			if x.Name != name && slices.Contains(x.PeerURLs, u) {

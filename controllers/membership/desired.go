@@ -12,8 +12,8 @@ import (
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/peerurls"
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
-	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/internal/sidecarcluster"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -107,22 +107,22 @@ const (
 // those the StatefulSet runs, whatever the status says) and of the external
 // members, ordered by what status.membership last saw; t is their client
 // TLS (r.sidecarTLS).
-func (r *Reconciler) reach(e *v1alpha1.Etcd, running members.Ordinals, t *tls.Config) ([]membership.Endpoint, membership.Hint, error) {
-	var eps []membership.Endpoint
+func (r *Reconciler) reach(e *v1alpha1.Etcd, running members.Ordinals, t *tls.Config) ([]sidecarcluster.Endpoint, sidecarcluster.Hint, error) {
+	var eps []sidecarcluster.Endpoint
 	w := members.KeptWindow(e, running)
 	for o := w.Start; o < w.End; o++ {
 		name, pod := members.MemberName(e, o), members.PodName(e, o)
 		url, err := r.resolver.SidecarURL(e, name, pod)
 		if err != nil {
-			return nil, membership.Hint{}, fmt.Errorf("resolving the sidecar of %s: %w", name, err)
+			return nil, sidecarcluster.Hint{}, fmt.Errorf("resolving the sidecar of %s: %w", name, err)
 		}
-		eps = append(eps, membership.Endpoint{Member: name, URL: url, TLS: t})
+		eps = append(eps, sidecarcluster.Endpoint{Member: name, URL: url, TLS: t})
 	}
 	retire := e.Spec.GetExternalMembersPolicy() == v1alpha1.ExternalMembersPolicyRetire
-	var hint membership.Hint
+	var hint sidecarcluster.Hint
 	for _, x := range e.Spec.ExternalMembers {
 		if x.SidecarURL != "" {
-			eps = append(eps, membership.Endpoint{Member: x.Name, URL: x.SidecarURL, TLS: t})
+			eps = append(eps, sidecarcluster.Endpoint{Member: x.Name, URL: x.SidecarURL, TLS: t})
 		}
 		if retire {
 			hint.Departing = append(hint.Departing, x.Name)
@@ -158,8 +158,8 @@ func (r *Reconciler) reach(e *v1alpha1.Etcd, running members.Ordinals, t *tls.Co
 // only (one that votes already stays a voter: etcd cannot make a voter a
 // learner again), its external members kept or retired, and its local
 // members outside the range (a move of the range) departing.
-func (r *Reconciler) target(e *v1alpha1.Etcd, running members.Ordinals, obs *membership.Observation) (membership.Target, error) {
-	var t membership.Target
+func (r *Reconciler) target(e *v1alpha1.Etcd, running members.Ordinals, obs *sidecarcluster.Observation) (sidecarcluster.Target, error) {
+	var t sidecarcluster.Target
 	local := ordinals(members.LocalOrdinals(e))
 	firstLearner := max(1, len(local)-int(e.Spec.GetLearnerReplicas()))
 	for i, o := range local {
@@ -197,7 +197,7 @@ func (r *Reconciler) target(e *v1alpha1.Etcd, running members.Ordinals, obs *mem
 }
 
 // votes tells whether the member name was observed as a voter.
-func votes(obs *membership.Observation, name string) bool {
+func votes(obs *sidecarcluster.Observation, name string) bool {
 	return slices.ContainsFunc(obs.List.Members, func(m sidecar.Member) bool { return m.Name == name && !m.IsLearner })
 }
 
@@ -208,7 +208,7 @@ func votes(obs *membership.Observation, name string) bool {
 // retirement (n, n+1, n voters, one tie). Once only that many are left,
 // those stay. Keeping named members from the start would instead make the
 // target n+1 voters and let the planner add before it removes.
-func retainedExternal(e *v1alpha1.Etcd, obs *membership.Observation) map[string]bool {
+func retainedExternal(e *v1alpha1.Etcd, obs *sidecarcluster.Observation) map[string]bool {
 	present := map[string]bool{}
 	for _, x := range e.Spec.ExternalMembers {
 		if slices.ContainsFunc(obs.List.Members, func(m sidecar.Member) bool {
@@ -268,7 +268,7 @@ func ownedBefore(e *v1alpha1.Etcd, name string) bool {
 
 // origin is the status origin of an observed member; an unstarted learner
 // (no name yet) is matched to a local member by its peer URLs.
-func origin(e *v1alpha1.Etcd, running members.Ordinals, t membership.Target, name string, peerURLs []string) v1alpha1.MemberOrigin {
+func origin(e *v1alpha1.Etcd, running members.Ordinals, t sidecarcluster.Target, name string, peerURLs []string) v1alpha1.MemberOrigin {
 	if name == "" {
 		for _, w := range t.Own() {
 			for _, u := range peerURLs {

@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
-	"github.com/druid-stretch/druid-stretch/internal/membership"
+	"github.com/druid-stretch/druid-stretch/internal/sidecarcluster"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -153,11 +153,11 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c *C) error {
 
 // ObserveStep accounts an executed step: its outcome, the duration of its
 // sidecar call and, unless it succeeded, its reason.
-func (m *Metrics) ObserveStep(key types.NamespacedName, res membership.Result) {
+func (m *Metrics) ObserveStep(key types.NamespacedName, res sidecarcluster.Result) {
 	kind := string(res.Step.Kind)
 	m.Steps.WithLabelValues(kind, string(res.Outcome)).Inc()
 	m.StepDuration.WithLabelValues(key.Namespace, key.Name, kind).Observe(res.Duration.Seconds())
-	if res.Outcome != membership.Succeeded {
+	if res.Outcome != sidecarcluster.Succeeded {
 		reason := res.Reason
 		if reason == "" {
 			reason = string(res.Outcome)

@@ -15,8 +15,8 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	membershipctrl "github.com/druid-stretch/druid-stretch/controllers/membership"
-	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/internal/sidecarcluster"
 	"github.com/druid-stretch/druid-stretch/internal/testing/docscheck"
 	"github.com/druid-stretch/druid-stretch/internal/testing/testbin"
 	"github.com/druid-stretch/druid-stretch/sidecar"
@@ -44,7 +44,7 @@ func TestMetricsTableMatchesTheEndpoint(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	// One sample in every vector, so that each family is exposed.
 	key := types.NamespacedName{Namespace: "shoot--p--s", Name: "etcd-main"}
-	m.ObserveStep(key, membership.Result{Step: planner.Step{Kind: planner.Promote}, Outcome: membership.Retry, Reason: sidecar.ReasonLearnerNotReady})
+	m.ObserveStep(key, sidecarcluster.Result{Step: planner.Step{Kind: planner.Promote}, Outcome: sidecarcluster.Retry, Reason: sidecar.ReasonLearnerNotReady})
 	e := &v1alpha1.Etcd{}
 	e.Namespace, e.Name = key.Namespace, key.Name
 	e.Status.Membership = &v1alpha1.MembershipStatus{Phase: v1alpha1.MembershipPhaseConverged}
@@ -162,10 +162,10 @@ func TestStepAndLearnerMetrics(t *testing.T) {
 	this := map[string]string{"namespace": "ns", "etcd": "etcd-main"}
 	promote := planner.Step{Kind: planner.Promote}
 
-	m.ObserveStep(key, membership.Result{Step: promote, Outcome: membership.Refused, Reason: sidecar.ReasonQuorumAtRisk})
-	m.ObserveStep(key, membership.Result{Step: promote, Outcome: membership.Refused, Reason: sidecar.ReasonQuorumAtRisk})
-	m.ObserveStep(key, membership.Result{Step: promote, Outcome: membership.Uncertain})
-	m.ObserveStep(key, membership.Result{Step: promote, Outcome: membership.Succeeded, Duration: time.Second})
+	m.ObserveStep(key, sidecarcluster.Result{Step: promote, Outcome: sidecarcluster.Refused, Reason: sidecar.ReasonQuorumAtRisk})
+	m.ObserveStep(key, sidecarcluster.Result{Step: promote, Outcome: sidecarcluster.Refused, Reason: sidecar.ReasonQuorumAtRisk})
+	m.ObserveStep(key, sidecarcluster.Result{Step: promote, Outcome: sidecarcluster.Uncertain})
+	m.ObserveStep(key, sidecarcluster.Result{Step: promote, Outcome: sidecarcluster.Succeeded, Duration: time.Second})
 	f := gather(g, reg)
 	g.Expect(sample(f, "druid_stretch_membership_step_failures_total", map[string]string{"kind": "Promote", "reason": "QuorumAtRisk"})).To(Equal(2.0))
 	g.Expect(sample(f, "druid_stretch_membership_step_failures_total", map[string]string{"kind": "Promote", "reason": "Uncertain"})).To(Equal(1.0), "no reason: the outcome")

@@ -26,7 +26,7 @@ import (
 	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
-	"github.com/druid-stretch/druid-stretch/internal/membership"
+	"github.com/druid-stretch/druid-stretch/internal/sidecarcluster"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -70,7 +70,7 @@ func peerNamesSelector() labels.Selector {
 // the calls are bounded (peerNamesTimeout), so that a cache that cannot
 // sync (the ClusterRole lacks endpointslices) does not stall the membership
 // steps.
-func (r *Reconciler) syncPeerNames(ctx context.Context, e *v1alpha1.Etcd, obs *membership.Observation) {
+func (r *Reconciler) syncPeerNames(ctx context.Context, e *v1alpha1.Etcd, obs *sidecarcluster.Observation) {
 	log := logf.FromContext(ctx)
 	ctx, cancel := context.WithTimeout(ctx, peerNamesTimeout)
 	defer cancel()
@@ -141,7 +141,7 @@ func (r *Reconciler) syncPeerNames(ctx context.Context, e *v1alpha1.Etcd, obs *m
 // address family: IPv4 when any address is, else IPv6. unresolved names the
 // members none of whose hosts resolved. Without an observation (nil) there
 // are none.
-func (r *Reconciler) peerNameEndpoints(ctx context.Context, e *v1alpha1.Etcd, obs *membership.Observation) (eps []discoveryv1.Endpoint, family discoveryv1.AddressType, unresolved []string) {
+func (r *Reconciler) peerNameEndpoints(ctx context.Context, e *v1alpha1.Etcd, obs *sidecarcluster.Observation) (eps []discoveryv1.Endpoint, family discoveryv1.AddressType, unresolved []string) {
 	if obs == nil {
 		return nil, "", nil
 	}
@@ -200,7 +200,7 @@ func (r *Reconciler) peerNameEndpoints(ctx context.Context, e *v1alpha1.Etcd, ob
 // peer URL in common while it has not published its name (a learner just
 // added by the other cluster's controller, whose in-cluster name is then
 // published here before its etcd starts).
-func externalMember(obs *membership.Observation, ext v1alpha1.ExternalMember) *sidecar.Member {
+func externalMember(obs *sidecarcluster.Observation, ext v1alpha1.ExternalMember) *sidecar.Member {
 	if m := obs.Member(ext.Name); m != nil {
 		return m
 	}
@@ -219,7 +219,7 @@ func externalMember(obs *membership.Observation, ext v1alpha1.ExternalMember) *s
 // (which publish its in-cluster name here, and so let this cluster's
 // sidecars poll it) should follow within a second, not at the converged
 // interval.
-func joiningExternal(e *v1alpha1.Etcd, obs *membership.Observation) bool {
+func joiningExternal(e *v1alpha1.Etcd, obs *sidecarcluster.Observation) bool {
 	if e.Spec.GetExternalMembersPolicy() == v1alpha1.ExternalMembersPolicyRetire {
 		return false // this controller removes them; absent is their end
 	}
@@ -235,7 +235,7 @@ func joiningExternal(e *v1alpha1.Etcd, obs *membership.Observation) bool {
 // convergedPoll is when a converged e is looked at again: at the progress
 // interval while an external member joins (joiningExternal), else at the
 // converged interval.
-func (r *Reconciler) convergedPoll(e *v1alpha1.Etcd, obs *membership.Observation) time.Duration {
+func (r *Reconciler) convergedPoll(e *v1alpha1.Etcd, obs *sidecarcluster.Observation) time.Duration {
 	if obs != nil && joiningExternal(e, obs) {
 		return r.opts.ProgressInterval
 	}

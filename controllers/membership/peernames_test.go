@@ -18,7 +18,7 @@ import (
 	druidv1alpha1 "github.com/gardener/etcd-druid/api/core/v1alpha1"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
-	"github.com/druid-stretch/druid-stretch/internal/membership"
+	"github.com/druid-stretch/druid-stretch/internal/sidecarcluster"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -47,7 +47,7 @@ func TestPeerNamesFollowTheExternalMembers(t *testing.T) {
 	}
 	e.Spec.ExternalMembers = []v1alpha1.ExternalMember{external("etcd-main-0"), external("etcd-main-1"), external("etcd-main-2")}
 	member := func(n string, urls ...string) sidecar.Member { return sidecar.Member{Name: n, PeerURLs: urls} }
-	obs := &membership.Observation{List: &sidecar.MemberList{Members: []sidecar.Member{
+	obs := &sidecarcluster.Observation{List: &sidecar.MemberList{Members: []sidecar.Member{
 		member("etcd-main-0", "https://etcd-main-0.etcd-main-peer.shoot.svc:2380", "https://etcd-main-0.shoot.seed-a.example:2380"),
 		member("etcd-main-1", "https://etcd-main-1.etcd-main-peer.shoot.svc.cluster.local:2380", "https://etcd-main-1.shoot.seed-a.example:2380"),
 		// Its external host does not resolve here: it keeps etcd's wait.
@@ -140,7 +140,7 @@ func TestPeerNamesOfAGEP39DestinationLeaveItsPodsNames(t *testing.T) {
 	e := &v1alpha1.Etcd{ObjectMeta: metav1.ObjectMeta{Namespace: "shoot", Name: "etcd-main", UID: "uid-b"}}
 	e.Spec.Replicas, e.Spec.MemberNamePrefix = 2, ptr.To("seed-b")
 	e.Spec.Etcd.BootstrapWithExistingCluster = &druidv1alpha1.BootstrapWithExistingCluster{ClientEndpoints: []string{"https://etcd-main-client.shoot.seed-a.example:2379"}}
-	obs := &membership.Observation{List: &sidecar.MemberList{}}
+	obs := &sidecarcluster.Observation{List: &sidecar.MemberList{}}
 	for _, i := range []string{"0", "1", "2"} {
 		b, m := source(i)
 		e.Spec.Etcd.BootstrapWithExistingCluster.Members = append(e.Spec.Etcd.BootstrapWithExistingCluster.Members, b)

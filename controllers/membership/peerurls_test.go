@@ -15,8 +15,8 @@ import (
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/peerurls"
-	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/internal/sidecarcluster"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -137,7 +137,7 @@ func planJoin(t *testing.T, resolver Resolver, e *v1alpha1.Etcd) joinPlan {
 			observed = slices.Concat(voters, []planner.Member{{ID: "b0", Name: out.steps[0].Member, PeerURLs: out.steps[0].PeerURLs, Learner: true,
 				Healthy: true, CaughtUp: true, HealthyFor: 10 * time.Second}})
 		}
-		obs := &membership.Observation{List: &sidecar.MemberList{}}
+		obs := &sidecarcluster.Observation{List: &sidecar.MemberList{}}
 		for _, m := range observed {
 			obs.List.Members = append(obs.List.Members, sidecar.Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, IsLearner: m.Learner, IsLeader: m.Leader, Healthy: m.Healthy})
 		}

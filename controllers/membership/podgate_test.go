@@ -5,8 +5,8 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/internal/sidecarcluster"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -15,11 +15,11 @@ import (
 // the sidecar, a member the cluster lacks waits (WaitingForPod) and one it
 // has is left alone; without the webhook nothing is held.
 func TestNoPodWaitsBeforeTheStatefulSetExists(t *testing.T) {
-	obs := &membership.Observation{List: &sidecar.MemberList{Members: []sidecar.Member{
+	obs := &sidecarcluster.Observation{List: &sidecar.MemberList{Members: []sidecar.Member{
 		{ID: "a0", Name: "etcd-main-0", PeerURLs: []string{"https://etcd-main-0.a.example:2380"}},
 	}}}
-	target := func() membership.Target {
-		return membership.Target{Add: []planner.Want{
+	target := func() sidecarcluster.Target {
+		return sidecarcluster.Target{Add: []planner.Want{
 			{Name: "etcd-main-0", PeerURLs: []string{"https://etcd-main-0.a.example:2380"}},
 			{Name: "etcd-main-3", PeerURLs: []string{"https://etcd-main-3.b.example:2380"}},
 		}}

@@ -2,7 +2,7 @@
 // observes the etcd cluster through the members' sidecars, plans the one next
 // safe step toward the members the spec asks for (internal/planner), executes
 // it through a sidecar under the cluster's membership lock
-// (internal/membership), and reports in status.membership, conditions, events
+// (internal/sidecarcluster), and reports in status.membership, conditions, events
 // and metrics. Every reconcile observes and decides anew, so a controller
 // that dies mid-step resumes where the cluster is, not where it was.
 package membership
@@ -41,8 +41,8 @@ import (
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/validation"
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
 	"github.com/druid-stretch/druid-stretch/internal/etcdview"
-	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/internal/sidecarcluster"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -102,7 +102,7 @@ type Options struct {
 	MaxBackoff time.Duration
 	// Membership tunes the sidecar calls (timeouts, lock TTL, settle time);
 	// its Holder and TLS are set from the fields above.
-	Membership membership.Config
+	Membership sidecarcluster.Config
 	// MaxConcurrentReconciles is how many Etcds are reconciled at once
 	// (default 4).
 	MaxConcurrentReconciles int
@@ -120,7 +120,7 @@ type Options struct {
 	// reported. Returning true ends the reconcile as if the process died
 	// right there: no status, no event, no metric. The step's record in
 	// etcd (the sidecar's) is all a successor finds.
-	AfterStepSent func(step planner.Step, res membership.Result) bool
+	AfterStepSent func(step planner.Step, res sidecarcluster.Result) bool
 }
 
 // DefaultProgressInterval is Options.ProgressInterval's default. A move
@@ -195,7 +195,7 @@ type Reconciler struct {
 	recorder events.EventRecorder
 	metrics  *Metrics
 	opts     Options
-	cluster  *membership.Cluster
+	cluster  *sidecarcluster.Cluster
 
 	// started is when this process's reconciler began: a lastStep older
 	// than that was written by an earlier process.
@@ -228,7 +228,7 @@ func NewReconciler(d Dependencies, o Options) (*Reconciler, error) {
 	}
 	mc := o.Membership
 	mc.Holder, mc.TLS, mc.LocalSide = o.ClusterIdentity, o.SidecarTLS, sideLocal
-	cluster, err := membership.New(mc)
+	cluster, err := sidecarcluster.New(mc)
 	if err != nil {
 		return nil, fmt.Errorf("membership controller: %w", err)
 	}
@@ -399,7 +399,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 		s.blocked(reasonResolverFailed, err.Error())
 		return r.backoff(key, 0), nil
 	}
-	progress := membership.NewProgress(learnersFromStatus(s.st.Learners))
+	progress := sidecarcluster.NewProgress(learnersFromStatus(s.st.Learners))
 	pending := pendingStep(s.st.LastStep, &t)
 	plan := r.cluster.Plan(obs, t, progress, pending, planner.Policy{
 		MinHealthyFor:          r.opts.MinLearnerHealthy,
@@ -418,7 +418,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 	// it, which this controller's own steps report. A tie that another
 	// controller made and ended between two of this one's observations
 	// (seconds apart, up to a backoff) would otherwise be timed by them.
-	if !membership.Tie(plan.Input.Members) {
+	if !sidecarcluster.Tie(plan.Input.Members) {
 		r.noteTie(key, false, obs.At)
 	}
 	r.holdStalledLearner(s, &plan)
@@ -457,7 +457,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 			logf.FromContext(ctx).Info("renewing the membership lock failed", "error", err.Error())
 		}
 		switch word {
-		case v1alpha1.ReasonWaitingForLearner, v1alpha1.ReasonWaitingForMemberStart, v1alpha1.ReasonWaitingForPod, reasonOutcomeUncertain, membership.ReasonChangeInFlight:
+		case v1alpha1.ReasonWaitingForLearner, v1alpha1.ReasonWaitingForMemberStart, v1alpha1.ReasonWaitingForPod, reasonOutcomeUncertain, sidecarcluster.ReasonChangeInFlight:
 			// Progress comes within seconds, by itself: poll for it at the
 			// progress interval, not with the failure backoff, and do not
 			// call the Etcd degraded meanwhile.
@@ -494,7 +494,7 @@ var durations = regexp.MustCompile(`[0-9][0-9.]*(ns|µs|ms|s|m|h)`)
 // (how long a member has been connected, and so on) change on every poll
 // and do not count as a new wait. The members as the planner saw them go
 // with it: they are what the wait can be checked against.
-func (r *Reconciler) logWait(ctx context.Context, key types.NamespacedName, plan membership.Plan) {
+func (r *Reconciler) logWait(ctx context.Context, key types.NamespacedName, plan sidecarcluster.Plan) {
 	s := plan.Step
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -511,14 +511,14 @@ func (r *Reconciler) logWait(ctx context.Context, key types.NamespacedName, plan
 }
 
 // execute runs one change and reports it.
-func (r *Reconciler) execute(ctx context.Context, s *scope, key types.NamespacedName, obs *membership.Observation, eps []membership.Endpoint, plan membership.Plan, progress *membership.Progress) (ctrl.Result, error) {
+func (r *Reconciler) execute(ctx context.Context, s *scope, key types.NamespacedName, obs *sidecarcluster.Observation, eps []sidecarcluster.Endpoint, plan sidecarcluster.Plan, progress *sidecarcluster.Progress) (ctrl.Result, error) {
 	step := plan.Step
 	res := r.cluster.Execute(ctx, obs, eps, plan)
-	if r.opts.AfterStepSent != nil && res.Reason != membership.ReasonLockAcquired && r.opts.AfterStepSent(step, res) {
+	if r.opts.AfterStepSent != nil && res.Reason != sidecarcluster.ReasonLockAcquired && r.opts.AfterStepSent(step, res) {
 		s.died = true
 		return ctrl.Result{}, nil
 	}
-	if res.Reason == membership.ReasonLockAcquired {
+	if res.Reason == sidecarcluster.ReasonLockAcquired {
 		s.reconfiguring(v1alpha1.ReasonWaitingForLock, "took the membership lock; planning again under it")
 		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 	}
@@ -526,7 +526,7 @@ func (r *Reconciler) execute(ctx context.Context, s *scope, key types.Namespaced
 	r.metrics.ObserveStep(key, res)
 	stalled := step.Rule == planner.RuleStuckLearner
 	switch res.Outcome {
-	case membership.Succeeded:
+	case sidecarcluster.Succeeded:
 		r.resetFailures(key)
 		if step.Kind == planner.Promote && res.Changed {
 			if l, ok := progress.Learner(step.ID); ok {
@@ -537,10 +537,10 @@ func (r *Reconciler) execute(ctx context.Context, s *scope, key types.Namespaced
 		if res.ThenRemoved {
 			// The promotion made a tie and the removal right after it
 			// ended it, in one sidecar call.
-			r.noteTie(key, membership.Tie(after), end.Add(-res.Gap))
+			r.noteTie(key, sidecarcluster.Tie(after), end.Add(-res.Gap))
 			after = project(after, *plan.ThenRemove)
 		}
-		r.noteTie(key, membership.Tie(after), end)
+		r.noteTie(key, sidecarcluster.Tie(after), end)
 		s.stepDone(step, res, stalled)
 		if stalled {
 			r.event(ctx, s.etcd, corev1.EventTypeWarning, v1alpha1.ReasonLearnerStalled, string(step.Kind), "removed learner %s: %s; it is added again after %s", stepLabel(step), step.Reason, r.opts.LearnerProgressTimeout)
@@ -568,7 +568,7 @@ func (r *Reconciler) execute(ctx context.Context, s *scope, key types.Namespaced
 			return ctrl.Result{RequeueAfter: r.opts.ProgressInterval}, nil
 		}
 		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
-	case membership.Retry:
+	case sidecarcluster.Retry:
 		if res.Reason == sidecar.ReasonTooManyLearners {
 			// etcd's --max-learners is lower than MaxLearners: nothing
 			// changed, and no step failed; plan within etcd's limit.
@@ -597,7 +597,7 @@ func (r *Reconciler) execute(ctx context.Context, s *scope, key types.Namespaced
 			return ctrl.Result{RequeueAfter: r.opts.ProgressInterval}, nil
 		}
 		return r.backoff(key, res.RetryAfter), nil
-	case membership.Uncertain:
+	case sidecarcluster.Uncertain:
 		s.stepUncertain(step, res, end)
 		r.event(ctx, s.etcd, corev1.EventTypeWarning, v1alpha1.ReasonStepFailed, string(step.Kind), "the outcome of %s %s is unknown; nothing else changes until it shows: %v", step.Kind, stepLabel(step), res.Err)
 		return r.backoff(key, res.RetryAfter), nil
@@ -669,7 +669,7 @@ func (r *Reconciler) extensionLost(ctx context.Context, e *v1alpha1.Etcd, window
 // holdStalledLearner keeps a learner that was removed for making no
 // progress from being added again at once: it waits LearnerProgressTimeout,
 // and the removal stays reported meanwhile.
-func (r *Reconciler) holdStalledLearner(s *scope, plan *membership.Plan) {
+func (r *Reconciler) holdStalledLearner(s *scope, plan *sidecarcluster.Plan) {
 	last := s.st.LastStep
 	if plan.Step.Kind != planner.AddLearner || last == nil || last.Kind != v1alpha1.StepRemoveMember ||
 		last.Reason != v1alpha1.ReasonLearnerStalled || last.Member != plan.Step.Member {
@@ -745,7 +745,7 @@ func (r *Reconciler) capLearners(key types.NamespacedName, n int) {
 }
 
 // learners counts the learners of an observation.
-func learners(obs *membership.Observation) int {
+func learners(obs *sidecarcluster.Observation) int {
 	n := 0
 	for _, m := range obs.List.Members {
 		if m.IsLearner {
@@ -842,7 +842,7 @@ func waitWord(reason string) string {
 // started) is otherwise matched to no target, so it would stay unmanaged
 // and hold etcd's only learner slot for good; named, it is a departing
 // local member and is removed.
-func (r *Reconciler) nameUnstartedLearner(e *v1alpha1.Etcd, last *v1alpha1.MembershipStep, obs *membership.Observation) {
+func (r *Reconciler) nameUnstartedLearner(e *v1alpha1.Etcd, last *v1alpha1.MembershipStep, obs *sidecarcluster.Observation) {
 	if last == nil || last.Member == "" {
 		return
 	}

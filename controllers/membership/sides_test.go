@@ -9,8 +9,8 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
-	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/internal/sidecarcluster"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -42,9 +42,9 @@ func TestSidesOfAnOrdinalMove(t *testing.T) {
 	} {
 		g.Expect(side(e, members.Ordinals{}, name)).To(Equal(want), name)
 	}
-	g.Expect(origin(e, members.Ordinals{}, membership.Target{}, "etcd-main-0", nil)).To(Equal(v1alpha1.MemberOriginLocal), "a leaving member is still one of ours")
-	g.Expect(origin(e, members.Ordinals{}, membership.Target{}, "etcd-main-4", nil)).To(Equal(v1alpha1.MemberOriginLocal))
-	g.Expect(origin(e, members.Ordinals{}, membership.Target{}, "seed-a-etcd-main-0", nil)).To(Equal(v1alpha1.MemberOriginExternal))
+	g.Expect(origin(e, members.Ordinals{}, sidecarcluster.Target{}, "etcd-main-0", nil)).To(Equal(v1alpha1.MemberOriginLocal), "a leaving member is still one of ours")
+	g.Expect(origin(e, members.Ordinals{}, sidecarcluster.Target{}, "etcd-main-4", nil)).To(Equal(v1alpha1.MemberOriginLocal))
+	g.Expect(origin(e, members.Ordinals{}, sidecarcluster.Target{}, "seed-a-etcd-main-0", nil)).To(Equal(v1alpha1.MemberOriginExternal))
 }
 
 // TestSidesWithoutStatus: druid's compaction controller replaces the whole
@@ -67,7 +67,7 @@ func TestSidesWithoutStatus(t *testing.T) {
 		g.Expect(side(e, members.Ordinals{}, name)).To(Equal(map[bool]string{true: sideUnmanaged, false: want}[want == sideLeaving]),
 			"%s: without the running pods and the status, a name of the Etcd's form outside its range is no proof", name)
 	}
-	g.Expect(origin(e, running, membership.Target{}, "etcd-main-1", nil)).To(Equal(v1alpha1.MemberOriginLocal))
+	g.Expect(origin(e, running, sidecarcluster.Target{}, "etcd-main-1", nil)).To(Equal(v1alpha1.MemberOriginLocal))
 	e.Status.Membership = &v1alpha1.MembershipStatus{Members: []v1alpha1.ObservedMember{
 		{Name: "etcd-main-0", Origin: v1alpha1.MemberOriginLocal}, {Name: "etcd-main-3", Origin: v1alpha1.MemberOriginLocal},
 	}}
@@ -100,8 +100,8 @@ func TestConvergedPoll(t *testing.T) {
 	}
 	local := sidecar.Member{ID: "1", Name: "etcd-main-0", PeerURLs: []string{"https://etcd-main-0.seed-a:2380"}, ClientURLs: []string{"https://etcd-main-0.seed-a:2379"}}
 	ext := sidecar.Member{ID: "3", PeerURLs: []string{"https://etcd-main-3.etcd-main-peer.ns.svc:2380", "https://etcd-main-3.seed-b:2380"}, IsLearner: true}
-	obs := func(ms ...sidecar.Member) *membership.Observation {
-		return &membership.Observation{List: &sidecar.MemberList{Members: ms}}
+	obs := func(ms ...sidecar.Member) *sidecarcluster.Observation {
+		return &sidecarcluster.Observation{List: &sidecar.MemberList{Members: ms}}
 	}
 	g.Expect(r.convergedPoll(e, obs(local))).To(Equal(time.Second), "absent")
 	g.Expect(externalMember(obs(local, ext), e.Spec.ExternalMembers[0])).To(HaveField("ID", "3"), "an unpublished learner, by its peer URL")

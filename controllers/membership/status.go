@@ -16,8 +16,8 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
-	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/internal/sidecarcluster"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -97,7 +97,7 @@ func (s *scope) podWindow() members.Ordinals {
 }
 
 // observed writes what the sidecar reported.
-func (s *scope) observed(obs *membership.Observation, t membership.Target, progress *membership.Progress, in planner.Observed) {
+func (s *scope) observed(obs *sidecarcluster.Observation, t sidecarcluster.Target, progress *sidecarcluster.Progress, in planner.Observed) {
 	s.sawMembers = true
 	st := s.st
 	at := metav1.NewTime(obs.At)
@@ -211,7 +211,7 @@ func (s *scope) degraded(reason, msg string) {
 
 // unreachable reports that no sidecar answered, naming each and its cause.
 func (s *scope) unreachable(err error) {
-	var u *membership.UnreachableError
+	var u *sidecarcluster.UnreachableError
 	msg := err.Error()
 	if errors.As(err, &u) {
 		msg = u.Error()
@@ -223,7 +223,7 @@ func (s *scope) unreachable(err error) {
 }
 
 // stepDone records a step the sidecar carried out.
-func (s *scope) stepDone(step planner.Step, res membership.Result, stalled bool) {
+func (s *scope) stepDone(step planner.Step, res sidecarcluster.Result, stalled bool) {
 	msg := fmt.Sprintf("%s %s: %s", step.Kind, stepLabel(step), step.Reason)
 	if !res.Changed {
 		msg += " (already in place)"
@@ -241,7 +241,7 @@ func (s *scope) stepDone(step planner.Step, res membership.Result, stalled bool)
 // stepRefused records a step that was refused or not sent; nothing
 // changed. A refusal that will not pass by itself, or a sidecar that failed,
 // degrades.
-func (s *scope) stepRefused(step planner.Step, res membership.Result, refused bool) {
+func (s *scope) stepRefused(step planner.Step, res sidecarcluster.Result, refused bool) {
 	msg := stepError(step, res)
 	if pendingStep(s.st.LastStep, nil) == nil {
 		s.st.LastStep = &v1alpha1.MembershipStep{Kind: apiKind(step.Kind), Member: step.Member, MemberID: step.ID,
@@ -259,7 +259,7 @@ func (s *scope) stepRefused(step planner.Step, res membership.Result, refused bo
 }
 
 // stepError names the step, its member, the sidecar and the cause once.
-func stepError(step planner.Step, res membership.Result) string {
+func stepError(step planner.Step, res sidecarcluster.Result) string {
 	msg := res.Err.Error()
 	if strings.HasPrefix(msg, string(step.Kind)+" ") {
 		return msg
@@ -269,7 +269,7 @@ func stepError(step planner.Step, res membership.Result) string {
 
 // stepUncertain records a step whose outcome is unknown: lastStep keeps it
 // until an observation settles it, and nothing else is done meanwhile.
-func (s *scope) stepUncertain(step planner.Step, res membership.Result, end time.Time) {
+func (s *scope) stepUncertain(step planner.Step, res sidecarcluster.Result, end time.Time) {
 	msg := "outcome unknown: " + stepError(step, res)
 	s.st.LastStep = &v1alpha1.MembershipStep{Kind: apiKind(step.Kind), Member: step.Member, MemberID: step.ID,
 		Time: metav1.NewTime(end), Outcome: v1alpha1.StepFailed, Reason: reasonOutcomeUncertain, Message: msg}
@@ -318,11 +318,11 @@ func isVoter(st *v1alpha1.MembershipStatus, name string) bool {
 
 // pendingStep is lastStep while its outcome is unknown. Its peer URLs (an
 // added learner is recognised by them) come from the target.
-func pendingStep(last *v1alpha1.MembershipStep, t *membership.Target) *membership.Pending {
+func pendingStep(last *v1alpha1.MembershipStep, t *sidecarcluster.Target) *sidecarcluster.Pending {
 	if last == nil || last.Reason != reasonOutcomeUncertain {
 		return nil
 	}
-	p := &membership.Pending{Step: planner.Step{Kind: plannerKind(last.Kind), Member: last.Member, ID: last.MemberID}, At: last.Time.Time}
+	p := &sidecarcluster.Pending{Step: planner.Step{Kind: plannerKind(last.Kind), Member: last.Member, ID: last.MemberID}, At: last.Time.Time}
 	if t != nil {
 		for _, w := range t.Own() {
 			if w.Name == last.Member {
@@ -333,10 +333,10 @@ func pendingStep(last *v1alpha1.MembershipStep, t *membership.Target) *membershi
 	return p
 }
 
-func learnersFromStatus(ls []v1alpha1.LearnerProgress) []membership.LearnerProgress {
-	out := make([]membership.LearnerProgress, 0, len(ls))
+func learnersFromStatus(ls []v1alpha1.LearnerProgress) []sidecarcluster.LearnerProgress {
+	out := make([]sidecarcluster.LearnerProgress, 0, len(ls))
 	for _, l := range ls {
-		p := membership.LearnerProgress{ID: l.ID, Name: l.Name, RaftIndex: uint64(max(l.RaftIndex, 0))}
+		p := sidecarcluster.LearnerProgress{ID: l.ID, Name: l.Name, RaftIndex: uint64(max(l.RaftIndex, 0))}
 		if l.FirstObservedTime != nil {
 			p.FirstSeen = l.FirstObservedTime.Time
 		}

@@ -9,8 +9,8 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/internal/sidecarcluster"
 )
 
 // TestLogWaitOncePerCause shows that a wait is logged when it begins and when
@@ -25,8 +25,8 @@ func TestLogWaitOncePerCause(t *testing.T) {
 		{ID: "a0", Name: "etcd-main-0", Side: "external", Leader: true, Healthy: true, HealthyFor: time.Minute},
 		{ID: "b4", Name: "etcd-main-4", Side: "local", Learner: true, Unstarted: true, ConnectedFor: 2 * time.Second, Replicating: true},
 	}
-	wait := func(reason string) membership.Plan {
-		return membership.Plan{Step: planner.Step{Kind: planner.Wait, Rule: planner.RuleReadyLearner, Reason: reason}, Input: planner.Observed{Members: members}}
+	wait := func(reason string) sidecarcluster.Plan {
+		return sidecarcluster.Plan{Step: planner.Step{Kind: planner.Wait, Rule: planner.RuleReadyLearner, Reason: reason}, Input: planner.Observed{Members: members}}
 	}
 
 	r.logWait(ctx, key, wait("WaitingForLearner: etcd-main-4 healthy or connected for 2.6439629s of 5s"))
@@ -38,7 +38,7 @@ func TestLogWaitOncePerCause(t *testing.T) {
 	r.logWait(ctx, key, wait("WaitingForLearner: etcd-main-5 is not answering yet"))
 	g.Expect(lines).To(HaveLen(2), "another cause")
 
-	r.logWait(ctx, key, membership.Plan{Step: planner.Step{Kind: planner.Promote, Member: "etcd-main-4"}})
+	r.logWait(ctx, key, sidecarcluster.Plan{Step: planner.Step{Kind: planner.Promote, Member: "etcd-main-4"}})
 	r.logWait(ctx, key, wait("WaitingForLearner: etcd-main-5 is not answering yet"))
 	g.Expect(lines).To(HaveLen(3), "a step in between: the wait after it is logged again")
 

@@ -18,7 +18,7 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
-	"github.com/druid-stretch/druid-stretch/internal/migration"
+	"github.com/druid-stretch/druid-stretch/internal/livemove"
 )
 
 // migrateFlags are the migrate command's flags.
@@ -30,7 +30,7 @@ type migrateFlags struct {
 	output                       string
 	ordinalStart                 int32
 	memberNamePrefix             string
-	src, dst                     migration.URLTemplates
+	src, dst                     livemove.URLTemplates
 	stepTimeout                  time.Duration
 	switchCommand                string
 	holdSource                   int32
@@ -101,7 +101,7 @@ The URL templates say how the other cluster reaches each member; they take
 	f.BoolVar(&m.gep39, "gep39", false, "move as Gardener's GEP-39 does: write only druid's own Etcd fields, stage by stage (SourceEtcdPreparedForPeerJoin, DestinationEtcdPeersJoined, "+
 		"EtcdMigrationComplete, SourceSeedCleanup); the destination gets --destination-member-name-prefix, ordinals from 0 and spec.etcd.bootstrapWithExistingCluster")
 	f.StringSliceVar(&m.sourceClientEndpoints, "source-client-endpoints", nil, "with --gep39: the source's client endpoints as the destination reaches them (spec.etcd.bootstrapWithExistingCluster.clientEndpoints)")
-	f.Int32Var(&m.holdSource, "hold-source", migration.DefaultHoldSource, "with --switch-clients-command: run retire-source first, holding this many source members for the source site's clients, "+
+	f.Int32Var(&m.holdSource, "hold-source", livemove.DefaultHoldSource, "with --switch-clients-command: run retire-source first, holding this many source members for the source site's clients, "+
 		"and the command once the destination holds the majority; the held members go after it. The destination's kube-apiserver then starts on a quorum in its own site "+
 		"instead of reading across the sites, and the source's clients meet the removals and the leader transfer, through their members' client gates. "+
 		"0 runs the command before any source member goes; a source of one member needs 0. Without --switch-clients-command (and with --gep39) nothing is held")
@@ -144,7 +144,7 @@ func (m *migrateFlags) check(cmd *cobra.Command) error {
 	}
 	for _, t := range []struct {
 		side string
-		t    migration.URLTemplates
+		t    livemove.URLTemplates
 	}{{"source", m.src}, {"destination", m.dst}} {
 		// --status and --dry-run only read the two Etcds: they need no
 		// address.
@@ -157,23 +157,23 @@ func (m *migrateFlags) check(cmd *cobra.Command) error {
 
 // options are the mover's options from the flags, with the clients of
 // the two clusters.
-func (m *migrateFlags) options(cmd *cobra.Command) (migration.Options, error) {
-	srcClient, err := migration.NewClientFromKubeconfigContext(m.srcKubeconfig, m.srcContext)
+func (m *migrateFlags) options(cmd *cobra.Command) (livemove.Options, error) {
+	srcClient, err := livemove.NewClientFromKubeconfigContext(m.srcKubeconfig, m.srcContext)
 	if err != nil {
-		return migration.Options{}, fmt.Errorf("the source cluster (--source-kubeconfig, --source-context): %w", err)
+		return livemove.Options{}, fmt.Errorf("the source cluster (--source-kubeconfig, --source-context): %w", err)
 	}
-	dstClient, err := migration.NewClientFromKubeconfigContext(m.dstKubeconfig, m.dstContext)
+	dstClient, err := livemove.NewClientFromKubeconfigContext(m.dstKubeconfig, m.dstContext)
 	if err != nil {
-		return migration.Options{}, fmt.Errorf("the destination cluster (--destination-kubeconfig, --destination-context): %w", err)
+		return livemove.Options{}, fmt.Errorf("the destination cluster (--destination-kubeconfig, --destination-context): %w", err)
 	}
-	o := migration.Options{
+	o := livemove.Options{
 		Source: srcClient, Destination: dstClient, Namespace: m.namespace, Name: m.name,
 		SourceAddresses: m.src.Addresses(), DestinationAddresses: m.dst.Addresses(),
 		StepTimeout: m.stepTimeout, HoldSource: m.holdSource,
 	}
 	switch {
 	case m.gep39:
-		o.GEP39 = &migration.GEP39{DestinationPrefix: m.memberNamePrefix, SourceClientEndpoints: m.sourceClientEndpoints}
+		o.GEP39 = &livemove.GEP39{DestinationPrefix: m.memberNamePrefix, SourceClientEndpoints: m.sourceClientEndpoints}
 	default:
 		if cmd.Flags().Changed("destination-ordinal-start") {
 			o.DestinationOrdinalStart = &m.ordinalStart
@@ -199,7 +199,7 @@ func (m *migrateFlags) run(cmd *cobra.Command) error {
 	defer cancel()
 	progress := &moveProgress{cmd: cmd, table: m.output == "table", wait: m.wait, stop: cancel}
 	o.Progress = progress.print
-	mover, err := migration.New(o)
+	mover, err := livemove.New(o)
 	if err != nil {
 		return err
 	}
@@ -218,7 +218,7 @@ func (m *migrateFlags) run(cmd *cobra.Command) error {
 	switch {
 	case progress.stopped && errors.Is(err, context.Canceled) && cmd.Context().Err() == nil:
 		state := "started"
-		if progress.lastKind == migration.StepDone {
+		if progress.lastKind == livemove.StepDone {
 			state = "done"
 		}
 		_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "step %s %s; not waiting (--wait=false): run again to continue, or --status to see where it stands\n", progress.last, state)
@@ -290,7 +290,7 @@ func (l *lastLine) String() string {
 // printReport prints where the move stands (the phase, the step that leads
 // out of it, each side's membership as its controller last reported it)
 // and, for a dry run, the steps the move or the abort would take from there.
-func printReport(cmd *cobra.Command, m *migration.Mover, output string, dryRun, abort bool) error {
+func printReport(cmd *cobra.Command, m *livemove.Mover, output string, dryRun, abort bool) error {
 	src, dst, p, err := m.Read(cmd.Context())
 	if err != nil {
 		return err
@@ -299,9 +299,9 @@ func printReport(cmd *cobra.Command, m *migration.Mover, output string, dryRun, 
 	r := moveReport{Phase: phase, Explanation: why, NextStep: next, DryRun: dryRun,
 		Source: sideReportOf(src), Destination: sideReportOf(dst)}
 	if dryRun {
-		steps := migration.Remaining(p, m.ClientSwitch())
+		steps := livemove.Remaining(p, m.ClientSwitch())
 		if abort {
-			steps = migration.RemainingAbort(p)
+			steps = livemove.RemainingAbort(p)
 		}
 		if steps == nil {
 			what := "move"
@@ -311,7 +311,7 @@ func printReport(cmd *cobra.Command, m *migration.Mover, output string, dryRun, 
 			r.Refused = fmt.Sprintf("the %s does not continue from phase %s", what, p)
 		}
 		for _, s := range steps {
-			r.Steps = append(r.Steps, plannedStep{Step: string(s), Does: migration.Describe(s)})
+			r.Steps = append(r.Steps, plannedStep{Step: string(s), Does: livemove.Describe(s)})
 		}
 	}
 	out := cmd.OutOrStdout()
@@ -403,15 +403,15 @@ type moveProgress struct {
 	wait  bool
 	stop  context.CancelFunc
 
-	bar      *migration.ProgressBar
-	lines    *migration.ProgressPrinter
+	bar      *livemove.ProgressBar
+	lines    *livemove.ProgressPrinter
 	last     move.Step
-	lastKind migration.EventKind
+	lastKind livemove.EventKind
 	stopped  bool
 }
 
 // begin picks the display, once the phase the move starts from is known.
-func (p *moveProgress) begin(ctx context.Context, m *migration.Mover, abort bool) error {
+func (p *moveProgress) begin(ctx context.Context, m *livemove.Mover, abort bool) error {
 	out := p.cmd.OutOrStdout()
 	if !p.table {
 		out = p.cmd.ErrOrStderr()
@@ -423,16 +423,16 @@ func (p *moveProgress) begin(ctx context.Context, m *migration.Mover, abort bool
 		}
 		steps := m.RemainingSteps(phase)
 		if abort {
-			steps = migration.RemainingAbort(phase)
+			steps = livemove.RemainingAbort(phase)
 		}
-		p.bar = migration.NewProgressBar(out, steps)
+		p.bar = livemove.NewProgressBar(out, steps)
 		return nil
 	}
-	p.lines = migration.NewProgressPrinter(out)
+	p.lines = livemove.NewProgressPrinter(out)
 	return nil
 }
 
-func (p *moveProgress) print(e migration.Event) {
+func (p *moveProgress) print(e livemove.Event) {
 	switch {
 	case p.bar != nil:
 		p.bar.Print(e)
@@ -441,7 +441,7 @@ func (p *moveProgress) print(e migration.Event) {
 	}
 	p.last, p.lastKind = e.Step, e.Kind
 	// A step has written its fields once it waits or is done.
-	if !p.wait && (e.Kind == migration.StepWaiting || e.Kind == migration.StepDone) {
+	if !p.wait && (e.Kind == livemove.StepWaiting || e.Kind == livemove.StepDone) {
 		p.stopped = true
 		p.stop()
 	}

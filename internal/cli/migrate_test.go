@@ -21,7 +21,7 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/internal/etcdview"
-	"github.com/druid-stretch/druid-stretch/internal/migration"
+	"github.com/druid-stretch/druid-stretch/internal/livemove"
 	"github.com/druid-stretch/druid-stretch/internal/testing/testbin"
 )
 
@@ -51,7 +51,7 @@ func TestMigrateCommand(t *testing.T) {
 			if errs[i] = os.WriteFile(kubeconfigs[i], env.KubeConfig, 0o600); errs[i] != nil {
 				return
 			}
-			clients[i], errs[i] = migration.NewClient(cfg)
+			clients[i], errs[i] = livemove.NewClient(cfg)
 		})
 	}
 	wg.Wait()

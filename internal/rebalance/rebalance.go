@@ -1,6 +1,6 @@
 // Package rebalance moves an etcd cluster to a target set of members one
 // safe step at a time, without Kubernetes: the planner and the executor of
-// the membership controller (internal/planner, internal/membership), driven
+// the membership controller (internal/planner, internal/sidecarcluster), driven
 // by a list of sidecar addresses and the target members. It adds members as
 // learners; starting their etcd processes is the operator's job, and while a
 // learner waits for that, Run prints what to start and how.
@@ -19,9 +19,9 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
-	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/peerurl"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/internal/sidecarcluster"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -61,7 +61,7 @@ type Config struct {
 	BeforeChange func(ctx context.Context, step planner.Step)
 	// Membership tunes the sidecar calls (timeouts, lock TTL); its Holder,
 	// TLS and Logger are set from the fields here.
-	Membership membership.Config
+	Membership sidecarcluster.Config
 	// Logger receives one structured line per sidecar call that changes
 	// something.
 	Logger logr.Logger
@@ -74,7 +74,7 @@ type StepRecord struct {
 	// From summarizes the membership the step was planned from.
 	From string
 	// Outcome, Reason and Err are how it ended.
-	Outcome membership.Outcome
+	Outcome sidecarcluster.Outcome
 	Reason  string
 	Err     error
 	// Via is the sidecar it went through; Duration how long the call took.
@@ -98,7 +98,7 @@ type Result struct {
 func (r Result) Changes() []string {
 	var out []string
 	for _, s := range r.Steps {
-		if s.Outcome == membership.Succeeded {
+		if s.Outcome == sidecarcluster.Succeeded {
 			out = append(out, string(s.Step.Kind)+" "+s.Step.Member)
 		}
 	}
@@ -113,15 +113,15 @@ var ErrLearnerStalled = errors.New("learner made no progress")
 // runner is the state of one Run.
 type runner struct {
 	cfg      Config
-	c        *membership.Cluster
-	eps      []membership.Endpoint
-	progress *membership.Progress
+	c        *sidecarcluster.Cluster
+	eps      []sidecarcluster.Endpoint
+	progress *sidecarcluster.Progress
 	start    time.Time
 	res      Result
 	// hint orders the next observation from the last one.
-	hint membership.Hint
+	hint sidecarcluster.Hint
 	// pending is a change whose outcome is unknown yet.
-	pending *membership.Pending
+	pending *sidecarcluster.Pending
 	// refusals counts how often in a row refusedStep was refused.
 	refusals    int
 	refusedStep string
@@ -158,13 +158,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	mc := cfg.Membership
 	mc.Holder, mc.TLS, mc.Logger = cfg.Holder, cfg.TLS, cfg.Logger
-	c, err := membership.New(mc)
+	c, err := sidecarcluster.New(mc)
 	if err != nil {
 		return Result{}, fmt.Errorf("rebalance: %w", err)
 	}
-	r := &runner{cfg: cfg, c: c, progress: membership.NewProgress(nil), start: time.Now()}
+	r := &runner{cfg: cfg, c: c, progress: sidecarcluster.NewProgress(nil), start: time.Now()}
 	for _, s := range cfg.Spec.Sidecars {
-		r.eps = append(r.eps, membership.Endpoint{Member: s.Member, URL: strings.TrimSuffix(s.URL, "/")})
+		r.eps = append(r.eps, sidecarcluster.Endpoint{Member: s.Member, URL: strings.TrimSuffix(s.URL, "/")})
 	}
 	if err = r.loop(ctx); err != nil && !cfg.DryRun && len(r.res.Steps) > 0 {
 		r.releaseLock()
@@ -177,7 +177,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 func (r *runner) releaseLock() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	obs, err := r.c.Observe(ctx, r.eps, membership.Hint{})
+	obs, err := r.c.Observe(ctx, r.eps, sidecarcluster.Hint{})
 	if err == nil {
 		err = r.c.ReleaseLock(ctx, obs)
 	}
@@ -274,7 +274,7 @@ func (r *runner) round(ctx context.Context) (done bool, err error) {
 }
 
 // execute sends one change and reports how it ended; the error ends the run.
-func (r *runner) execute(ctx context.Context, obs *membership.Observation, plan membership.Plan, from string) error {
+func (r *runner) execute(ctx context.Context, obs *sidecarcluster.Observation, plan sidecarcluster.Plan, from string) error {
 	if r.cfg.BeforeChange != nil {
 		r.cfg.BeforeChange(ctx, plan.Step)
 		if plan.ThenRemove != nil {
@@ -285,7 +285,7 @@ func (r *runner) execute(ctx context.Context, obs *membership.Observation, plan 
 	sent := time.Now()
 	res := r.c.Execute(ctx, obs, r.eps, plan)
 	took := time.Since(sent)
-	if res.Reason == membership.ReasonLockAcquired {
+	if res.Reason == sidecarcluster.ReasonLockAcquired {
 		r.print("membership lock taken as %q; planning again under it", r.cfg.Holder)
 		return nil
 	}
@@ -296,7 +296,7 @@ func (r *runner) execute(ctx context.Context, obs *membership.Observation, plan 
 	if res.LockTaken {
 		r.print("  membership lock taken as %q with this step: nobody acted since the observation", r.cfg.Holder)
 	}
-	if res.Outcome == membership.Refused {
+	if res.Outcome == sidecarcluster.Refused {
 		if key := string(plan.Step.Kind) + " " + label(plan.Step); key == r.refusedStep {
 			r.refusals++
 		} else {
@@ -306,14 +306,14 @@ func (r *runner) execute(ctx context.Context, obs *membership.Observation, plan 
 		r.refusals, r.refusedStep = 0, ""
 	}
 	switch res.Outcome {
-	case membership.Succeeded:
+	case sidecarcluster.Succeeded:
 		r.print("  -> %s via %s in %s", res.Outcome, rec.Via, took.Round(time.Millisecond))
 		if plan.Step.Kind == planner.Remove {
 			r.forget(plan.Step.Member)
 		}
 		if then := plan.ThenRemove; then != nil {
 			if res.ThenRemoved {
-				r.res.Steps = append(r.res.Steps, StepRecord{Step: *then, From: from, Outcome: membership.Succeeded, Via: rec.Via, Duration: res.Gap})
+				r.res.Steps = append(r.res.Steps, StepRecord{Step: *then, From: from, Outcome: sidecarcluster.Succeeded, Via: rec.Via, Duration: res.Gap})
 				r.print("step %d: %s, in the same call, %s after the promotion", len(r.res.Steps), *then, res.Gap.Round(time.Millisecond))
 				r.forget(then.Member)
 			} else {
@@ -324,20 +324,20 @@ func (r *runner) execute(ctx context.Context, obs *membership.Observation, plan 
 			return fmt.Errorf("%w: %s was removed again after %s without progress (%s); start its etcd when it is added and run rebalance again",
 				ErrLearnerStalled, label(plan.Step), r.cfg.Policy.LearnerProgressTimeout, plan.Step.Reason)
 		}
-	case membership.Retry:
+	case sidecarcluster.Retry:
 		wait := max(res.RetryAfter, 100*time.Millisecond)
 		r.print("  -> not now (%s): %v; planning again in %s", res.Reason, res.Err, wait)
 		r.sleep(ctx, wait)
-	case membership.Refused:
+	case sidecarcluster.Refused:
 		r.print("  -> refused (%s): %v", res.Reason, res.Err)
 		if r.refusals >= r.cfg.MaxRefusals {
 			return fmt.Errorf("%s %s was refused %d times in a row, last (%s): %w", plan.Step.Kind, label(plan.Step), r.refusals, res.Reason, res.Err)
 		}
 		r.sleep(ctx, time.Duration(r.refusals)*r.cfg.Interval)
-	case membership.Uncertain:
+	case sidecarcluster.Uncertain:
 		// Nothing else changes until an observation shows the outcome or
-		// the settle time has passed (membership.Cluster.Plan holds it).
-		r.pending = &membership.Pending{Step: plan.Step, At: sent.Add(took)}
+		// the settle time has passed (sidecarcluster.Cluster.Plan holds it).
+		r.pending = &sidecarcluster.Pending{Step: plan.Step, At: sent.Add(took)}
 		r.print("  -> outcome unknown (%s): %v; nothing else changes until it shows", res.Reason, res.Err)
 		r.sleep(ctx, r.cfg.Interval)
 	}
@@ -351,14 +351,14 @@ func (r *runner) forget(member string) {
 	if member == "" {
 		return
 	}
-	r.eps = slices.DeleteFunc(r.eps, func(e membership.Endpoint) bool { return e.Member == member })
+	r.eps = slices.DeleteFunc(r.eps, func(e sidecarcluster.Endpoint) bool { return e.Member == member })
 }
 
 // target is the membership Run moves to: the spec's target members as
 // voters, every other named member removed.
-func (r *runner) target(obs *membership.Observation) membership.Target {
+func (r *runner) target(obs *sidecarcluster.Observation) sidecarcluster.Target {
 	spec := r.cfg.Spec
-	t := membership.Target{Side: spec.group}
+	t := sidecarcluster.Target{Side: spec.group}
 	for _, m := range spec.Target {
 		t.Add = append(t.Add, planner.Want{Name: m.Name, PeerURLs: slices.Clone(m.PeerURLs), Side: spec.group(m.Name)})
 	}
@@ -372,8 +372,8 @@ func (r *runner) target(obs *membership.Observation) membership.Target {
 
 // hintFrom orders the next observation: healthy voters first, departing
 // members last.
-func hintFrom(in planner.Observed, t membership.Target) membership.Hint {
-	h := membership.Hint{Departing: t.Remove}
+func hintFrom(in planner.Observed, t sidecarcluster.Target) sidecarcluster.Hint {
+	h := sidecarcluster.Hint{Departing: t.Remove}
 	for _, m := range in.Members {
 		if m.Healthy && !m.Learner && m.Name != "" {
 			h.Healthy = append(h.Healthy, m.Name)
@@ -390,7 +390,7 @@ func fatal(s planner.Step) bool {
 
 // waitLine says what Run waits for; for a learner whose etcd does not run
 // yet, what the operator has to start.
-func (r *runner) waitLine(obs *membership.Observation, plan membership.Plan) string {
+func (r *runner) waitLine(obs *sidecarcluster.Observation, plan sidecarcluster.Plan) string {
 	for _, m := range obs.List.Members {
 		if !m.IsLearner || m.Healthy {
 			continue

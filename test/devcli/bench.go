@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/druid-stretch/druid-stretch/controllers/membership"
-	"github.com/druid-stretch/druid-stretch/internal/migration"
+	"github.com/druid-stretch/druid-stretch/internal/livemove"
 	"github.com/druid-stretch/druid-stretch/test/framework/demo"
 )
 
@@ -65,7 +65,7 @@ root, like the demo; each run takes 6-9 minutes on a 2-core machine.`,
 	f.DurationVar(&o.Before, "before", 5*time.Second, "client traffic before each move")
 	f.DurationVar(&o.After, "after", 5*time.Second, "client traffic after each move")
 	f.IntVar(&o.MaxLearners, "max-learners", membership.DefaultMaxLearners, maxLearnersUsage)
-	f.Int32Var(&o.HoldSource, "hold-source", migration.DefaultHoldSource, holdSourceUsage)
+	f.Int32Var(&o.HoldSource, "hold-source", livemove.DefaultHoldSource, holdSourceUsage)
 	f.StringVar(&o.Dir, "dir", "", "keep each run's sites (their logs, the pods' files) in a folder of this one named after the run, such as rtt-180ms-keys-10000 (default: a temporary folder per run, removed)")
 	f.BoolVar(&o.Baseline, "baseline", true, "after each move, run the hand-scripted clientv3 move (same members, data and sites) and print its time and the ratio")
 	return cmd

@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/druid-stretch/druid-stretch/controllers/membership"
-	"github.com/druid-stretch/druid-stretch/internal/migration"
+	"github.com/druid-stretch/druid-stretch/internal/livemove"
 	"github.com/druid-stretch/druid-stretch/test/framework/demo"
 	"github.com/druid-stretch/druid-stretch/test/framework/report"
 )
@@ -60,7 +60,7 @@ panics. The binaries are built on first use (hack/test-binaries.sh).`,
 	f.StringVar(&o.Dir, "dir", "", "folder for the sites' logs and the pods' files (default: a temporary folder, removed afterwards)")
 	f.BoolVar(&o.KeepDir, "keep", false, "keep the temporary folder with the logs")
 	f.IntVar(&o.MaxLearners, "max-learners", membership.DefaultMaxLearners, maxLearnersUsage)
-	f.Int32Var(&o.HoldSource, "hold-source", migration.DefaultHoldSource, holdSourceUsage)
+	f.Int32Var(&o.HoldSource, "hold-source", livemove.DefaultHoldSource, holdSourceUsage)
 	f.BoolVar(&o.GEP39, "gep39", false, "move as Gardener's GEP-39 does: druid's own Etcd fields only, stage by stage; the destination's members take a member name prefix and ordinals from 0; nothing is held (--hold-source does not apply)")
 	f.BoolVar(&o.Baseline, "baseline", false, "after the move, run a hand-scripted clientv3 move of the same cluster on the same sites and report its time beside the product's")
 	return cmd

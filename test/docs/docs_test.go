@@ -45,7 +45,7 @@ var (
 	codeSpanRE = regexp.MustCompile("`([^`\\s]+)`")
 	linkRE     = regexp.MustCompile(`\]\(([^)\s]+)\)`)
 	fileExtRE  = regexp.MustCompile(`\.(go|ya?ml|json|md|sh|txt|svg|tpl|mod)$`)
-	// A path followed by a Go identifier (internal/migration.Mover) or a
+	// A path followed by a Go identifier (internal/livemove.Mover) or a
 	// function (file.go: Func) names that identifier in the path.
 	identSuffixRE = regexp.MustCompile(`\.[A-Z][A-Za-z0-9]*$`)
 )

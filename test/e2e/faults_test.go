@@ -18,7 +18,7 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
-	"github.com/druid-stretch/druid-stretch/internal/migration"
+	"github.com/druid-stretch/druid-stretch/internal/livemove"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
 	"github.com/druid-stretch/druid-stretch/test/framework/demo"
 )
@@ -38,7 +38,7 @@ var (
 type phase struct {
 	name       string
 	onStep     func(demo.StepEvent) bool
-	onProgress func(migration.Event) bool
+	onProgress func(livemove.Event) bool
 	abort      bool
 }
 
@@ -46,17 +46,17 @@ var phases = []phase{
 	{name: "join-destination", onStep: func(ev demo.StepEvent) bool {
 		return ev.Cluster == "B" && ev.Kind == planner.AddLearner && ev.Applied()
 	}},
-	{name: "retire-source", onProgress: func(ev migration.Event) bool {
-		return ev.Kind == migration.StepStarted && ev.Step == move.StepRetireSource
+	{name: "retire-source", onProgress: func(ev livemove.Event) bool {
+		return ev.Kind == livemove.StepStarted && ev.Step == move.StepRetireSource
 	}},
 	{name: "leader-transfer", onStep: func(ev demo.StepEvent) bool {
 		return ev.Cluster == "B" && ev.Kind == planner.MoveLeader && !ev.Done()
 	}},
-	{name: "finish", onProgress: func(ev migration.Event) bool {
-		return ev.Kind == migration.StepStarted && ev.Step == move.StepFinish
+	{name: "finish", onProgress: func(ev livemove.Event) bool {
+		return ev.Kind == livemove.StepStarted && ev.Step == move.StepFinish
 	}},
-	{name: "abort", abort: true, onProgress: func(ev migration.Event) bool {
-		return ev.Kind == migration.StepStarted && ev.Step == move.StepAbort
+	{name: "abort", abort: true, onProgress: func(ev livemove.Event) bool {
+		return ev.Kind == livemove.StepStarted && ev.Step == move.StepAbort
 	}},
 }
 
@@ -335,7 +335,7 @@ func runFault(t *testing.T, base *demo.Env, p phase, f fault, row *faultRow) {
 		}
 	}
 	if p.onProgress != nil {
-		o.OnProgress = func(ev migration.Event) {
+		o.OnProgress = func(ev livemove.Event) {
 			if p.onProgress(ev) {
 				fire()
 			}

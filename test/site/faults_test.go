@@ -20,8 +20,8 @@ import (
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
 	"github.com/druid-stretch/druid-stretch/internal/etcdview"
-	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/internal/sidecarcluster"
 	"github.com/druid-stretch/druid-stretch/internal/testing/childproc"
 	"github.com/druid-stretch/druid-stretch/internal/testing/testbin"
 	"github.com/druid-stretch/druid-stretch/test/framework/apiload"
@@ -488,8 +488,8 @@ func (h *faultHook) partitionWindow() (cut, healed time.Time) {
 }
 
 // onStep is site i's Options.OnStep.
-func (h *faultHook) onStep(i int) func(planner.Step, *membership.Result) {
-	return func(step planner.Step, res *membership.Result) {
+func (h *faultHook) onStep(i int) func(planner.Step, *sidecarcluster.Result) {
+	return func(step planner.Step, res *sidecarcluster.Result) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		if !h.armed || h.row.wholeMove || h.fired > 0 {

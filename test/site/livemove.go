@@ -30,7 +30,7 @@ import (
 	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
 	"github.com/druid-stretch/druid-stretch/controllers/webhook"
 	"github.com/druid-stretch/druid-stretch/internal/etcdview"
-	"github.com/druid-stretch/druid-stretch/internal/migration"
+	"github.com/druid-stretch/druid-stretch/internal/livemove"
 	"github.com/druid-stretch/druid-stretch/internal/testing/pki"
 	"github.com/druid-stretch/druid-stretch/internal/testing/workload"
 	"github.com/druid-stretch/druid-stretch/test/framework/apiload"
@@ -130,7 +130,7 @@ type LiveMoveOptions struct {
 	// above 0 the destination retires all source members but that many,
 	// then the clients switch, then the held ones go.
 	HoldSource int32
-	// GEP39 makes the move GEP-39's (migration.GEP39): the adapter writes
+	// GEP39 makes the move GEP-39's (livemove.GEP39): the adapter writes
 	// druid's own fields only, and B's members, named with B's cluster
 	// identity as spec.memberNamePrefix, take the ordinals 0..2 in B (the
 	// in-cluster names of A's pods).
@@ -160,7 +160,7 @@ type LiveMoveOptions struct {
 	// apiload.RBACBootstrapCheck, the bench and the demo nothing.
 	ReadyzExclude []string
 	// OnEvent, when set, sees every event of the move as it happens.
-	OnEvent func(migration.Event)
+	OnEvent func(livemove.Event)
 	// Out receives one line per stage (default: nothing). The logs of the
 	// move's own parts (the mover, the loads) go to files in the source
 	// site's folder.
@@ -552,8 +552,8 @@ func (m *LiveMove) run(ctx context.Context) (*LiveMoveRun, error) {
 		return run, err
 	}
 
-	templates := func(domain string) migration.URLTemplates {
-		return migration.URLTemplates{
+	templates := func(domain string) livemove.URLTemplates {
+		return livemove.URLTemplates{
 			Peer:    "https://{pod}.{namespace}." + domain + ":2380",
 			Client:  "https://{pod}.{namespace}." + domain + ":2379",
 			Sidecar: fmt.Sprintf("https://{pod}.{namespace}.%s:%d", domain, webhook.DefaultSidecarPort),
@@ -569,9 +569,9 @@ func (m *LiveMove) run(ctx context.Context) (*LiveMoveRun, error) {
 	if err != nil {
 		return run, err
 	}
-	var gep39 *migration.GEP39
+	var gep39 *livemove.GEP39
 	if m.opts.GEP39 {
-		gep39 = &migration.GEP39{DestinationPrefix: b.opts.ClusterIdentity, SourceClientEndpoints: eps[:MoveReplicas]}
+		gep39 = &livemove.GEP39{DestinationPrefix: b.opts.ClusterIdentity, SourceClientEndpoints: eps[:MoveReplicas]}
 	}
 	// The renewal's result, once RenewCertificatesAt's step started; it
 	// is read before Run returns.
@@ -581,7 +581,7 @@ func (m *LiveMove) run(ctx context.Context) (*LiveMoveRun, error) {
 	// The move's context ends at AbortAfter's end, before the next step.
 	moveCtx, stopMove := context.WithCancelCause(ctx)
 	defer stopMove(nil)
-	mover, err := migration.New(migration.Options{
+	mover, err := livemove.New(livemove.Options{
 		GEP39:  gep39,
 		Source: a.Client, Destination: b.Client,
 		Namespace: MoveNamespace, Name: MoveEtcdName,
@@ -610,9 +610,9 @@ func (m *LiveMove) run(ctx context.Context) (*LiveMoveRun, error) {
 			return shoots[a].Stop(ctx)
 		},
 		Logger: mlog,
-		Progress: func(e migration.Event) {
+		Progress: func(e livemove.Event) {
 			switch e.Kind {
-			case migration.StepStarted:
+			case livemove.StepStarted:
 				if e.Step == m.opts.RenewCertificatesAt && renewed == nil {
 					renewed = make(chan *CertificateRenewal, 1)
 					go func() { renewed <- m.renewCertificates(ctx, eps[0]) }()
@@ -620,7 +620,7 @@ func (m *LiveMove) run(ctx context.Context) (*LiveMoveRun, error) {
 				w.Mark(string(e.Step))
 				load.Mark(string(e.Step))
 				m.printf("  %6.1f s  %-17s %s", e.At.Sub(load.StartedAt()).Seconds(), e.Step, requestCounts(load.Requests(), servers))
-			case migration.StepDone:
+			case livemove.StepDone:
 				w.Mark(string(e.Step) + StepDoneSuffix)
 				load.Mark(string(e.Step) + StepDoneSuffix)
 				if e.Step == move.StepJoinDestination || e.Step == move.Step(move.StageDestinationEtcdPeersJoined) {
@@ -745,7 +745,7 @@ var errAbortPoint = errors.New("the move reached the step after which it is abor
 // which serves on the source's members throughout, the destination's
 // kube-apiserver stops, and Mover.Abort takes the destination's members
 // out.
-func (m *LiveMove) abort(ctx context.Context, mover *migration.Mover, load *apiload.Load, shootB *ShootAPIServer, bStarted bool) error {
+func (m *LiveMove) abort(ctx context.Context, mover *livemove.Mover, load *apiload.Load, shootB *ShootAPIServer, bStarted bool) error {
 	a, b := m.A.opts.ClusterIdentity, m.B.opts.ClusterIdentity
 	m.printf("aborting the move after %s: %s's clients back to %s's kube-apiserver ...", m.opts.AbortAfter, b, a)
 	if err := load.Switch(ctx, b, a); err != nil {

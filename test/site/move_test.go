@@ -29,7 +29,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
 	"github.com/druid-stretch/druid-stretch/internal/etcdview"
-	"github.com/druid-stretch/druid-stretch/internal/migration"
+	"github.com/druid-stretch/druid-stretch/internal/livemove"
 	"github.com/druid-stretch/druid-stretch/internal/testing/testbin"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 	"github.com/druid-stretch/druid-stretch/test/framework/apiload"
@@ -68,8 +68,8 @@ func TestLiveMoveBetweenRealSites(t *testing.T) {
 		RenewCertificatesAt: move.StepJoinDestination,
 		// A compaction Job inside the move (expectCompactionDuringMove).
 		DeltaSnapshotAfterJoin: true,
-		OnEvent: func(e migration.Event) {
-			if e.Kind == migration.StepStarted && e.Step == move.StepRetireSource {
+		OnEvent: func(e livemove.Event) {
+			if e.Kind == livemove.StepStarted && e.Step == move.StepRetireSource {
 				reconciled.Add(1)
 				go func() {
 					defer reconciled.Done()

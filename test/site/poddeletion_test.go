@@ -18,8 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/internal/sidecarcluster"
 )
 
 var podDeletionSet = flag.String("pod-deletions", "off",
@@ -61,9 +61,9 @@ type stepCounter map[planner.StepKind][]string
 
 // moment is the stepMoment of a controller's OnStep call; false for the
 // call after a step that failed or changed nothing, which is no moment.
-func (c stepCounter) moment(step planner.Step, res *membership.Result) (stepMoment, bool) {
+func (c stepCounter) moment(step planner.Step, res *sidecarcluster.Result) (stepMoment, bool) {
 	m := stepMoment{kind: step.Kind, member: step.Member, after: res != nil}
-	if res != nil && (res.Outcome != membership.Succeeded || !res.Changed) {
+	if res != nil && (res.Outcome != sidecarcluster.Succeeded || !res.Changed) {
 		return m, false
 	}
 	seen := c[step.Kind]
@@ -300,7 +300,7 @@ func (d *podDeleter) logf(format string, args ...any) {
 
 // onStep is the sites' Options.OnStep. It runs on a controller's
 // goroutine; both sites' controllers share it.
-func (d *podDeleter) onStep(step planner.Step, res *membership.Result) {
+func (d *podDeleter) onStep(step planner.Step, res *sidecarcluster.Result) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if !d.armed || d.done || d.ctx == nil {

@@ -23,8 +23,8 @@ import (
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
 	"github.com/druid-stretch/druid-stretch/internal/etcdview"
-	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/internal/sidecarcluster"
 	"github.com/druid-stretch/druid-stretch/internal/testing/testbin"
 	"github.com/druid-stretch/druid-stretch/internal/testing/workload"
 	"github.com/druid-stretch/druid-stretch/test/framework/apiload"
@@ -62,8 +62,8 @@ func TestRebalanceBetweenNodeGroups(t *testing.T) {
 	// taken away (below).
 	promoted := make(chan struct{})
 	var promotedOnce sync.Once
-	r := newRebalance(ctx, t, rebalanceOptions{fromExtendedCRD: true, onStep: func(step planner.Step, res *membership.Result) {
-		if step.Kind == planner.Promote && res != nil && res.Outcome == membership.Succeeded && res.Changed {
+	r := newRebalance(ctx, t, rebalanceOptions{fromExtendedCRD: true, onStep: func(step planner.Step, res *sidecarcluster.Result) {
+		if step.Kind == planner.Promote && res != nil && res.Outcome == sidecarcluster.Succeeded && res.Changed {
 			promotedOnce.Do(func() { close(promoted) })
 		}
 	}})
@@ -190,7 +190,7 @@ var rebalanceNewRange = []string{"etcd-main-3", "etcd-main-4", "etcd-main-5"}
 // rebalanceOptions shape a rebalance's site and Etcd.
 type rebalanceOptions struct {
 	// onStep is the controller's Options.OnStep.
-	onStep func(planner.Step, *membership.Result)
+	onStep func(planner.Step, *sidecarcluster.Result)
 	// fromExtendedCRD starts the Etcd as an earlier release of
 	// druid-stretch left it: the extended Etcd CRD in place of druid's,
 	// druid-stretch's field inline (upgradeToEtcdMembership moves it).

@@ -43,8 +43,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/druid-stretch/druid-stretch/controllers/membership"
-	stepexec "github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/internal/sidecarcluster"
 	"github.com/druid-stretch/druid-stretch/internal/testing/pki"
 	"github.com/druid-stretch/druid-stretch/test/infrastructure/podhost"
 	"github.com/druid-stretch/druid-stretch/test/infrastructure/podnet"
@@ -93,11 +93,11 @@ type Options struct {
 	// in-process controller).
 	Logger logr.Logger
 	// OnStep, when set, is told about each membership change the site's
-	// druid-stretch controller sends (membership.Config.OnStep of
-	// internal/membership: a nil result right before the sidecar call, the
+	// druid-stretch controller sends (sidecarcluster.Config.OnStep of
+	// internal/sidecarcluster: a nil result right before the sidecar call, the
 	// call's result right after it), on the controller's goroutine: a test
 	// acts at a step's exact moment with it, not at a poll's.
-	OnStep func(step planner.Step, res *stepexec.Result)
+	OnStep func(step planner.Step, res *sidecarcluster.Result)
 	// StretchCA is druid-stretch's client CA, which signs the site's
 	// controller's client certificate towards the sidecars and which
 	// InstallShootTLS places beside each shoot's Secrets (default: one of

@@ -5,7 +5,7 @@
 // alone. It only sets fields and reads status; the membership controllers in
 // the two clusters do the work, one safe step at a time. The functions are
 // pure, so gardenlet can call them from its own flow, and the druid-stretch
-// orchestration (internal/migration) and CLI call the same ones.
+// orchestration (internal/livemove) and CLI call the same ones.
 //
 // The move, for an Etcd with N replicas in the source:
 //

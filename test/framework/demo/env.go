@@ -33,7 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	membershipctrl "github.com/druid-stretch/druid-stretch/controllers/membership"
-	"github.com/druid-stretch/druid-stretch/internal/migration"
+	"github.com/druid-stretch/druid-stretch/internal/livemove"
 	"github.com/druid-stretch/druid-stretch/internal/testing/linkemu"
 	"github.com/druid-stretch/druid-stretch/internal/testing/pki"
 	"github.com/druid-stretch/druid-stretch/internal/testing/podrunner"
@@ -234,7 +234,7 @@ func (e *Env) startAPIServer(c *Cluster) error {
 		c.env = nil
 		return fmt.Errorf("starting the kube-apiserver of cluster %s: %w", c.Name, err)
 	}
-	if c.Client, err = migration.NewClient(c.Config); err != nil {
+	if c.Client, err = livemove.NewClient(c.Config); err != nil {
 		return err
 	}
 	return nil

@@ -14,8 +14,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/internal/sidecarcluster"
 	"github.com/druid-stretch/druid-stretch/internal/testing/podrunner"
 )
 
@@ -51,8 +51,8 @@ func (c *Cluster) CrashAfterSteps(when func(StepEvent) bool) (stop func() ([]Ste
 }
 
 // afterStepSent is the controller's AfterStepSent failpoint for c.
-func (p *crashPoint) afterStepSent(c *Cluster) func(planner.Step, membership.Result) bool {
-	return func(step planner.Step, res membership.Result) bool {
+func (p *crashPoint) afterStepSent(c *Cluster) func(planner.Step, sidecarcluster.Result) bool {
+	return func(step planner.Step, res sidecarcluster.Result) bool {
 		ev := StepEvent{Cluster: c.Name, Kind: step.Kind, Member: step.Member, ID: step.ID,
 			Start: res.Start, End: res.Start.Add(res.Duration), Outcome: res.Outcome, Changed: res.Changed}
 		p.mu.Lock()

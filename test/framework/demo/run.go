@@ -11,7 +11,7 @@ import (
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
-	"github.com/druid-stretch/druid-stretch/internal/migration"
+	"github.com/druid-stretch/druid-stretch/internal/livemove"
 	"github.com/druid-stretch/druid-stretch/internal/testing/localetcd"
 	"github.com/druid-stretch/druid-stretch/internal/testing/workload"
 	"github.com/druid-stretch/druid-stretch/test/framework/report"
@@ -29,7 +29,7 @@ type RehearsalOptions struct {
 	Abort     bool
 	AbortWhen func(src, dst *v1alpha1.Etcd) bool
 	// OnProgress sees every event of the move (fault injection in tests).
-	OnProgress func(migration.Event)
+	OnProgress func(livemove.Event)
 	// OnTraffic, when set, is given the client traffic once it runs.
 	OnTraffic func(*Traffic)
 	// KubeAPIServers judges the move through real kube-apiservers too: a
@@ -127,8 +127,8 @@ func (e *Env) Rehearse(ctx context.Context, out io.Writer, o RehearsalOptions) (
 		shoot.load.MarkPhase("during")
 	}
 	moveStart := time.Now()
-	mo := migration.Options{Progress: func(ev migration.Event) {
-		if ev.Kind == migration.StepStarted {
+	mo := livemove.Options{Progress: func(ev livemove.Event) {
+		if ev.Kind == livemove.StepStarted {
 			mark(string(ev.Step), ev.At)
 			stepsMu.Lock()
 			steps = append(steps, report.Step{Name: string(ev.Step), AtSeconds: wl.Since(ev.At).Seconds(), At: ev.At})
@@ -228,7 +228,7 @@ func (e *Env) noLeaderTime(ctx context.Context, ids idSet, from, to time.Time) (
 
 // abortWhen runs the move until when holds, then aborts it, after before
 // (when set) returned nil.
-func (e *Env) abortWhen(ctx context.Context, mover *migration.Mover, when func(src, dst *v1alpha1.Etcd) bool, before func(context.Context) error) error {
+func (e *Env) abortWhen(ctx context.Context, mover *livemove.Mover, when func(src, dst *v1alpha1.Etcd) bool, before func(context.Context) error) error {
 	if when == nil {
 		when = func(src, dst *v1alpha1.Etcd) bool { return move.Phase(src, dst) == move.PhaseDestinationJoined }
 	}
@@ -332,7 +332,7 @@ func (v *liveView) run() {
 		src, dst, err := v.env.Read(ctx)
 		cancel()
 		if err == nil {
-			if roles := migration.Roles(src, dst); roles != last && roles != "" {
+			if roles := livemove.Roles(src, dst); roles != last && roles != "" {
 				last = roles
 				v.printf("members: %s", roles)
 			}
@@ -340,14 +340,14 @@ func (v *liveView) run() {
 	}
 }
 
-func (v *liveView) migration(ev migration.Event) {
+func (v *liveView) migration(ev livemove.Event) {
 	switch ev.Kind {
-	case migration.StepStarted:
+	case livemove.StepStarted:
 		v.mu.Lock()
 		v.phase = string(ev.Step)
 		v.mu.Unlock()
 		v.printf("== step %s (%s)", ev.Step, ev.Phase)
-	case migration.StepDone:
+	case livemove.StepDone:
 		v.printf("== step %s done in %.2fs: %s", ev.Step, ev.Duration.Seconds(), ev.Phase)
 	}
 }

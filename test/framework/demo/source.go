@@ -21,7 +21,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1/members"
 	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
 	"github.com/druid-stretch/druid-stretch/internal/etcdview"
-	"github.com/druid-stretch/druid-stretch/internal/migration"
+	"github.com/druid-stretch/druid-stretch/internal/livemove"
 )
 
 // SourceEtcd is the Etcd the demo creates in cluster A: druid's Etcd with
@@ -82,10 +82,10 @@ func (e *Env) WaitFor(ctx context.Context, timeout time.Duration, what string, c
 	}
 }
 
-// Mover is a migration.Mover of the demo's Etcd from A to B, reaching each
+// Mover is a livemove.Mover of the demo's Etcd from A to B, reaching each
 // cluster's members through its pod runner. o's clients, names and
 // addresses are filled in.
-func (e *Env) Mover(o migration.Options) (*migration.Mover, error) {
+func (e *Env) Mover(o livemove.Options) (*livemove.Mover, error) {
 	o.Source, o.Destination = e.A.Client, e.B.Client
 	o.Namespace, o.Name = e.Config.Namespace, e.Config.Name
 	o.SourceAddresses, o.DestinationAddresses = e.A.addresses, e.B.addresses
@@ -97,7 +97,7 @@ func (e *Env) Mover(o migration.Options) (*migration.Mover, error) {
 	if o.PollInterval == 0 {
 		o.PollInterval = 100 * time.Millisecond
 	}
-	return migration.New(o)
+	return livemove.New(o)
 }
 
 // addresses are the URLs of a member of this cluster's runner: on one

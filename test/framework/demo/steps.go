@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/internal/sidecarcluster"
 )
 
 // StepEvent is one membership step a controller executed, as its executor
@@ -22,7 +22,7 @@ type StepEvent struct {
 	Member, ID string
 	Start, End time.Time
 	// Outcome and Changed are the call's, set when it ended.
-	Outcome membership.Outcome
+	Outcome sidecarcluster.Outcome
 	Changed bool
 }
 
@@ -30,7 +30,9 @@ type StepEvent struct {
 func (s StepEvent) Done() bool { return !s.End.IsZero() }
 
 // Applied reports whether the step changed the cluster.
-func (s StepEvent) Applied() bool { return s.Done() && s.Outcome == membership.Succeeded && s.Changed }
+func (s StepEvent) Applied() bool {
+	return s.Done() && s.Outcome == sidecarcluster.Succeeded && s.Changed
+}
 
 func (s StepEvent) String() string {
 	verb := map[planner.StepKind]string{

@@ -1,4 +1,4 @@
-package membership_test
+package sidecarcluster_test
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/druid-stretch/druid-stretch/internal/etcdconfig"
-	"github.com/druid-stretch/druid-stretch/internal/membership"
+	"github.com/druid-stretch/druid-stretch/internal/sidecarcluster"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -70,17 +70,17 @@ func TestAdmissionFollowsTheMembership(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	hs := joiningPod(t)
-	c, err := membership.New(membership.Config{Holder: "test"})
+	c, err := sidecarcluster.New(sidecarcluster.Config{Holder: "test"})
 	g.Expect(err).NotTo(HaveOccurred())
 	voter := func(i, id string) sidecar.Member {
 		return sidecar.Member{ID: id, Name: "etcd-main-" + i, PeerURLs: []string{"http://etcd-main-" + i + ".etcd-main-peer.ns.svc:2380"}}
 	}
 	members := []sidecar.Member{voter("0", "a0"), voter("1", "a1"), voter("3", "b3"),
 		{ID: "b4", PeerURLs: []string{peer4}, IsLearner: true}}
-	obs := func(ms ...sidecar.Member) *membership.Observation {
-		return &membership.Observation{List: &sidecar.MemberList{Members: ms}}
+	obs := func(ms ...sidecar.Member) *sidecarcluster.Observation {
+		return &sidecarcluster.Observation{List: &sidecar.MemberList{Members: ms}}
 	}
-	joiners := []membership.Joiner{{Member: "etcd-main-4", PeerURLs: []string{peer4}, Sidecar: hs.URL}}
+	joiners := []sidecarcluster.Joiner{{Member: "etcd-main-4", PeerURLs: []string{peer4}, Sidecar: hs.URL}}
 	admission := func() *sidecar.Admission {
 		st, err := sidecar.NewClient(hs.URL, nil).Join(ctx)
 		g.Expect(err).NotTo(HaveOccurred())
@@ -128,17 +128,17 @@ func TestAdmissionAsksOnlyTheLearnersOwnPod(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	hs := joiningPod(t) // the sidecar of etcd-main-4
-	c, err := membership.New(membership.Config{Holder: "test"})
+	c, err := sidecarcluster.New(sidecarcluster.Config{Holder: "test"})
 	g.Expect(err).NotTo(HaveOccurred())
 	const peer5 = "http://etcd-main-5.etcd-main-peer.ns.svc:2380"
-	obs := &membership.Observation{List: &sidecar.MemberList{Members: []sidecar.Member{
+	obs := &sidecarcluster.Observation{List: &sidecar.MemberList{Members: []sidecar.Member{
 		{ID: "a0", Name: "etcd-main-0", PeerURLs: []string{"http://etcd-main-0.etcd-main-peer.ns.svc:2380"}},
 		{ID: "b5", PeerURLs: []string{peer5}, IsLearner: true},
 	}}}
 	before, err := sidecar.NewClient(hs.URL, nil).Join(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 
-	admitted, err := c.Admit(ctx, obs, []membership.Joiner{{Member: "etcd-main-5", PeerURLs: []string{peer5}, Sidecar: hs.URL}})
+	admitted, err := c.Admit(ctx, obs, []sidecarcluster.Joiner{{Member: "etcd-main-5", PeerURLs: []string{peer5}, Sidecar: hs.URL}})
 	g.Expect(err).To(MatchError(ContainSubstring(`answers for member "etcd-main-4", not for etcd-main-5`)))
 	g.Expect(admitted).To(BeEmpty())
 	after, err := sidecar.NewClient(hs.URL, nil).Join(ctx)
@@ -147,7 +147,7 @@ func TestAdmissionAsksOnlyTheLearnersOwnPod(t *testing.T) {
 	g.Expect(after.Admission).To(Equal(before.Admission))
 
 	// A bootstrap that reaches it for another member neither.
-	ok, why, err := c.Bootstrap(ctx, []membership.Joiner{{Member: "etcd-main-5", Sidecar: hs.URL}})
+	ok, why, err := c.Bootstrap(ctx, []sidecarcluster.Joiner{{Member: "etcd-main-5", Sidecar: hs.URL}})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(ok).To(BeFalse())
 	g.Expect(why).To(ContainSubstring(`answers for member "etcd-main-4", not for etcd-main-5`))
@@ -191,17 +191,17 @@ func TestAdmissionLeavesAStartedLearnerAlone(t *testing.T) {
 		}
 	})
 
-	c, err := membership.New(membership.Config{Holder: "test", ObserveTimeout: 300 * time.Millisecond})
+	c, err := sidecarcluster.New(sidecarcluster.Config{Holder: "test", ObserveTimeout: 300 * time.Millisecond})
 	g.Expect(err).NotTo(HaveOccurred())
 	const peer4 = "http://etcd-main-4.etcd-main-peer.ns.svc:2380"
 	learner := sidecar.Member{ID: "b4", PeerURLs: []string{peer4}, IsLearner: true, ConnectedForSeconds: 2}
-	obs := func(l sidecar.Member) *membership.Observation {
-		return &membership.Observation{List: &sidecar.MemberList{Members: []sidecar.Member{
+	obs := func(l sidecar.Member) *sidecarcluster.Observation {
+		return &sidecarcluster.Observation{List: &sidecar.MemberList{Members: []sidecar.Member{
 			{ID: "a0", Name: "etcd-main-0", PeerURLs: []string{"http://etcd-main-0.etcd-main-peer.ns.svc:2380"}, IsLeader: true},
 			l,
 		}}}
 	}
-	joiners := []membership.Joiner{{Member: "etcd-main-4", PeerURLs: []string{peer4}, Sidecar: "http://" + ln.Addr().String()}}
+	joiners := []sidecarcluster.Joiner{{Member: "etcd-main-4", PeerURLs: []string{peer4}, Sidecar: "http://" + ln.Addr().String()}}
 
 	admitted, err := c.Admit(context.Background(), obs(learner), joiners)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -224,18 +224,18 @@ func TestAdmissionTellsHowLongTheLearnersEtcdRuns(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	hs := joiningPod(t)
-	c, err := membership.New(membership.Config{Holder: "test"})
+	c, err := sidecarcluster.New(sidecarcluster.Config{Holder: "test"})
 	g.Expect(err).NotTo(HaveOccurred())
 	members := []sidecar.Member{
 		{ID: "a0", Name: "etcd-main-0", PeerURLs: []string{"http://etcd-main-0.etcd-main-peer.ns.svc:2380"}, IsLeader: true, Healthy: true},
 		{ID: "B4", PeerURLs: []string{peer4}, IsLearner: true},
 	}
-	observe := func() *membership.Observation {
-		return &membership.Observation{List: &sidecar.MemberList{Members: slices.Clone(members)}, At: time.Now()}
+	observe := func() *sidecarcluster.Observation {
+		return &sidecarcluster.Observation{List: &sidecar.MemberList{Members: slices.Clone(members)}, At: time.Now()}
 	}
-	joiners := []membership.Joiner{{Member: "etcd-main-4", PeerURLs: []string{peer4}, Sidecar: hs.URL}}
-	configuredFor := func(o *membership.Observation) time.Duration {
-		in := c.Input(o, membership.Target{}, membership.NewProgress(nil))
+	joiners := []sidecarcluster.Joiner{{Member: "etcd-main-4", PeerURLs: []string{peer4}, Sidecar: hs.URL}}
+	configuredFor := func(o *sidecarcluster.Observation) time.Duration {
+		in := c.Input(o, sidecarcluster.Target{}, sidecarcluster.NewProgress(nil))
 		for _, m := range in.Members {
 			if m.ID == "B4" {
 				return m.ConfiguredFor
@@ -290,9 +290,9 @@ func TestPodsWaitingAskTheirSidecars(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = silent.Close() }) // accepted by the kernel, never answered
 
-	c, err := membership.New(membership.Config{Holder: "test", ObserveTimeout: 500 * time.Millisecond})
+	c, err := sidecarcluster.New(sidecarcluster.Config{Holder: "test", ObserveTimeout: 500 * time.Millisecond})
 	g.Expect(err).NotTo(HaveOccurred())
-	got := c.PodsWaiting(ctx, []membership.Joiner{
+	got := c.PodsWaiting(ctx, []sidecarcluster.Joiner{
 		{Member: "etcd-main-4", Sidecar: joining.URL},
 		{Member: "etcd-main-5", Sidecar: joining.URL},
 		{Member: "plain", Sidecar: plainHS.URL},

@@ -1,4 +1,4 @@
-package migration
+package livemove
 
 import (
 	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"

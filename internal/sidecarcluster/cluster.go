@@ -1,4 +1,4 @@
-// Package membership is the layer that the membership controller and the
+// Package sidecarcluster is the layer that the membership controller and the
 // standalone rebalancer share between the planner and the sidecars: it
 // observes an etcd cluster through a list of sidecars, turns what it saw into
 // the planner's input, and executes one planner step through a sidecar under
@@ -9,7 +9,7 @@
 // observes again. Nothing is carried from one round to the next except what
 // the caller keeps on purpose (learner Progress, an Uncertain step), so a
 // caller that crashes anywhere resumes by simply starting a new round.
-package membership
+package sidecarcluster
 
 import (
 	"context"

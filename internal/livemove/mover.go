@@ -1,4 +1,4 @@
-// Package migration runs a live move of an etcd cluster between two
+// Package livemove runs a live move of an etcd cluster between two
 // Kubernetes clusters: the steps of the gardenlet adapter
 // (api/v1alpha1/migration) in order, against the source and the destination
 // API servers, with a wait on the controllers' status after each, time
@@ -6,7 +6,7 @@
 // the phase from the two Etcd objects and continues from there, so a move
 // interrupted anywhere (a crash, Ctrl-C, a time limit) resumes by running it
 // again.
-package migration
+package livemove
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package migration_test
+package livemove_test
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 
 	stretchv1alpha1 "github.com/druid-stretch/druid-stretch/api/stretch/v1alpha1"
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
-	"github.com/druid-stretch/druid-stretch/internal/migration"
+	"github.com/druid-stretch/druid-stretch/internal/livemove"
 	"github.com/druid-stretch/druid-stretch/internal/testing/freeport"
 	"github.com/druid-stretch/druid-stretch/internal/testing/pki"
 )
@@ -144,10 +144,10 @@ func (w *webhook) review(rw http.ResponseWriter, r *http.Request) {
 
 // waitingFor collects the messages of the WriteWaiting events: the Mover
 // waits for an API server to admit a write.
-func waitingFor(events []migration.Event) []string {
+func waitingFor(events []livemove.Event) []string {
 	var out []string
 	for _, e := range events {
-		if e.Kind == migration.WriteWaiting {
+		if e.Kind == livemove.WriteWaiting {
 			out = append(out, e.Message)
 		}
 	}
@@ -164,13 +164,13 @@ func TestMoverWaitsForARestartingWebhook(t *testing.T) {
 	ns, _ := setup(t)
 	w := newWebhook(t, ns)
 	var (
-		events []migration.Event
+		events []livemove.Event
 		mu     sync.Mutex
 	)
 	var once sync.Once
-	m := mover(t, ns, nil, func(o *migration.Options) {
+	m := mover(t, ns, nil, func(o *livemove.Options) {
 		o.StepTimeout = 20 * time.Second
-		o.Progress = func(e migration.Event) {
+		o.Progress = func(e livemove.Event) {
 			mu.Lock()
 			events = append(events, e)
 			n := len(waitingFor(events))
@@ -202,7 +202,7 @@ func TestMoverStopsAtTheTimeLimitWhenTheWebhookStaysDown(t *testing.T) {
 	ns, _ := setup(t)
 	newWebhook(t, ns)
 	before := get(t, srcClient, ns)
-	err := mover(t, ns, nil, func(o *migration.Options) { o.StepTimeout = 5 * time.Second }).Move(t.Context())
+	err := mover(t, ns, nil, func(o *livemove.Options) { o.StepTimeout = 5 * time.Second }).Move(t.Context())
 	g.Expect(err).To(MatchError(context.DeadlineExceeded))
 	g.Expect(err.Error()).To(And(ContainSubstring("did not admit the write before the step's time limit"), ContainSubstring("failed calling webhook")))
 	after := get(t, srcClient, ns)
@@ -219,8 +219,8 @@ func TestMoverDoesNotRetryAWebhooksRefusal(t *testing.T) {
 	w.deny = "refused by the test's webhook"
 	w.up(t)
 	before := get(t, srcClient, ns)
-	var events []migration.Event
-	err := mover(t, ns, &events, func(o *migration.Options) { o.StepTimeout = 20 * time.Second }).Move(t.Context())
+	var events []livemove.Event
+	err := mover(t, ns, &events, func(o *livemove.Options) { o.StepTimeout = 20 * time.Second }).Move(t.Context())
 	g.Expect(err).To(MatchError(ContainSubstring("refused by the test's webhook")))
 	g.Expect(errors.Is(err, context.DeadlineExceeded)).To(BeFalse(), "the step ended on the refusal, not at its time limit")
 	g.Expect(waitingFor(events)).To(BeEmpty(), "a refusal is not waited for")

@@ -1,4 +1,4 @@
-package membership_test
+package sidecarcluster_test
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 	"github.com/go-logr/logr/funcr"
 	. "github.com/onsi/gomega"
 
-	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/internal/sidecarcluster"
 	"github.com/druid-stretch/druid-stretch/internal/testing/testbin"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
@@ -73,17 +73,17 @@ func TestTwoProcessesRaceForOneMove(t *testing.T) {
 	defer cancel()
 	const holder = "seed-b"
 	var logsX, logsY logBook
-	x := tc.newCluster(holder, func(c *membership.Config) { c.Logger = logsX.logger(t, "x") })
-	y := tc.newCluster(holder, func(c *membership.Config) { c.Logger = logsY.logger(t, "y") })
+	x := tc.newCluster(holder, func(c *sidecarcluster.Config) { c.Logger = logsX.logger(t, "x") })
+	y := tc.newCluster(holder, func(c *sidecarcluster.Config) { c.Logger = logsY.logger(t, "y") })
 	g.Expect(x.Token()).NotTo(Equal(y.Token()), "a token per process")
 	// a-0 leads, so the move has four steps: leadership leaves it first.
 	b0, eps, target := tc.replaceLeader(ctx, g)
-	plan := func(c *membership.Cluster, progress *membership.Progress) (*membership.Observation, membership.Plan) {
-		obs, err := c.Observe(ctx, eps, membership.Hint{Departing: []string{"a-0"}})
+	plan := func(c *sidecarcluster.Cluster, progress *sidecarcluster.Progress) (*sidecarcluster.Observation, sidecarcluster.Plan) {
+		obs, err := c.Observe(ctx, eps, sidecarcluster.Hint{Departing: []string{"a-0"}})
 		g.Expect(err).NotTo(HaveOccurred())
 		return obs, c.Plan(obs, target, progress, nil, planner.Policy{})
 	}
-	progX, progY := membership.NewProgress(nil), membership.NewProgress(nil)
+	progX, progY := sidecarcluster.NewProgress(nil), sidecarcluster.NewProgress(nil)
 
 	// x takes the lock, then plans its first change under it.
 	_, err := sidecar.NewClient(tc.Members[1].SidecarURL, tc.ClientTLS).AcquireLock(ctx, holder, x.Token(), time.Minute)
@@ -93,10 +93,10 @@ func TestTwoProcessesRaceForOneMove(t *testing.T) {
 	g.Expect(planX.Step.Kind).To(Equal(planner.AddLearner))
 	// y takes the lock over before x's change goes out.
 	obs, p := plan(y, progY)
-	g.Expect(y.Execute(ctx, obs, eps, p).Reason).To(Equal(membership.ReasonLockAcquired), "the newer process takes its holder's lock over")
+	g.Expect(y.Execute(ctx, obs, eps, p).Reason).To(Equal(sidecarcluster.ReasonLockAcquired), "the newer process takes its holder's lock over")
 	before := tc.memberList(g)
 	stale := x.Execute(ctx, obsX, eps, planX)
-	g.Expect(stale.Outcome).To(Equal(membership.Refused), "%v", stale.Err)
+	g.Expect(stale.Outcome).To(Equal(sidecarcluster.Refused), "%v", stale.Err)
 	g.Expect(stale.Reason).To(Equal(sidecar.ReasonStaleToken))
 	g.Expect(tc.memberList(g)).To(Equal(before), "the stale change changed nothing")
 	g.Expect(logsX.has("fenced off")).To(BeTrue(), "the refusal is logged by the fenced process")
@@ -107,10 +107,10 @@ func TestTwoProcessesRaceForOneMove(t *testing.T) {
 		applied = map[string][]string{}
 		wg      sync.WaitGroup
 	)
-	run := func(name string, c *membership.Cluster, progress *membership.Progress) {
+	run := func(name string, c *sidecarcluster.Cluster, progress *sidecarcluster.Progress) {
 		defer wg.Done()
 		for ctx.Err() == nil {
-			obs, err := c.Observe(ctx, eps, membership.Hint{Departing: []string{"a-0"}})
+			obs, err := c.Observe(ctx, eps, sidecarcluster.Hint{Departing: []string{"a-0"}})
 			if err != nil {
 				continue
 			}
@@ -127,10 +127,10 @@ func TestTwoProcessesRaceForOneMove(t *testing.T) {
 				continue
 			}
 			res := c.Execute(ctx, obs, eps, p)
-			if res.Reason == membership.ReasonFenced {
+			if res.Reason == sidecarcluster.ReasonFenced {
 				return
 			}
-			if res.Outcome == membership.Succeeded && res.Changed {
+			if res.Outcome == sidecarcluster.Succeeded && res.Changed {
 				mu.Lock()
 				applied[string(p.Step.Kind)+" "+p.Step.Member] = append(applied[string(p.Step.Kind)+" "+p.Step.Member], name)
 				mu.Unlock()

@@ -1,4 +1,4 @@
-package membership_test
+package sidecarcluster_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/druid-stretch/druid-stretch/internal/membership"
+	"github.com/druid-stretch/druid-stretch/internal/sidecarcluster"
 	"github.com/druid-stretch/druid-stretch/internal/testing/testbin"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
@@ -27,14 +27,14 @@ func TestObserveFallsBackAndPrefers(t *testing.T) {
 
 	dead := deadURL(t)
 	hanging := hangingURL(t)
-	c := tc.newCluster("observer", func(cfg *membership.Config) {
+	c := tc.newCluster("observer", func(cfg *sidecarcluster.Config) {
 		cfg.ObserveStagger = 300 * time.Millisecond
 		cfg.ObserveTimeout = 20 * time.Second
 	})
-	eps := append([]membership.Endpoint{{Member: "gone", URL: dead}, {Member: "stuck", URL: hanging}}, tc.endpoints()...)
+	eps := append([]sidecarcluster.Endpoint{{Member: "gone", URL: dead}, {Member: "stuck", URL: hanging}}, tc.endpoints()...)
 
 	start := time.Now()
-	obs, err := c.Observe(ctx, eps, membership.Hint{Departing: []string{"obs-0"}})
+	obs, err := c.Observe(ctx, eps, sidecarcluster.Hint{Departing: []string{"obs-0"}})
 	took := time.Since(start)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(obs.Via.Member).To(Equal("obs-1"), "obs-0 is departing, so obs-1 is the first real sidecar")
@@ -45,23 +45,23 @@ func TestObserveFallsBackAndPrefers(t *testing.T) {
 	g.Expect(obs.Failures[0].Error()).To(ContainSubstring("connection refused"))
 
 	// Both failed recently, so they go last now; healthy members go first.
-	obs, err = c.Observe(ctx, eps, membership.Hint{Healthy: []string{"obs-2"}})
+	obs, err = c.Observe(ctx, eps, sidecarcluster.Hint{Healthy: []string{"obs-2"}})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(obs.Via.Member).To(Equal("obs-2"))
 	g.Expect(obs.Failures).To(BeEmpty())
 
 	// A learner's sidecar goes after the others: it cannot tell how long
 	// the voters have had a learner connected.
-	obs, err = c.Observe(ctx, tc.endpoints(), membership.Hint{Learners: []string{"obs-0"}})
+	obs, err = c.Observe(ctx, tc.endpoints(), sidecarcluster.Hint{Learners: []string{"obs-0"}})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(obs.Via.Member).To(Equal("obs-1"))
 
 	// The leader's sidecar goes first, departing or not: changes go to it.
-	obs, err = c.Observe(ctx, tc.endpoints(), membership.Hint{Healthy: []string{"obs-0", "obs-2"}, Departing: []string{"obs-2"}, Leader: "obs-2"})
+	obs, err = c.Observe(ctx, tc.endpoints(), sidecarcluster.Hint{Healthy: []string{"obs-0", "obs-2"}, Departing: []string{"obs-2"}, Leader: "obs-2"})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(obs.Via.Member).To(Equal("obs-2"))
 	// Unless it failed lately.
-	obs, err = c.Observe(ctx, eps, membership.Hint{Healthy: []string{"obs-1"}, Leader: "gone"})
+	obs, err = c.Observe(ctx, eps, sidecarcluster.Hint{Healthy: []string{"obs-1"}, Leader: "gone"})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(obs.Via.Member).To(Equal("obs-1"))
 	g.Expect(obs.Failures).To(BeEmpty(), "the dead leader's sidecar was not asked first")
@@ -89,15 +89,15 @@ func TestObserveRefusesASidecarOfAnotherMember(t *testing.T) {
 
 	c := tc.newCluster("observer")
 	// who-1's endpoint leads to who-0's sidecar.
-	misrouted := []membership.Endpoint{{Member: eps[1].Member, URL: eps[0].URL}, eps[2]}
-	obs, err := c.Observe(ctx, misrouted, membership.Hint{})
+	misrouted := []sidecarcluster.Endpoint{{Member: eps[1].Member, URL: eps[0].URL}, eps[2]}
+	obs, err := c.Observe(ctx, misrouted, sidecarcluster.Hint{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(obs.Via.Member).To(Equal(eps[2].Member))
 	g.Expect(obs.Failures).To(HaveLen(1))
 	g.Expect(obs.Failures[0].Error()).To(ContainSubstring("answers for member " + eps[0].Member + ", not for " + eps[1].Member))
 
 	// The same sidecar as its own member's endpoint answers.
-	obs, err = c.Observe(ctx, eps[:1], membership.Hint{})
+	obs, err = c.Observe(ctx, eps[:1], sidecarcluster.Hint{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(obs.Via.Member).To(Equal(eps[0].Member))
 	g.Expect(obs.Failures).To(BeEmpty())
@@ -107,23 +107,23 @@ func TestObserveRefusesASidecarOfAnotherMember(t *testing.T) {
 // unreachable cluster: every sidecar with its cause.
 func TestObserveNamesEverySidecarWhenNoneAnswers(t *testing.T) {
 	g := NewWithT(t)
-	c, err := membership.New(membership.Config{Holder: "observer", ObserveTimeout: 300 * time.Millisecond, ObserveStagger: 100 * time.Millisecond})
+	c, err := sidecarcluster.New(sidecarcluster.Config{Holder: "observer", ObserveTimeout: 300 * time.Millisecond, ObserveStagger: 100 * time.Millisecond})
 	g.Expect(err).NotTo(HaveOccurred())
 	dead, hanging := deadURL(t), hangingURL(t)
-	_, err = c.Observe(t.Context(), []membership.Endpoint{{Member: "a", URL: dead}, {Member: "b", URL: hanging}}, membership.Hint{})
-	var u *membership.UnreachableError
+	_, err = c.Observe(t.Context(), []sidecarcluster.Endpoint{{Member: "a", URL: dead}, {Member: "b", URL: hanging}}, sidecarcluster.Hint{})
+	var u *sidecarcluster.UnreachableError
 	g.Expect(errors.As(err, &u)).To(BeTrue(), "got %v", err)
 	g.Expect(u.Failures).To(HaveLen(2))
 	g.Expect(err.Error()).To(And(ContainSubstring("a ("+dead+")"), ContainSubstring("connection refused"),
 		ContainSubstring("b ("+hanging+")"), ContainSubstring("deadline exceeded")))
 
-	_, err = c.Observe(t.Context(), nil, membership.Hint{})
+	_, err = c.Observe(t.Context(), nil, sidecarcluster.Hint{})
 	g.Expect(err).To(MatchError(ContainSubstring("endpoint list is empty")))
 }
 
 func TestNewRefusesBadHolder(t *testing.T) {
 	for _, holder := range []string{"", "a/b", "seed a"} {
-		_, err := membership.New(membership.Config{Holder: holder})
+		_, err := sidecarcluster.New(sidecarcluster.Config{Holder: holder})
 		NewWithT(t).Expect(err).To(HaveOccurred(), "holder %q", holder)
 	}
 }

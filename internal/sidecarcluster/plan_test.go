@@ -1,4 +1,4 @@
-package membership_test
+package sidecarcluster_test
 
 import (
 	"testing"
@@ -6,8 +6,8 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/internal/sidecarcluster"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -21,8 +21,8 @@ func voter(id, name string, leader bool) sidecar.Member {
 		IsLeader: leader, Healthy: true, HealthyForSeconds: 60}
 }
 
-func observation(at time.Time, ms ...sidecar.Member) *membership.Observation {
-	return &membership.Observation{List: &sidecar.MemberList{Members: ms, Retired: []sidecar.RetiredMember{}}, At: at}
+func observation(at time.Time, ms ...sidecar.Member) *sidecarcluster.Observation {
+	return &sidecarcluster.Observation{List: &sidecar.MemberList{Members: ms, Retired: []sidecar.RetiredMember{}}, At: at}
 }
 
 func want(names ...string) []planner.Want {
@@ -37,38 +37,38 @@ func want(names ...string) []planner.Want {
 // unknown, nothing else is done until an observation shows it or the settle
 // time has passed; repeating the same step is allowed (it is idempotent).
 func TestPlanHoldsChangesWhileAnOutcomeIsUnknown(t *testing.T) {
-	c, err := membership.New(membership.Config{Holder: "ctl", Settle: 10 * time.Second})
+	c, err := sidecarcluster.New(sidecarcluster.Config{Holder: "ctl", Settle: 10 * time.Second})
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	three := []sidecar.Member{voter("1", "m-0", true), voter("2", "m-1", false), voter("3", "m-2", false)}
-	grow := membership.Target{Add: want("m-0", "m-1", "m-2", "m-3")}
-	shrink := membership.Target{Add: want("m-0", "m-1"), Remove: []string{"m-2"}}
+	grow := sidecarcluster.Target{Add: want("m-0", "m-1", "m-2", "m-3")}
+	shrink := sidecarcluster.Target{Add: want("m-0", "m-1"), Remove: []string{"m-2"}}
 	addM3 := planner.Step{Kind: planner.AddLearner, Member: "m-3", PeerURLs: []string{"https://m-3:2380"}}
 	removeM2 := planner.Step{Kind: planner.Remove, Member: "m-2", ID: "3"}
 
 	for _, tc := range []struct {
 		name     string
-		obs      *membership.Observation
-		target   membership.Target
-		pending  *membership.Pending
+		obs      *sidecarcluster.Observation
+		target   sidecarcluster.Target
+		pending  *sidecarcluster.Pending
 		wantKind planner.StepKind
 		settled  bool
 		applied  bool
 	}{
 		{"no pending step", observation(t0, three...), grow, nil, planner.AddLearner, false, false},
 		{"an unknown add, planned again: allowed", observation(t0.Add(time.Second), three...), grow,
-			&membership.Pending{Step: addM3, At: t0}, planner.AddLearner, false, false},
-		{"an unknown removal holds an add", observation(t0.Add(time.Second), three...), membership.Target{Add: want("m-0", "m-1", "m-3"), Remove: []string{"m-2"}},
-			&membership.Pending{Step: removeM2, At: t0}, planner.Wait, false, false},
+			&sidecarcluster.Pending{Step: addM3, At: t0}, planner.AddLearner, false, false},
+		{"an unknown removal holds an add", observation(t0.Add(time.Second), three...), sidecarcluster.Target{Add: want("m-0", "m-1", "m-3"), Remove: []string{"m-2"}},
+			&sidecarcluster.Pending{Step: removeM2, At: t0}, planner.Wait, false, false},
 		{"an unknown add holds a removal", observation(t0.Add(time.Second), three...), shrink,
-			&membership.Pending{Step: addM3, At: t0}, planner.Wait, false, false},
+			&sidecarcluster.Pending{Step: addM3, At: t0}, planner.Wait, false, false},
 		{"settled by time: not applied", observation(t0.Add(11*time.Second), three...), shrink,
-			&membership.Pending{Step: addM3, At: t0}, planner.Remove, true, false},
-		{"settled by its effect", observation(t0.Add(time.Second), three[:2]...), membership.Target{Add: want("m-0", "m-1")},
-			&membership.Pending{Step: removeM2, At: t0}, planner.Done, true, true},
+			&sidecarcluster.Pending{Step: addM3, At: t0}, planner.Remove, true, false},
+		{"settled by its effect", observation(t0.Add(time.Second), three[:2]...), sidecarcluster.Target{Add: want("m-0", "m-1")},
+			&sidecarcluster.Pending{Step: removeM2, At: t0}, planner.Done, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			plan := c.Plan(tc.obs, tc.target, membership.NewProgress(nil), tc.pending, planner.Policy{})
+			plan := c.Plan(tc.obs, tc.target, sidecarcluster.NewProgress(nil), tc.pending, planner.Policy{})
 			g.Expect(plan.Step.Kind).To(Equal(tc.wantKind), "%s", plan.Step)
 			if tc.wantKind == planner.Wait {
 				g.Expect(plan.Step.Reason).To(HavePrefix("OutcomeUncertain"))
@@ -87,26 +87,26 @@ func TestPlanHoldsChangesWhileAnOutcomeIsUnknown(t *testing.T) {
 // a removal of a departing member is a retirement, a stalled learner's is not.
 func TestPlanAppliesRetirementRecords(t *testing.T) {
 	g := NewWithT(t)
-	c, err := membership.New(membership.Config{Holder: "seed-b"})
+	c, err := sidecarcluster.New(sidecarcluster.Config{Holder: "seed-b"})
 	g.Expect(err).NotTo(HaveOccurred())
 	obs := observation(t0, voter("1", "m-0", true), voter("2", "m-1", false), voter("3", "m-2", false))
 	obs.List.Retired = []sidecar.RetiredMember{{Name: "m-3", By: "seed-a"}, {Name: "m-0", By: "seed-b"}, {Name: "old", By: "seed-b"}}
 
-	plan := c.Plan(obs, membership.Target{Add: want("m-0", "m-1", "m-2", "m-3")}, membership.NewProgress(nil), nil, planner.Policy{})
+	plan := c.Plan(obs, sidecarcluster.Target{Add: want("m-0", "m-1", "m-2", "m-3")}, sidecarcluster.NewProgress(nil), nil, planner.Policy{})
 	g.Expect(plan.Desired.Retired).To(Equal([]string{"m-3"}))
 	g.Expect(plan.Step.Kind).To(Equal(planner.Wait))
 	g.Expect(plan.Step.Reason).To(HavePrefix("RetiredMember: m-3"))
 	g.Expect(plan.Unretire).To(Equal([]string{"m-0"}), "old is not wanted: its record stays")
 
-	plan = c.Plan(obs, membership.Target{Add: want("m-0", "m-1"), Remove: []string{"m-2"}}, membership.NewProgress(nil), nil, planner.Policy{})
+	plan = c.Plan(obs, sidecarcluster.Target{Add: want("m-0", "m-1"), Remove: []string{"m-2"}}, sidecarcluster.NewProgress(nil), nil, planner.Policy{})
 	g.Expect(plan.Step.Kind).To(Equal(planner.Remove))
 	g.Expect(plan.Retiring).To(BeTrue())
 
 	stalled := observation(t0, voter("1", "m-0", true), voter("2", "m-1", false), voter("3", "m-2", false),
 		sidecar.Member{ID: "4", PeerURLs: []string{"https://m-3:2380"}, IsLearner: true, Error: "not started"})
-	progress := membership.NewProgress([]membership.LearnerProgress{{ID: "4", FirstSeen: t0.Add(-10 * time.Minute), LastAdvance: t0.Add(-10 * time.Minute)}})
+	progress := sidecarcluster.NewProgress([]sidecarcluster.LearnerProgress{{ID: "4", FirstSeen: t0.Add(-10 * time.Minute), LastAdvance: t0.Add(-10 * time.Minute)}})
 	obs.List.Retired = nil
-	plan = c.Plan(stalled, membership.Target{Add: want("m-0", "m-1", "m-2", "m-3")}, progress, nil, planner.Policy{LearnerProgressTimeout: time.Minute})
+	plan = c.Plan(stalled, sidecarcluster.Target{Add: want("m-0", "m-1", "m-2", "m-3")}, progress, nil, planner.Policy{LearnerProgressTimeout: time.Minute})
 	g.Expect(plan.Step.Kind).To(Equal(planner.Remove), "%s", plan.Step)
 	g.Expect(plan.Step.Rule).To(Equal(planner.RuleStuckLearner))
 	g.Expect(plan.Step.ID).To(Equal("4"))
@@ -119,7 +119,7 @@ func TestPlanAppliesRetirementRecords(t *testing.T) {
 // remembered entries.
 func TestProgressTracksLearners(t *testing.T) {
 	g := NewWithT(t)
-	p := membership.NewProgress(nil)
+	p := sidecarcluster.NewProgress(nil)
 	unstarted := sidecar.Member{ID: "AB", PeerURLs: []string{"https://n:2380"}, IsLearner: true, BehindLeader: 5000}
 	p.Observe(observation(t0, unstarted), 1000)
 	g.Expect(p.NoProgressFor("ab", t0.Add(30*time.Second))).To(Equal(30 * time.Second))
@@ -131,7 +131,7 @@ func TestProgressTracksLearners(t *testing.T) {
 	p.Observe(observation(t0.Add(50*time.Second), started), 1000)
 	g.Expect(p.NoProgressFor("ab", t0.Add(50*time.Second))).To(Equal(10*time.Second), "same index, still behind: no progress")
 
-	restarted := membership.NewProgress(p.Learners())
+	restarted := sidecarcluster.NewProgress(p.Learners())
 	g.Expect(restarted.NoProgressFor("ab", t0.Add(50*time.Second))).To(Equal(10 * time.Second))
 	caughtUp := started
 	caughtUp.BehindLeader = 3
@@ -161,7 +161,7 @@ func TestTie(t *testing.T) {
 		{"learners do not vote", []planner.Member{m("a", false), m("a", false), m("b", false), m("b", true)}, false},
 		{"three sides, none above half", []planner.Member{m("a", false), m("b", false), m("c", false)}, true},
 	} {
-		t.Run(c.name, func(t *testing.T) { NewWithT(t).Expect(membership.Tie(c.members)).To(Equal(c.tie)) })
+		t.Run(c.name, func(t *testing.T) { NewWithT(t).Expect(sidecarcluster.Tie(c.members)).To(Equal(c.tie)) })
 	}
 }
 
@@ -171,13 +171,13 @@ func TestTie(t *testing.T) {
 // learner is marked so.
 func TestInputTrustsOnlyAVotersTransport(t *testing.T) {
 	g := NewWithT(t)
-	c, err := membership.New(membership.Config{Holder: "input"})
+	c, err := sidecarcluster.New(sidecarcluster.Config{Holder: "input"})
 	g.Expect(err).NotTo(HaveOccurred())
 	// Named as the controller names the learner its last step added.
 	learner := sidecar.Member{ID: "b0", Name: "b-0", PeerURLs: []string{"https://b-0:2380"}, IsLearner: true, Error: "not started", ConnectedForSeconds: 7, Replicating: true, BehindAtLeader: true}
 	a0 := voter("a0", "a-0", true)
 	a0.ConnectedForSeconds = 60
-	target := membership.Target{Add: want("b-0"), Keep: []string{"a-0"}}
+	target := sidecarcluster.Target{Add: want("b-0"), Keep: []string{"a-0"}}
 
 	for _, tc := range []struct {
 		name         string
@@ -190,7 +190,7 @@ func TestInputTrustsOnlyAVotersTransport(t *testing.T) {
 	} {
 		obs := observation(t0, a0, learner)
 		obs.List.TransportOf = tc.transportOf
-		in := c.Input(obs, target, membership.NewProgress(nil))
+		in := c.Input(obs, target, sidecarcluster.NewProgress(nil))
 		g.Expect(in.Members).To(HaveLen(2))
 		g.Expect(in.Members[1].Unstarted).To(BeTrue(), tc.name)
 		g.Expect(in.Members[1].ConnectedFor).To(Equal(tc.connectedFor), tc.name)
@@ -206,14 +206,14 @@ func TestInputTrustsOnlyAVotersTransport(t *testing.T) {
 // against its down-voter grace.
 func TestInputTimesAVotersBreak(t *testing.T) {
 	g := NewWithT(t)
-	c, err := membership.New(membership.Config{Holder: "input"})
+	c, err := sidecarcluster.New(sidecarcluster.Config{Holder: "input"})
 	g.Expect(err).NotTo(HaveOccurred())
-	target := membership.Target{Keep: []string{"a-0", "a-1"}}
+	target := sidecarcluster.Target{Keep: []string{"a-0", "a-1"}}
 	a0, up := voter("a0", "a-0", true), voter("a1", "a-1", false)
 	down := up
 	down.Healthy, down.HealthyForSeconds, down.Error, down.Unanswered = false, 0, "connection refused", true
 	downFor := func(at time.Time, ms ...sidecar.Member) time.Duration {
-		in := c.Input(observation(at, ms...), target, membership.NewProgress(nil))
+		in := c.Input(observation(at, ms...), target, sidecarcluster.NewProgress(nil))
 		for _, m := range in.Members {
 			if m.ID == "a1" {
 				return m.DownFor
@@ -237,7 +237,7 @@ func TestInputTimesAVotersBreak(t *testing.T) {
 // follower (the leader's view is unknown there).
 func TestTiePlannedAtTheLeader(t *testing.T) {
 	g := NewWithT(t)
-	c, err := membership.New(membership.Config{Holder: "ctl"})
+	c, err := sidecarcluster.New(sidecarcluster.Config{Holder: "ctl"})
 	g.Expect(err).NotTo(HaveOccurred())
 	member := func(id, name string, leader bool) sidecar.Member {
 		m := voter(id, name, leader)
@@ -246,7 +246,7 @@ func TestTiePlannedAtTheLeader(t *testing.T) {
 	}
 	learner := member("b4", "b-4", false)
 	learner.IsLearner = true
-	target := membership.Target{
+	target := sidecarcluster.Target{
 		Add:    []planner.Want{{Name: "b-3", PeerURLs: []string{"https://b-3:2380"}, Side: "b"}, {Name: "b-4", PeerURLs: []string{"https://b-4:2380"}, Side: "b"}},
 		Remove: []string{"a-0", "a-1"},
 		Side:   func(string) string { return "a" },
@@ -259,9 +259,9 @@ func TestTiePlannedAtTheLeader(t *testing.T) {
 		{"observed through a follower's", "a-1", false},
 	} {
 		obs := observation(t0, member("a0", "a-0", true), member("a1", "a-1", false), member("b3", "b-3", false), learner)
-		obs.Via = membership.Endpoint{Member: tc.via}
+		obs.Via = sidecarcluster.Endpoint{Member: tc.via}
 		obs.List.TransportOf = obs.Member(tc.via).ID
-		p := c.Plan(obs, target, membership.NewProgress(nil), nil, planner.Policy{MinHealthyFor: 5 * time.Second, MaxLearners: 1})
+		p := c.Plan(obs, target, sidecarcluster.NewProgress(nil), nil, planner.Policy{MinHealthyFor: 5 * time.Second, MaxLearners: 1})
 		g.Expect(p.Step.Kind).To(Equal(planner.Promote), "%s: %s", tc.name, p.Step)
 		g.Expect(p.ThenRemove).NotTo(BeNil(), "%s: the promotion makes the tie", tc.name)
 		g.Expect(p.ThenRemove.Member).To(Equal("a-1"), tc.name)

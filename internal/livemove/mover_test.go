@@ -1,4 +1,4 @@
-package migration_test
+package livemove_test
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
 	move "github.com/druid-stretch/druid-stretch/api/v1alpha1/migration"
 	"github.com/druid-stretch/druid-stretch/internal/etcdview"
-	"github.com/druid-stretch/druid-stretch/internal/migration"
+	"github.com/druid-stretch/druid-stretch/internal/livemove"
 	"github.com/druid-stretch/druid-stretch/internal/testing/testbin"
 )
 
@@ -59,7 +59,7 @@ func run(m *testing.M) int {
 				errs[i] = err
 				return
 			}
-			clients[i], errs[i] = migration.NewClient(cfg)
+			clients[i], errs[i] = livemove.NewClient(cfg)
 		})
 	}
 	wg.Wait()
@@ -102,21 +102,21 @@ func setupWith(t *testing.T, replicas int32) (namespace string, src *v1alpha1.Et
 	return namespace, src
 }
 
-func mover(t *testing.T, namespace string, events *[]migration.Event, options ...func(*migration.Options)) *migration.Mover {
+func mover(t *testing.T, namespace string, events *[]livemove.Event, options ...func(*livemove.Options)) *livemove.Mover {
 	t.Helper()
-	tmpl := func(site string) migration.URLTemplates {
-		return migration.URLTemplates{
+	tmpl := func(site string) livemove.URLTemplates {
+		return livemove.URLTemplates{
 			Peer:    "http://{pod}." + site + ".example:2380",
 			Client:  "http://{pod}." + site + ".example:2379",
 			Sidecar: "https://{pod}." + site + ".example:8090",
 		}
 	}
 	var mu sync.Mutex
-	o := migration.Options{
+	o := livemove.Options{
 		Source: srcClient, Destination: dstClient, Namespace: namespace, Name: "etcd-main",
 		SourceAddresses: tmpl("seed-a").Addresses(), DestinationAddresses: tmpl("seed-b").Addresses(),
 		StepTimeout: 2 * time.Second, PollInterval: 50 * time.Millisecond,
-		Progress: func(e migration.Event) {
+		Progress: func(e livemove.Event) {
 			mu.Lock()
 			defer mu.Unlock()
 			if events != nil {
@@ -127,7 +127,7 @@ func mover(t *testing.T, namespace string, events *[]migration.Event, options ..
 	for _, f := range options {
 		f(&o)
 	}
-	m, err := migration.New(o)
+	m, err := livemove.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func report(t *testing.T, c client.Client, namespace string, st func(gen int64) 
 
 func TestNewRefusesMissingOptions(t *testing.T) {
 	g := NewWithT(t)
-	_, err := migration.New(migration.Options{Namespace: "ns"})
+	_, err := livemove.New(livemove.Options{Namespace: "ns"})
 	g.Expect(err).To(MatchError(ContainSubstring("both the source and the destination client are required")))
 	g.Expect(err).To(MatchError(ContainSubstring(`namespace and name are required, got "ns"/""`)))
 	g.Expect(err).To(MatchError(ContainSubstring("SourceAddresses and DestinationAddresses are required")))
@@ -189,7 +189,7 @@ func TestNewRefusesMissingOptions(t *testing.T) {
 func TestPrepareSourceWritesTheDestinationMembersAndWaits(t *testing.T) {
 	g := NewWithT(t)
 	ns, _ := setup(t)
-	var events []migration.Event
+	var events []livemove.Event
 	err := mover(t, ns, &events).Move(context.Background())
 	g.Expect(err).To(MatchError(ContainSubstring("step prepare-source did not finish within 2s (run the move again to continue)")))
 
@@ -202,9 +202,9 @@ func TestPrepareSourceWritesTheDestinationMembersAndWaits(t *testing.T) {
 	}))
 	g.Expect(get(t, dstClient, ns)).To(BeNil(), "the destination is created by the next step only")
 	g.Expect(events).NotTo(BeEmpty())
-	g.Expect(events[0].Kind).To(Equal(migration.StepStarted))
+	g.Expect(events[0].Kind).To(Equal(livemove.StepStarted))
 	g.Expect(events[0].Step).To(Equal(move.StepPrepareSource))
-	g.Expect(events[len(events)-1].Kind).To(Equal(migration.StepWaiting))
+	g.Expect(events[len(events)-1].Kind).To(Equal(livemove.StepWaiting))
 	g.Expect(events[len(events)-1].Phase).To(Equal(move.PhasePreparingSource))
 
 	// Running it again writes the same, and an abort before the join only
@@ -246,9 +246,9 @@ func startedMove(t *testing.T, converged bool, step func(dst *v1alpha1.Etcd), ob
 	t.Helper()
 	g := NewWithT(t)
 	ns, src := setup(t)
-	dstMembers, err := move.ExternalMembers(move.NewDestination(src, 3), migration.URLTemplates{Peer: "http://{pod}.b:2380"}.Addresses())
+	dstMembers, err := move.ExternalMembers(move.NewDestination(src, 3), livemove.URLTemplates{Peer: "http://{pod}.b:2380"}.Addresses())
 	g.Expect(err).NotTo(HaveOccurred())
-	srcMembers, err := move.ExternalMembers(src, migration.URLTemplates{Peer: "http://{pod}.a:2380"}.Addresses())
+	srcMembers, err := move.ExternalMembers(src, livemove.URLTemplates{Peer: "http://{pod}.a:2380"}.Addresses())
 	g.Expect(err).NotTo(HaveOccurred())
 	apply(t, srcClient, ns, func(v *v1alpha1.Etcd) { move.PrepareSource(v, dstMembers) })
 	dst := move.NewDestination(get(t, srcClient, ns), 3)
@@ -358,7 +358,7 @@ func TestSwitchClientsComesBeforeAnySourceMemberGoes(t *testing.T) {
 	g.Expect(retiring.Spec.LearnerReplicas).To(BeNil(), "the warm learners may vote")
 	var steps []move.Step
 	for _, e := range events {
-		if e.Kind == migration.StepStarted {
+		if e.Kind == livemove.StepStarted {
 			steps = append(steps, e.Step)
 		}
 	}
@@ -406,7 +406,7 @@ func TestHoldSourceRefusedBeforeAnythingChanges(t *testing.T) {
 	srcBefore := get(t, srcClient, ns)
 
 	var calls int
-	err := mover(t, ns, nil, func(o *migration.Options) {
+	err := mover(t, ns, nil, func(o *livemove.Options) {
 		o.HoldSource = 1
 		o.SwitchClients = func(context.Context) error { calls++; return nil }
 	}).Move(context.Background())
@@ -425,11 +425,11 @@ func TestHoldSourceRetiresBeforeTheSwitch(t *testing.T) {
 	ns, _ := joinedMove(t)
 	srcBefore, dstBefore := get(t, srcClient, ns), get(t, dstClient, ns)
 
-	holding := func(n int32) func(*migration.Options) {
-		return func(o *migration.Options) { o.HoldSource = n }
+	holding := func(n int32) func(*livemove.Options) {
+		return func(o *livemove.Options) { o.HoldSource = n }
 	}
 	var calls int
-	switching := func(o *migration.Options) {
+	switching := func(o *livemove.Options) {
 		o.SwitchClients = func(context.Context) error { calls++; return nil }
 	}
 	err := mover(t, ns, nil, switching, holding(3)).Move(context.Background())
@@ -438,7 +438,7 @@ func TestHoldSourceRetiresBeforeTheSwitch(t *testing.T) {
 	g.Expect(get(t, dstClient, ns)).To(Equal(dstBefore))
 	g.Expect(calls).To(BeZero())
 
-	var events []migration.Event
+	var events []livemove.Event
 	err = mover(t, ns, &events, switching, holding(1)).Move(context.Background())
 	// Nobody plays the destination's controller: the wait for SourceHeld
 	// runs out.
@@ -454,16 +454,16 @@ func TestHoldSourceRetiresBeforeTheSwitch(t *testing.T) {
 	g.Expect(get(t, srcClient, ns)).To(Equal(srcBefore))
 
 	for _, tc := range []struct {
-		o    func(*migration.Options)
+		o    func(*livemove.Options)
 		want string
 	}{
 		{holding(-1), "HoldSource is -1"},
 		{holding(1), "HoldSource is 1, but there is no SwitchClients"},
 	} {
-		o := migration.Options{Source: srcClient, Destination: dstClient, Namespace: ns, Name: "etcd-main",
-			SourceAddresses: migration.URLTemplates{Peer: "http://{pod}.a:2380"}.Addresses(), DestinationAddresses: migration.URLTemplates{Peer: "http://{pod}.b:2380"}.Addresses()}
+		o := livemove.Options{Source: srcClient, Destination: dstClient, Namespace: ns, Name: "etcd-main",
+			SourceAddresses: livemove.URLTemplates{Peer: "http://{pod}.a:2380"}.Addresses(), DestinationAddresses: livemove.URLTemplates{Peer: "http://{pod}.b:2380"}.Addresses()}
 		tc.o(&o)
-		_, err := migration.New(o)
+		_, err := livemove.New(o)
 		g.Expect(err).To(MatchError(ContainSubstring(tc.want)))
 	}
 }
@@ -475,7 +475,7 @@ func moveWithFailingSwitch(t *testing.T, ns, unchanged string, warms bool) {
 	t.Helper()
 	g := NewWithT(t)
 	srcBefore, dstBefore := get(t, srcClient, ns), get(t, dstClient, ns)
-	failing := func(o *migration.Options) {
+	failing := func(o *livemove.Options) {
 		o.SwitchClients = func(context.Context) error { return errors.New("the shoot's DNS record is not writable") }
 	}
 	err := mover(t, ns, nil, failing).Move(context.Background())
@@ -497,9 +497,9 @@ func moveWithFailingSwitch(t *testing.T, ns, unchanged string, warms bool) {
 // moveWithSwitch runs the move of ns with a switch that succeeds until the
 // move ends with an error containing wantErr, and returns the destination
 // as each call of the switch saw it and the move's events.
-func moveWithSwitch(t *testing.T, ns, wantErr string) (switched []*v1alpha1.Etcd, events []migration.Event) {
+func moveWithSwitch(t *testing.T, ns, wantErr string) (switched []*v1alpha1.Etcd, events []livemove.Event) {
 	t.Helper()
-	switching := func(o *migration.Options) {
+	switching := func(o *livemove.Options) {
 		o.SwitchClients = func(ctx context.Context) error {
 			switched = append(switched, get(t, dstClient, ns))
 			return nil
@@ -521,7 +521,7 @@ func TestPatchOutlastsStatusWrites(t *testing.T) {
 	ns, _ := setup(t)
 	racing := &statusWriterBeforePatch{Client: srcClient}
 	racing.left.Store(8)
-	err := mover(t, ns, nil, func(o *migration.Options) { o.Source = racing }).Move(context.Background())
+	err := mover(t, ns, nil, func(o *livemove.Options) { o.Source = racing }).Move(context.Background())
 	g.Expect(err).To(MatchError(ContainSubstring("step prepare-source did not finish within 2s")), "the patch landed; the step then waits for the controller")
 	g.Expect(get(t, srcClient, ns).Spec.ExternalMembers).To(HaveLen(3))
 	g.Expect(racing.left.Load()).To(BeNumerically("<=", 0), "every one of the eight patches met a status write")
@@ -563,7 +563,7 @@ func (c *statusWriterBeforePatch) Patch(ctx context.Context, obj client.Object, 
 func TestTimeoutExplainsTheLastRead(t *testing.T) {
 	g := NewWithT(t)
 	ns, _ := setup(t)
-	err := mover(t, ns, nil, func(o *migration.Options) {
+	err := mover(t, ns, nil, func(o *livemove.Options) {
 		o.Source = cutAtDeadline{Client: srcClient, within: 300 * time.Millisecond}
 	}).Move(context.Background())
 	g.Expect(err).To(MatchError(ContainSubstring("step prepare-source did not finish within 2s")))
@@ -605,13 +605,13 @@ func TestHeldOrderJoinsWarm(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			ns, src := setup(t)
-			dstMembers, err := move.ExternalMembers(move.NewDestination(src, 3), migration.URLTemplates{Peer: "http://{pod}.seed-b.example:2380"}.Addresses())
+			dstMembers, err := move.ExternalMembers(move.NewDestination(src, 3), livemove.URLTemplates{Peer: "http://{pod}.seed-b.example:2380"}.Addresses())
 			g.Expect(err).NotTo(HaveOccurred())
 			apply(t, srcClient, ns, func(v *v1alpha1.Etcd) { move.PrepareSource(v, dstMembers) })
 			report(t, srcClient, ns, func(gen int64) *v1alpha1.MembershipStatus { return converged(gen) })
 			srcBefore := get(t, srcClient, ns)
 
-			options := []func(*migration.Options){func(o *migration.Options) {
+			options := []func(*livemove.Options){func(o *livemove.Options) {
 				o.SwitchClients = func(context.Context) error { return nil }
 				o.HoldSource = tc.hold
 			}}

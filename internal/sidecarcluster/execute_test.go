@@ -1,4 +1,4 @@
-package membership_test
+package sidecarcluster_test
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/internal/sidecarcluster"
 	"github.com/druid-stretch/druid-stretch/internal/testing/localetcd"
 	"github.com/druid-stretch/druid-stretch/internal/testing/testbin"
 	"github.com/druid-stretch/druid-stretch/sidecar"
@@ -36,16 +36,16 @@ func TestRoundsReplaceTheLeader(t *testing.T) {
 
 	// a-0 leads, so the replacement must move leadership before removing it.
 	b0, eps, target := tc.replaceLeader(ctx, g)
-	progress := membership.NewProgress(nil)
+	progress := sidecarcluster.NewProgress(nil)
 
 	var (
 		steps    []string
-		results  []membership.Result
-		lastObs  *membership.Observation
+		results  []sidecarcluster.Result
+		lastObs  *sidecarcluster.Observation
 		retiring []bool
 	)
 	g.Eventually(func(g Gomega) {
-		obs, err := c.Observe(ctx, eps, membership.Hint{Departing: []string{"a-0"}})
+		obs, err := c.Observe(ctx, eps, sidecarcluster.Hint{Departing: []string{"a-0"}})
 		g.Expect(err).NotTo(HaveOccurred())
 		lastObs = obs
 		plan := c.Plan(obs, target, progress, nil, planner.Policy{})
@@ -61,7 +61,7 @@ func TestRoundsReplaceTheLeader(t *testing.T) {
 		res := c.Execute(ctx, obs, eps, plan)
 		results = append(results, res)
 		retiring = append(retiring, plan.Retiring)
-		if res.Outcome == membership.Succeeded {
+		if res.Outcome == sidecarcluster.Succeeded {
 			steps = append(steps, string(plan.Step.Kind)+" "+plan.Step.Member)
 			if plan.Step.Kind == planner.AddLearner {
 				startJoiner(ctx, g, tc, b0)
@@ -77,13 +77,13 @@ func TestRoundsReplaceTheLeader(t *testing.T) {
 	g.Expect(steps[3]).To(Equal("Remove a-0"))
 	// etcd may refuse that first add (its 5 s strict reconfiguration check
 	// on a cluster just started); the call went out all the same.
-	g.Expect(results[0].Reason).NotTo(Equal(membership.ReasonLockAcquired))
+	g.Expect(results[0].Reason).NotTo(Equal(sidecarcluster.ReasonLockAcquired))
 	g.Expect(results[0].LockTaken).To(BeTrue(), "the first change takes the lock and goes out with it")
 	for _, r := range results[1:] {
 		g.Expect(r.LockTaken).To(BeFalse(), "later changes find the lock held")
 	}
 	for i, r := range results {
-		if r.Step.Kind == planner.Remove && r.Outcome == membership.Succeeded {
+		if r.Step.Kind == planner.Remove && r.Outcome == sidecarcluster.Succeeded {
 			g.Expect(r.Via.Member).NotTo(Equal("a-0"), "never through the member removed")
 			g.Expect(retiring[i]).To(BeTrue())
 		}
@@ -93,7 +93,7 @@ func TestRoundsReplaceTheLeader(t *testing.T) {
 	g.Expect(final).To(HaveLen(3))
 	g.Expect(strings.Join(final, " ")).To(And(ContainSubstring(":a-1:voter"), ContainSubstring(":a-2:voter"), ContainSubstring(":b-0:voter")))
 
-	obs, err := c.Observe(ctx, eps, membership.Hint{})
+	obs, err := c.Observe(ctx, eps, sidecarcluster.Hint{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(obs.List.Lock).To(BeNil(), "released at Done")
 
@@ -102,19 +102,19 @@ func TestRoundsReplaceTheLeader(t *testing.T) {
 	back := target
 	back.Add = append([]planner.Want{{Name: "a-0", PeerURLs: []string{tc.Members[0].PeerURL}, Side: "a"}}, target.Add...)
 	back.Remove = nil
-	plan := other.Plan(obs, back, membership.NewProgress(nil), nil, planner.Policy{})
+	plan := other.Plan(obs, back, sidecarcluster.NewProgress(nil), nil, planner.Policy{})
 	g.Expect(plan.Step.Kind).To(Equal(planner.Wait))
 	g.Expect(plan.Step.Reason).To(HavePrefix("RetiredMember: a-0"))
 	g.Expect(plan.Unretire).To(BeEmpty(), "the record is not seed-a's")
 
 	// Its writer wants a-0 again (an aborted move): it deletes its record.
-	plan = c.Plan(obs, back, membership.NewProgress(nil), nil, planner.Policy{})
+	plan = c.Plan(obs, back, sidecarcluster.NewProgress(nil), nil, planner.Policy{})
 	g.Expect(plan.Unretire).To(Equal([]string{"a-0"}))
 	g.Expect(c.Unretire(ctx, obs, plan)).To(Succeed())
-	obs, err = c.Observe(ctx, eps, membership.Hint{})
+	obs, err = c.Observe(ctx, eps, sidecarcluster.Hint{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(obs.List.Retired).To(BeEmpty())
-	plan = other.Plan(obs, back, membership.NewProgress(nil), nil, planner.Policy{})
+	plan = other.Plan(obs, back, sidecarcluster.NewProgress(nil), nil, planner.Policy{})
 	g.Expect(plan.Step.Kind).To(Equal(planner.AddLearner), "now seed-a may add a-0 again: %s", plan.Step)
 }
 
@@ -139,34 +139,34 @@ func TestRemovalThroughAFollowerOtherChangesThroughTheLeader(t *testing.T) {
 
 	// A promotion of a voter finds its effect in place: it changes
 	// nothing, and shows where a change that is no removal goes.
-	obs, err := c.Observe(ctx, tc.endpoints(), membership.Hint{Healthy: []string{"l-1"}})
+	obs, err := c.Observe(ctx, tc.endpoints(), sidecarcluster.Hint{Healthy: []string{"l-1"}})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(obs.Via.Member).To(Equal("l-1"), "the observation comes through a follower's sidecar")
 	promote := planner.Step{Kind: planner.Promote, Member: "l-1", ID: obs.Member("l-1").ID}
-	var res membership.Result
-	g.Eventually(func() membership.Outcome {
-		obs, err := c.Observe(ctx, tc.endpoints(), membership.Hint{Healthy: []string{"l-1"}})
+	var res sidecarcluster.Result
+	g.Eventually(func() sidecarcluster.Outcome {
+		obs, err := c.Observe(ctx, tc.endpoints(), sidecarcluster.Hint{Healthy: []string{"l-1"}})
 		g.Expect(err).NotTo(HaveOccurred())
-		res = c.Execute(ctx, obs, tc.endpoints(), membership.Plan{Step: promote})
+		res = c.Execute(ctx, obs, tc.endpoints(), sidecarcluster.Plan{Step: promote})
 		return res.Outcome
-	}).WithContext(ctx).WithPolling(200 * time.Millisecond).Should(Equal(membership.Succeeded))
+	}).WithContext(ctx).WithPolling(200 * time.Millisecond).Should(Equal(sidecarcluster.Succeeded))
 	g.Expect(res.Via.Member).To(Equal("l-0"), "a change that is no removal goes to the leader's sidecar")
 	g.Expect(res.Changed).To(BeFalse())
 	g.Expect(tc.memberList(g)).To(Equal(before))
 
 	remove := planner.Step{Kind: planner.Remove, Member: "l-2", Reason: "l-2 is departing"}
 	var vias []string
-	g.Eventually(func() membership.Outcome {
-		obs, err := c.Observe(ctx, tc.endpoints(), membership.Hint{Healthy: []string{"l-0"}})
+	g.Eventually(func() sidecarcluster.Outcome {
+		obs, err := c.Observe(ctx, tc.endpoints(), sidecarcluster.Hint{Healthy: []string{"l-0"}})
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(obs.Via.Member).To(Equal("l-0"), "the observation comes through the leader's sidecar")
 		g.Expect(obs.Member("l-0").IsLeader).To(BeTrue())
 		rm := remove
 		rm.ID = obs.Member("l-2").ID
-		res := c.Execute(ctx, obs, tc.endpoints(), membership.Plan{Step: rm, Retiring: true})
+		res := c.Execute(ctx, obs, tc.endpoints(), sidecarcluster.Plan{Step: rm, Retiring: true})
 		vias = append(vias, res.Via.Member)
 		return res.Outcome
-	}).WithContext(ctx).WithPolling(200 * time.Millisecond).Should(Equal(membership.Succeeded))
+	}).WithContext(ctx).WithPolling(200 * time.Millisecond).Should(Equal(sidecarcluster.Succeeded))
 	g.Expect(vias).To(HaveEach("l-1"), "every call of the removal, the lock's included, went to the follower's sidecar")
 	g.Expect(tc.memberList(g)).To(ConsistOf(slices.DeleteFunc(before, func(m string) bool { return strings.HasSuffix(m, ":l-2:voter") })))
 }
@@ -204,8 +204,8 @@ func TestALockTakenAfterAnotherHolderActedPlansAgain(t *testing.T) {
 	defer cancel()
 	c := tc.newCluster("seed-b")
 	_, eps, target := tc.replaceLeader(ctx, g)
-	progress := membership.NewProgress(nil)
-	obs, err := c.Observe(ctx, eps, membership.Hint{Departing: []string{"a-0"}})
+	progress := sidecarcluster.NewProgress(nil)
+	obs, err := c.Observe(ctx, eps, sidecarcluster.Hint{Departing: []string{"a-0"}})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(obs.List.Lock).To(BeNil(), "the lock is free at observation")
 	plan := c.Plan(obs, target, progress, nil, planner.Policy{})
@@ -223,24 +223,24 @@ func TestALockTakenAfterAnotherHolderActedPlansAgain(t *testing.T) {
 
 	before := tc.memberList(g)
 	res := c.Execute(ctx, obs, eps, plan)
-	g.Expect(res.Outcome).To(Equal(membership.Retry))
-	g.Expect(res.Reason).To(Equal(membership.ReasonLockAcquired), "%v", res.Err)
+	g.Expect(res.Outcome).To(Equal(sidecarcluster.Retry))
+	g.Expect(res.Reason).To(Equal(sidecarcluster.ReasonLockAcquired), "%v", res.Err)
 	g.Expect(res.LockTaken).To(BeFalse())
 	g.Expect(tc.memberList(g)).To(Equal(before), "nothing was sent")
 
 	// Planned again under the lock, the add goes out (once etcd's strict
 	// reconfiguration check lets it, on a cluster just started).
 	g.Eventually(func(g Gomega) {
-		obs, err := c.Observe(ctx, eps, membership.Hint{Departing: []string{"a-0"}})
+		obs, err := c.Observe(ctx, eps, sidecarcluster.Hint{Departing: []string{"a-0"}})
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(obs.LockedBy("seed-b", c.Token())).To(BeTrue())
 		g.Expect(obs.List.Retired).To(Equal([]sidecar.RetiredMember{{Name: "a-9", By: "seed-a"}}), "the new plan sees the record")
 		plan := c.Plan(obs, target, progress, nil, planner.Policy{})
 		g.Expect(plan.Step.Kind).To(Equal(planner.AddLearner))
 		res := c.Execute(ctx, obs, eps, plan)
-		g.Expect(res.Reason).NotTo(Equal(membership.ReasonLockAcquired))
+		g.Expect(res.Reason).NotTo(Equal(sidecarcluster.ReasonLockAcquired))
 		g.Expect(res.LockTaken).To(BeFalse(), "the lock was held at this observation")
-		g.Expect(res.Outcome).To(Equal(membership.Succeeded), "%v", res.Err)
+		g.Expect(res.Outcome).To(Equal(sidecarcluster.Succeeded), "%v", res.Err)
 	}).WithTimeout(30 * time.Second).WithPolling(500 * time.Millisecond).Should(Succeed())
 	g.Expect(tc.memberList(g)).To(ContainElement(HaveSuffix("::learner")), "b-0 was added (a learner has no name until it starts)")
 }
@@ -266,7 +266,7 @@ func TestExecuteOutcomes(t *testing.T) {
 	}
 
 	for _, c := range []outcomeCase{
-		{name: "5xx: outcome unknown", step: newcomer, outcome: membership.Uncertain, reason: "Internal",
+		{name: "5xx: outcome unknown", step: newcomer, outcome: sidecarcluster.Uncertain, reason: "Internal",
 			fault: func(w http.ResponseWriter, r *http.Request) bool {
 				if r.Method == http.MethodPost && r.URL.Path == "/v1/members" {
 					answer(w, 500, `{"reason":"Internal","message":"injected"}`)
@@ -274,7 +274,7 @@ func TestExecuteOutcomes(t *testing.T) {
 				}
 				return false
 			}},
-		{name: "no answer in time: outcome unknown", step: remove, faultAt: 1, outcome: membership.Uncertain, reason: membership.ReasonTransport,
+		{name: "no answer in time: outcome unknown", step: remove, faultAt: 1, outcome: sidecarcluster.Uncertain, reason: sidecarcluster.ReasonTransport,
 			fault: func(w http.ResponseWriter, r *http.Request) bool {
 				if r.Method == http.MethodDelete && strings.HasPrefix(r.URL.Path, "/v1/members/") {
 					time.Sleep(1500 * time.Millisecond)
@@ -283,7 +283,7 @@ func TestExecuteOutcomes(t *testing.T) {
 				}
 				return false
 			}},
-		{name: "learner not ready: retry after the hint", step: promote, outcome: membership.Retry, reason: sidecar.ReasonLearnerNotReady, retryAfter: 3 * time.Second,
+		{name: "learner not ready: retry after the hint", step: promote, outcome: sidecarcluster.Retry, reason: sidecar.ReasonLearnerNotReady, retryAfter: 3 * time.Second,
 			fault: func(w http.ResponseWriter, r *http.Request) bool {
 				if strings.HasSuffix(r.URL.Path, "/promote") {
 					answer(w, 409, `{"reason":"LearnerNotReady","message":"injected","retryAfterSeconds":3}`)
@@ -291,7 +291,7 @@ func TestExecuteOutcomes(t *testing.T) {
 				}
 				return false
 			}},
-		{name: "quorum at risk: refused", step: remove, faultAt: 1, outcome: membership.Refused, reason: sidecar.ReasonQuorumAtRisk,
+		{name: "quorum at risk: refused", step: remove, faultAt: 1, outcome: sidecarcluster.Refused, reason: sidecar.ReasonQuorumAtRisk,
 			fault: func(w http.ResponseWriter, r *http.Request) bool {
 				if r.Method == http.MethodDelete && strings.HasPrefix(r.URL.Path, "/v1/members/") {
 					answer(w, 412, `{"reason":"QuorumAtRisk","message":"injected"}`)
@@ -300,7 +300,7 @@ func TestExecuteOutcomes(t *testing.T) {
 				return false
 			}},
 		{name: "a drain the departing member's sidecar refuses: retry, nothing removed", step: remove, faultAt: 2,
-			outcome: membership.Retry, reason: membership.ReasonDrainFailed, retryAfter: time.Second,
+			outcome: sidecarcluster.Retry, reason: sidecarcluster.ReasonDrainFailed, retryAfter: time.Second,
 			fault: func(w http.ResponseWriter, r *http.Request) bool {
 				if r.URL.Path == "/v1/clients/drain" {
 					answer(w, 503, `{"reason":"EtcdUnavailable","message":"injected"}`)
@@ -308,22 +308,22 @@ func TestExecuteOutcomes(t *testing.T) {
 				}
 				return false
 			}},
-		{name: "a stale plan: the real sidecar refuses, retry", step: remove, outcome: membership.Retry, reason: sidecar.ReasonMembershipChanged,
-			mutateObs: func(o *membership.Observation) { o.List.Fingerprint = "0123456789abcdef" }},
+		{name: "a stale plan: the real sidecar refuses, retry", step: remove, outcome: sidecarcluster.Retry, reason: sidecar.ReasonMembershipChanged,
+			mutateObs: func(o *sidecarcluster.Observation) { o.List.Fingerprint = "0123456789abcdef" }},
 		drainUndone(remove),
-		{name: "the lock held by another: retry when it may expire", step: remove, outcome: membership.Retry, reason: sidecar.ReasonLockHeld, retryAfter: time.Second,
-			setup: func(g Gomega, c *membership.Cluster) {
+		{name: "the lock held by another: retry when it may expire", step: remove, outcome: sidecarcluster.Retry, reason: sidecar.ReasonLockHeld, retryAfter: time.Second,
+			setup: func(g Gomega, c *sidecarcluster.Cluster) {
 				cl := sidecar.NewClient(tc.Members[1].SidecarURL, tc.ClientTLS)
 				g.Expect(cl.ReleaseLock(ctx, holder, c.Token())).To(Succeed())
 				_, err := cl.AcquireLock(ctx, "someone-else", "", 20*time.Second)
 				g.Expect(err).NotTo(HaveOccurred())
 			}},
-		{name: "a sidecar that is down: retry, nothing was sent", step: promote, outcome: membership.Retry, reason: membership.ReasonTransport, via: "dead"},
-		{name: "a follower's sidecar that is down: retry, nothing was sent", step: remove, faultAt: 1, outcome: membership.Retry, reason: membership.ReasonTransport, via: "dead"},
+		{name: "a sidecar that is down: retry, nothing was sent", step: promote, outcome: sidecarcluster.Retry, reason: sidecarcluster.ReasonTransport, via: "dead"},
+		{name: "a follower's sidecar that is down: retry, nothing was sent", step: remove, faultAt: 1, outcome: sidecarcluster.Retry, reason: sidecarcluster.ReasonTransport, via: "dead"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g := NewWithT(t)
-			cl := tc.newCluster(holder, func(cfg *membership.Config) { cfg.CallTimeout = time.Second })
+			cl := tc.newCluster(holder, func(cfg *sidecarcluster.Config) { cfg.CallTimeout = time.Second })
 			admin := sidecar.NewClient(tc.Members[1].SidecarURL, tc.ClientTLS)
 			// The lock is the Cluster's own (its process token), as if an
 			// earlier round had taken it.
@@ -334,7 +334,7 @@ func TestExecuteOutcomes(t *testing.T) {
 				_ = admin.ReleaseLock(context.Background(), holder, cl.Token())
 				_ = admin.ReleaseLock(context.Background(), "someone-else", "")
 			})
-			obs, err := cl.Observe(ctx, tc.endpoints(), membership.Hint{Healthy: []string{"x-0"}})
+			obs, err := cl.Observe(ctx, tc.endpoints(), sidecarcluster.Hint{Healthy: []string{"x-0"}})
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(obs.Via.Member).To(Equal("x-0"))
 			g.Expect(obs.Member("x-0").IsLeader).To(BeTrue(), "x-0 leads")
@@ -353,7 +353,7 @@ func TestExecuteOutcomes(t *testing.T) {
 				}
 			}
 			tc.fault(tc.Members[c.faultAt], c.fault)
-			res := cl.Execute(ctx, obs, eps, membership.Plan{Step: c.step})
+			res := cl.Execute(ctx, obs, eps, sidecarcluster.Plan{Step: c.step})
 			g.Expect(res.Outcome).To(Equal(c.outcome), "%v", res.Err)
 			g.Expect(res.Reason).To(Equal(c.reason))
 			g.Expect(res.RetryAfter).To(BeNumerically(">=", c.retryAfter))
@@ -373,10 +373,10 @@ type outcomeCase struct {
 	step       planner.Step
 	fault      func(w http.ResponseWriter, r *http.Request) bool
 	faultAt    int // the member whose sidecar fault answers for
-	setup      func(g Gomega, c *membership.Cluster)
-	mutateObs  func(o *membership.Observation)
+	setup      func(g Gomega, c *sidecarcluster.Cluster)
+	mutateObs  func(o *sidecarcluster.Observation)
 	via        string
-	outcome    membership.Outcome
+	outcome    sidecarcluster.Outcome
 	reason     string
 	retryAfter time.Duration
 	// check, when set, looks at what the faulty sidecar saw.
@@ -392,8 +392,8 @@ func drainUndone(remove planner.Step) (c outcomeCase) {
 		calls []string
 	)
 	c.name, c.step, c.faultAt = "a removal refused after its drain: the drain is undone", remove, 2
-	c.outcome, c.reason = membership.Retry, sidecar.ReasonMembershipChanged
-	c.mutateObs = func(o *membership.Observation) { o.List.Fingerprint = "0123456789abcdef" }
+	c.outcome, c.reason = sidecarcluster.Retry, sidecar.ReasonMembershipChanged
+	c.mutateObs = func(o *sidecarcluster.Observation) { o.List.Fingerprint = "0123456789abcdef" }
 	c.fault = func(w http.ResponseWriter, r *http.Request) bool {
 		if r.URL.Path != "/v1/clients/drain" {
 			return false

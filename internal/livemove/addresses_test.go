@@ -1,4 +1,4 @@
-package migration_test
+package livemove_test
 
 import (
 	"testing"
@@ -7,7 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/druid-stretch/druid-stretch/api/v1alpha1"
-	"github.com/druid-stretch/druid-stretch/internal/migration"
+	"github.com/druid-stretch/druid-stretch/internal/livemove"
 )
 
 func TestURLTemplates(t *testing.T) {
@@ -16,13 +16,13 @@ func TestURLTemplates(t *testing.T) {
 	e.Spec.MemberNamePrefix = &prefix
 	cases := []struct {
 		name    string
-		t       migration.URLTemplates
+		t       livemove.URLTemplates
 		want    v1alpha1.ExternalMember
 		wantErr string
 	}{
 		{
 			name: "every placeholder",
-			t: migration.URLTemplates{
+			t: livemove.URLTemplates{
 				Peer:    "https://{pod}.{name}-peer.{namespace}.seed-b.example:2380",
 				Client:  "https://{member}.seed-b.example:2379",
 				Sidecar: "https://lb-{ordinal}.seed-b.example:8090/sidecar",
@@ -35,11 +35,11 @@ func TestURLTemplates(t *testing.T) {
 		},
 		{
 			name: "peer only",
-			t:    migration.URLTemplates{Peer: "http://{pod}:2380"},
+			t:    livemove.URLTemplates{Peer: "http://{pod}:2380"},
 			want: v1alpha1.ExternalMember{PeerURLs: []string{"http://etcd-main-4:2380"}},
 		},
-		{name: "no peer template", t: migration.URLTemplates{Client: "http://{pod}:2379"}, wantErr: "the peer URL template is empty"},
-		{name: "unknown placeholder", t: migration.URLTemplates{Peer: "http://{pod}:2380", Sidecar: "https://{host}:8090"},
+		{name: "no peer template", t: livemove.URLTemplates{Client: "http://{pod}:2379"}, wantErr: "the peer URL template is empty"},
+		{name: "unknown placeholder", t: livemove.URLTemplates{Peer: "http://{pod}:2380", Sidecar: "https://{host}:8090"},
 			wantErr: `the sidecar URL template "https://{host}:8090" has the unknown placeholder {host}`},
 	}
 	for _, c := range cases {

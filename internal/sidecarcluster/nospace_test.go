@@ -1,4 +1,4 @@
-package membership_test
+package sidecarcluster_test
 
 import (
 	"context"
@@ -7,8 +7,8 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/internal/sidecarcluster"
 	"github.com/druid-stretch/druid-stretch/internal/testing/testbin"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
@@ -27,14 +27,14 @@ func TestNoSpaceAlarmHoldsTheMove(t *testing.T) {
 	defer cancel()
 	c := tc.newCluster("seed-b")
 	_, eps, target := tc.replaceLeader(ctx, g)
-	plan := func(g Gomega) (*membership.Observation, membership.Plan) {
-		obs, err := c.Observe(ctx, eps, membership.Hint{Departing: []string{"a-0"}})
+	plan := func(g Gomega) (*sidecarcluster.Observation, sidecarcluster.Plan) {
+		obs, err := c.Observe(ctx, eps, sidecarcluster.Hint{Departing: []string{"a-0"}})
 		g.Expect(err).NotTo(HaveOccurred())
-		return obs, c.Plan(obs, target, membership.NewProgress(nil), nil, planner.Policy{})
+		return obs, c.Plan(obs, target, sidecarcluster.NewProgress(nil), nil, planner.Policy{})
 	}
 	var (
-		obs   *membership.Observation
-		first membership.Plan
+		obs   *sidecarcluster.Observation
+		first sidecarcluster.Plan
 	)
 	g.Eventually(func(g Gomega) {
 		obs, first = plan(g)
@@ -45,7 +45,7 @@ func TestNoSpaceAlarmHoldsTheMove(t *testing.T) {
 
 	before := tc.memberList(g)
 	res := c.Execute(ctx, obs, eps, first)
-	g.Expect(res.Outcome).To(Equal(membership.Retry), "%v", res.Err)
+	g.Expect(res.Outcome).To(Equal(sidecarcluster.Retry), "%v", res.Err)
 	g.Expect(res.Reason).To(Equal(sidecar.ReasonNoSpace))
 	g.Expect(res.Err).To(MatchError(ContainSubstring("NOSPACE alarm is raised")))
 	g.Expect(tc.memberList(g)).To(Equal(before), "nothing changed under the alarm")
@@ -61,7 +61,7 @@ func TestNoSpaceAlarmHoldsTheMove(t *testing.T) {
 		obs, p := plan(g)
 		g.Expect(p.Step.Kind).To(Equal(planner.AddLearner), "%s", p.Step)
 		res := c.Execute(ctx, obs, eps, p)
-		g.Expect(res.Outcome).To(Equal(membership.Succeeded), "%s: %v", res.Reason, res.Err)
+		g.Expect(res.Outcome).To(Equal(sidecarcluster.Succeeded), "%s: %v", res.Reason, res.Err)
 	}).WithTimeout(30 * time.Second).WithPolling(500 * time.Millisecond).Should(Succeed())
 	g.Expect(tc.memberList(g)).To(HaveLen(len(before) + 1))
 }

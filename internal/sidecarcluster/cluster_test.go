@@ -1,4 +1,4 @@
-package membership_test
+package sidecarcluster_test
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 	"github.com/go-logr/logr/testr"
 	. "github.com/onsi/gomega"
 
-	"github.com/druid-stretch/druid-stretch/internal/membership"
 	"github.com/druid-stretch/druid-stretch/internal/planner"
+	"github.com/druid-stretch/druid-stretch/internal/sidecarcluster"
 	"github.com/druid-stretch/druid-stretch/internal/testing/localetcd"
 	"github.com/druid-stretch/druid-stretch/internal/testing/localetcd/etcdtest"
 	"github.com/druid-stretch/druid-stretch/sidecar"
@@ -59,22 +59,22 @@ func (tc *testCluster) fault(m *localetcd.Member, f func(w http.ResponseWriter, 
 	tc.faults[m.Name] = f
 }
 
-func (tc *testCluster) endpoints() []membership.Endpoint {
-	var out []membership.Endpoint
+func (tc *testCluster) endpoints() []sidecarcluster.Endpoint {
+	var out []sidecarcluster.Endpoint
 	for _, m := range tc.Members {
-		out = append(out, membership.Endpoint{Member: m.Name, URL: m.SidecarURL})
+		out = append(out, sidecarcluster.Endpoint{Member: m.Name, URL: m.SidecarURL})
 	}
 	return out
 }
 
-func (tc *testCluster) newCluster(holder string, mutate ...func(*membership.Config)) *membership.Cluster {
-	cfg := membership.Config{Holder: holder, TLS: tc.ClientTLS, Logger: testr.New(tc.t)}
+func (tc *testCluster) newCluster(holder string, mutate ...func(*sidecarcluster.Config)) *sidecarcluster.Cluster {
+	cfg := sidecarcluster.Config{Holder: holder, TLS: tc.ClientTLS, Logger: testr.New(tc.t)}
 	for _, f := range mutate {
 		f(&cfg)
 	}
-	c, err := membership.New(cfg)
+	c, err := sidecarcluster.New(cfg)
 	if err != nil {
-		tc.t.Fatalf("membership.New: %v", err)
+		tc.t.Fatalf("sidecarcluster.New: %v", err)
 	}
 	return c
 }
@@ -104,13 +104,13 @@ func answer(w http.ResponseWriter, code int, body string) {
 // leads (so leadership must leave it first), and b-0, a new member not
 // started yet, replaces it. It returns b-0, the sidecars including b-0's,
 // and the target.
-func (tc *testCluster) replaceLeader(ctx context.Context, g Gomega) (*localetcd.Member, []membership.Endpoint, membership.Target) {
+func (tc *testCluster) replaceLeader(ctx context.Context, g Gomega) (*localetcd.Member, []sidecarcluster.Endpoint, sidecarcluster.Target) {
 	_, err := sidecar.NewClient(tc.Members[1].SidecarURL, tc.ClientTLS).MoveLeader(ctx, "a-0", sidecar.CallOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	b0, err := tc.Runtime.NewMember("b-0", localetcd.MemberOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
-	eps := append(tc.endpoints(), membership.Endpoint{Member: "b-0", URL: b0.SidecarURL})
-	return b0, eps, membership.Target{
+	eps := append(tc.endpoints(), sidecarcluster.Endpoint{Member: "b-0", URL: b0.SidecarURL})
+	return b0, eps, sidecarcluster.Target{
 		Add: []planner.Want{
 			{Name: "a-1", PeerURLs: []string{tc.Members[1].PeerURL}, Side: "a"},
 			{Name: "a-2", PeerURLs: []string{tc.Members[2].PeerURL}, Side: "a"},
