@@ -11,6 +11,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	"github.com/druid-stretch/druid-stretch/internal/testing/testbin"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -28,6 +29,7 @@ func etcdMemberID(peerURL string, unix int64) uint64 {
 // that joins after it. The sidecar adds such a learner again in a later
 // second, for another ID, before anyone admits it.
 func TestLearnerIsAddedAgainForAnIDAboveAVoters(t *testing.T) {
+	testbin.Need(t)
 	g := NewWithT(t)
 	ctx := context.Background()
 	tc := startCluster(t, 1, clusterOptions{})

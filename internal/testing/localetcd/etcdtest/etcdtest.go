@@ -22,6 +22,7 @@ import (
 	"github.com/druid-stretch/druid-stretch/internal/testing/linkemu"
 	"github.com/druid-stretch/druid-stretch/internal/testing/localetcd"
 	"github.com/druid-stretch/druid-stretch/internal/testing/pki"
+	"github.com/druid-stretch/druid-stretch/internal/testing/testbin"
 	"github.com/druid-stretch/druid-stretch/sidecar"
 )
 
@@ -81,6 +82,9 @@ func Numbered(prefix string, n int) []string {
 // the members, their sidecars and the WAN.
 func Start(t testing.TB, o Options) *Cluster {
 	t.Helper()
+	// etcd processes are real parts: a test that starts them is skipped
+	// under -short (make test-unit) even if it forgot testbin.Need.
+	testbin.Need(t)
 	if o.Sites != nil && len(o.Sites) < len(o.Names) {
 		t.Fatalf("etcdtest: %d sites for %d members: every member needs a site", len(o.Sites), len(o.Names))
 	}
