@@ -16,7 +16,7 @@ build: ## the druid-stretch binary, version-stamped
 	GOWORK=off $(GO) build -ldflags="$(VERSION_LDFLAGS)" -o $(BIN)/druid-stretch .
 
 dev: ## druid-stretch-dev: the demo, the benchmarks and the image writer, which the shipped binary leaves out
-	$(GO) build -ldflags="$(VERSION_LDFLAGS)" -o $(BIN)/druid-stretch-dev ./cmd/druid-stretch-dev
+	$(GO) build -ldflags="$(VERSION_LDFLAGS)" -o $(BIN)/druid-stretch-dev ./test/cmd/druid-stretch-dev
 
 # The image needs no Docker engine: a static Linux binary for ARCH (default:
 # this machine's) goes into a FROM-scratch image, written as a tarball for

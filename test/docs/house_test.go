@@ -104,3 +104,30 @@ func TestGoCommentsNameOnlyDocsInTheRepo(t *testing.T) {
 // hack/test-binaries.sh). A Go import path (github.com/...) does not start
 // at a top folder, and a package named by its folder has no extension.
 var repoPathRE = regexp.MustCompile(`(?:^|[\s(\x60"'])((?:api|charts|cmd|controllers|docs|hack|internal|sidecar|test)/[\w.-]+(?:/[\w.-]+)*\.(?:go|md|sh|yaml|yml|json|tpl|txt))\b`)
+
+// TestMakefileNamesPackagesThatExist: every package folder the Makefile
+// builds or tests (./test/cmd/druid-stretch-dev, ./test/site, ...) is in
+// the repository, so a move of a folder cannot leave a target that fails
+// only when someone runs it.
+func TestMakefileNamesPackagesThatExist(t *testing.T) {
+	g := NewWithT(t)
+	root, err := testbin.RepoRoot()
+	g.Expect(err).NotTo(HaveOccurred())
+	b, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	g.Expect(err).NotTo(HaveOccurred())
+	pathRE := regexp.MustCompile(`(?:^|\s)(\./[A-Za-z0-9_./-]*)`)
+	checked := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.Contains(line, "$(GO) build") && !strings.Contains(line, "$(GO) test") && !strings.Contains(line, "_PACKAGES :=") {
+			continue
+		}
+		for _, m := range pathRE.FindAllStringSubmatch(line, -1) {
+			dir := strings.TrimSuffix(m[1], "...")
+			checked++
+			if _, err := os.Stat(filepath.Join(root, dir)); err != nil {
+				t.Errorf("the Makefile names %s, which is not in the repository: %s", m[1], strings.TrimSpace(line))
+			}
+		}
+	}
+	g.Expect(checked).To(BeNumerically(">=", 5), "the check finds the Makefile's package paths")
+}
