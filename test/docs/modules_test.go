@@ -1,6 +1,7 @@
 package docs
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,9 +30,10 @@ func goIn(t *testing.T, dir string, workspace bool, args ...string) string {
 	}
 	out, err := cmd.Output()
 	if err != nil {
-		var stderr string
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = string(ee.Stderr)
+		var exit *exec.ExitError
+		var stderr []byte
+		if errors.As(err, &exit) {
+			stderr = exit.Stderr
 		}
 		t.Fatalf("go %s in %s: %v\n%s", strings.Join(args, " "), cmd.Dir, err, stderr)
 	}
