@@ -58,6 +58,13 @@ func newMoveIn(t *testing.T, base *demo.Env, name string) *demo.Env {
 			t.Errorf("cleaning up: %v", err)
 		}
 	})
+	// Registered after the deletion, so it runs before it: the excerpt
+	// shows the pods and controllers as the failure left them.
+	t.Cleanup(func() {
+		if t.Failed() {
+			logExcerpt(t, "e2e-"+name)
+		}
+	})
 	return e
 }
 

@@ -34,6 +34,25 @@ const firstPort = 10000
 // Pick returns a TCP port that was free on 127.0.0.1 a moment ago and
 // lies outside the kernel's ephemeral port range.
 func Pick() (int, error) {
+	l, err := Listen()
+	if err != nil {
+		return 0, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	if err := l.Close(); err != nil {
+		return 0, err
+	}
+	return port, nil
+}
+
+// Listen is Pick with the port kept: a listener on 127.0.0.1 at a port
+// outside the kernel's ephemeral range, for a caller that holds the port
+// until its process binds it. A process that binds the same port again
+// after each restart (an etcd member keeps its URLs) needs such a port
+// most: between an exit and the next start nothing holds it, and a port
+// of the ephemeral range may meanwhile become the local port of any
+// connection on the machine, for as long as that connection lives.
+func Listen() (net.Listener, error) {
 	low, high := ephemeralRange()
 	var candidates []int // the ranges below and above the ephemeral one
 	if low > firstPort {
@@ -43,7 +62,7 @@ func Pick() (int, error) {
 		candidates = append(candidates, high+1, 65535)
 	}
 	if len(candidates) == 0 {
-		return 0, fmt.Errorf("the ephemeral port range %d-%d leaves no port from %d on to pick", low, high, firstPort)
+		return nil, fmt.Errorf("the ephemeral port range %d-%d leaves no port from %d on to pick", low, high, firstPort)
 	}
 	return pickFrom(candidates)
 }
@@ -56,8 +75,9 @@ var handedOut = struct {
 }{ports: map[int]bool{}}
 
 // pickFrom tries random ports of the inclusive ranges given as pairs
-// (low, high, low, high, ...), none handed out before, until one binds.
-func pickFrom(ranges []int) (int, error) {
+// (low, high, low, high, ...), none handed out before, until one binds,
+// and returns its listener.
+func pickFrom(ranges []int) (net.Listener, error) {
 	handedOut.Lock()
 	defer handedOut.Unlock()
 	var lastErr error
@@ -73,13 +93,10 @@ func pickFrom(ranges []int) (int, error) {
 			lastErr = err
 			continue
 		}
-		if err := l.Close(); err != nil {
-			return 0, err
-		}
 		handedOut.ports[port] = true
-		return port, nil
+		return l, nil
 	}
-	return 0, fmt.Errorf("no free port in %v after 64 tries: %w", ranges, lastErr)
+	return nil, fmt.Errorf("no free port in %v after 64 tries: %w", ranges, lastErr)
 }
 
 // ephemeralRange reads the kernel's ephemeral port range.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/druid-stretch/druid-stretch/internal/testing/freeport"
 	"github.com/druid-stretch/druid-stretch/internal/testing/linkemu"
 )
 
@@ -87,7 +88,12 @@ func (m *Member) reserveEndpoints() (err error) {
 	return nil
 }
 
-func listenFree() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
+// listenFree holds a free port outside the kernel's ephemeral range: etcd
+// binds its peer and client ports again at every restart, and between an
+// exit and the next start a port of that range can become the local port
+// of any outgoing connection on the machine, which would keep the member
+// from ever starting again while that connection lives.
+func listenFree() (net.Listener, error) { return freeport.Listen() }
 
 // claimPorts frees the peer and client ports for etcd right before it
 // starts: the held listeners are closed, and ports that were free before a
