@@ -204,7 +204,7 @@ func (m *Member) spawn(initialCluster string, state ClusterState) (*process, err
 	cmd.Dir = filepath.Dir(m.DataDir)
 	cmd.Env = etcdEnv()
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := childproc.StartNice(cmd, memberNice); err != nil {
+	if err := childproc.Start(cmd); err != nil {
 		return nil, fmt.Errorf("localetcd: starting etcd for %q (%s): %w", m.Name, m.r.opts.EtcdBinary, err)
 	}
 	p := &process{cmd: cmd, pid: cmd.Process.Pid, done: make(chan struct{}), logStart: logStart}
@@ -223,14 +223,6 @@ func (m *Member) spawn(initialCluster string, state ClusterState) (*process, err
 	m.proc, m.initialCluster, m.state = p, initialCluster, state
 	return p, nil
 }
-
-// memberNice is the nice value every member's etcd runs at: the CPU
-// weight a seed gives etcd's pod through its CPU requests
-// (childproc.StartNice), so that the tests' other processes, and a
-// neighbouring test package on a two-core machine, slow etcd down as
-// best-effort work on a node would, not starve it past its election
-// timeout.
-const memberNice = -10
 
 // etcdEnv is the parent's environment without ETCD_* variables: etcd reads
 // them as flags, and one left over in a developer's shell would change or

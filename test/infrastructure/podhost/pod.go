@@ -475,23 +475,6 @@ func (c *container) backoff(d *time.Duration) bool {
 	return true
 }
 
-// requestedNice is the nice value of a container with a CPU request.
-// kubelet gives such a container a cgroup CPU weight from its request and a
-// best-effort one the least weight there is; the node stand-in runs no
-// cgroups, so a nice value stands in for that weight: etcd's and
-// backup-restore's containers (druid requests CPU for both) keep their
-// share of a busy machine from the test's other processes, as on a node.
-const requestedNice = -10
-
-// niceOf is the nice value c runs at: requestedNice with a CPU request,
-// the node's own without.
-func niceOf(c corev1.Container) int {
-	if q, ok := c.Resources.Requests[corev1.ResourceCPU]; ok && !q.IsZero() {
-		return requestedNice
-	}
-	return 0
-}
-
 // runOnce starts the container's process, probes it while it runs and
 // records how it ended.
 func (c *container) runOnce(paths map[string]string) (int, error) {
@@ -504,7 +487,7 @@ func (c *container) runOnce(paths map[string]string) (int, error) {
 	defer func() { _ = logFile.Close() }()
 	// The pod dies with the node stand-in's process, as with a kubelet
 	// whose node goes away.
-	if err := childproc.StartNice(cmd, niceOf(c.spec)); err != nil {
+	if err := childproc.Start(cmd); err != nil {
 		c.setTerminated(128, "StartError", err.Error())
 		return 128, err
 	}

@@ -7,7 +7,6 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
@@ -161,18 +160,4 @@ func TestProbeURLKeepsThePathsQuery(t *testing.T) {
 	} {
 		g.Expect(probeURL("https", "10.244.0.5", 443, path).String()).To(Equal(want), path)
 	}
-}
-
-// TestNiceFollowsTheCPURequest: a container with a CPU request runs at
-// requestedNice, as kubelet weights it above best-effort work; one with a
-// memory request only, a zero CPU request or none at the node's own.
-func TestNiceFollowsTheCPURequest(t *testing.T) {
-	g := NewWithT(t)
-	withRequests := func(l corev1.ResourceList) corev1.Container {
-		return corev1.Container{Resources: corev1.ResourceRequirements{Requests: l}}
-	}
-	g.Expect(niceOf(withRequests(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m")}))).To(Equal(requestedNice))
-	g.Expect(niceOf(withRequests(corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")}))).To(Equal(0))
-	g.Expect(niceOf(withRequests(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("0")}))).To(Equal(0))
-	g.Expect(niceOf(corev1.Container{})).To(Equal(0))
 }
