@@ -1,10 +1,10 @@
 package e2e
 
 import (
-	"bufio"
-	"os"
 	"strings"
 	"testing"
+
+	"github.com/druid-stretch/druid-stretch/test/framework/logtail"
 )
 
 // excerptLines is how many of the shared log's lines a failed test prints:
@@ -19,29 +19,8 @@ const excerptLines = 40
 // log alone says what the pods and controllers did last.
 func logExcerpt(t *testing.T, namespace string) {
 	t.Helper()
-	f, err := os.Open(logPath)
+	last, err := logtail.Last(logPath, excerptLines, func(line string) bool { return strings.Contains(line, namespace) })
 	if err != nil {
-		t.Logf("no log excerpt: %v", err)
-		return
-	}
-	defer func() { _ = f.Close() }()
-	var last []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.Contains(line, namespace) {
-			continue
-		}
-		if len(line) > 400 {
-			line = line[:400] + "…"
-		}
-		last = append(last, line)
-		if len(last) > excerptLines {
-			last = last[1:]
-		}
-	}
-	if err := sc.Err(); err != nil {
 		t.Logf("reading the log %s: %v", logPath, err)
 	}
 	t.Logf("the last %d lines of %s that name %s:\n%s", len(last), logPath, namespace, strings.Join(last, "\n"))

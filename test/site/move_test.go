@@ -579,6 +579,7 @@ func leaveSiteFolder(t *testing.T, what, dir string) {
 	case os.Getenv("DRUID_STRETCH_KEEP_SITES") != "":
 		t.Logf("the folder of %s (processes' logs in logs/, containers' in node/, volumes in hostpath/): %s", what, dir)
 	case t.Failed():
+		logExcerpt(t, what, filepath.Join(dir, "site.log"))
 		_ = os.RemoveAll(filepath.Join(dir, "hostpath"))
 		t.Logf("the logs of %s (processes' in logs/, containers' in node/; the volumes were removed, DRUID_STRETCH_KEEP_SITES=1 keeps them): %s", what, dir)
 	default:
